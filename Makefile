@@ -1,0 +1,51 @@
+# The course's commands. Each target creates .venv on first use and installs the course
+# into it, so `make lab` and `make test` work on a fresh machine with Python 3.11 and make.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# nbgrader runs `alembic` by name when it creates a gradebook: the venv must be on PATH.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYTHONHASHSEED := 0
+
+JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
+.PHONY: help install lab test grade release autograde execute clean
+
+help:
+	@echo "make lab                  open JupyterLab on the student notebooks"
+	@echo "make test                 run every test (unit, notebooks, release sync, grading)"
+	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
+	@echo "make release              regenerate notebooks/ from solutions/"
+	@echo "make autograde            grade submitted/<student>/<chapter>/, write feedback and grades.csv"
+	@echo "make execute              re-execute the solution notebooks in place (after editing them)"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(JUPYTER_ROOT_FLAG)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+grade: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
+	$(BIN)/python -m course_utils.grading grade "$(NB)"
+
+release: $(STAMP)
+	$(BIN)/python -m course_utils.grading release
+
+autograde: $(STAMP)
+	$(BIN)/python -m course_utils.grading autograde
+
+execute: $(STAMP)
+	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
+
+clean:
+	rm -rf $(VENV) .pytest_cache gradebook.db autograded feedback grades.csv

@@ -1,0 +1,42 @@
+"""pytest hooks for the notebooks that nbval executes (solutions/*/*.ipynb).
+
+Each notebook has a time budget: the cell during which a notebook's running time crosses
+NOTEBOOK_BUDGET_S fails with a message that says so. The course aims at about 90 s per
+notebook on a 2-core CPU; the budget leaves room for a slower machine. A summary of every
+notebook's time is printed at the end of the run.
+"""
+import os
+from collections import defaultdict
+
+import pytest
+
+NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 150))
+_elapsed: dict[str, float] = defaultdict(float)
+_over: set[str] = set()
+
+
+def _is_notebook_cell(item) -> bool:
+    return str(getattr(item, "fspath", "")).endswith(".ipynb")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if not _is_notebook_cell(item):
+        return
+    report = outcome.get_result()
+    nb = os.path.relpath(str(item.fspath))
+    _elapsed[nb] += call.duration
+    if report.when == "call" and _elapsed[nb] > NOTEBOOK_BUDGET_S and nb not in _over:
+        _over.add(nb)
+        report.outcome = "failed"
+        report.longrepr = (f"{nb} has run for {_elapsed[nb]:.0f} s, over its budget of "
+                           f"{NOTEBOOK_BUDGET_S:.0f} s: shrink its experiments")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _elapsed:
+        terminalreporter.section("notebook execution times (nbval)")
+        for nb, sec in sorted(_elapsed.items()):
+            flag = "  OVER BUDGET" if nb in _over else ""
+            terminalreporter.write_line(f"{sec:7.1f} s  {nb}{flag}")

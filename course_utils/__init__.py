@@ -1,0 +1,15 @@
+"""Shared code of the course "Attention, from Seq2Seq to Transformers".
+
+Modules are organised by idea, so that a later chapter reuses what an earlier one taught:
+
+- :mod:`course_utils.data` -- synthetic tasks (dates, length-graded sequences), vocabularies, batching
+- :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
+- :mod:`course_utils.attention` -- masked softmax, masks, scaled dot-product attention
+- :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
+- :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
+- :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
+- :mod:`course_utils.checks` -- the learner-facing checks of the exercises
+- :mod:`course_utils.grading` -- grade, release, autograde and execute notebooks (nbgrader)
+"""
+
+__version__ = "0.1.0"

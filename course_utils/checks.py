@@ -1,0 +1,177 @@
+"""Learner-facing checks used in the notebooks' visible test cells.
+
+Each check raises ``AssertionError`` with a message that says what is wrong (a shape, a
+dtype, the first wrong value and where it is, an exercise not done yet) and prints a
+one-line success otherwise. Hidden tests use the same helpers.
+
+>>> import torch
+>>> expect_close(torch.ones(2), torch.ones(2), "ones")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+class CheckFailed(AssertionError):
+    """A check failed; the message is meant for the learner."""
+
+
+def _fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def expect_shape(t: Any, shape: Sequence[int], what: str) -> None:
+    """Fail unless ``t`` is a tensor of exactly ``shape``."""
+    if not isinstance(t, torch.Tensor):
+        raise CheckFailed(f"{what}: expected a torch.Tensor of shape {_fmt_shape(shape)}, got {type(t).__name__}")
+    if tuple(t.shape) != tuple(shape):
+        raise CheckFailed(f"{what}: expected shape {_fmt_shape(shape)}, got {_fmt_shape(t.shape)}")
+
+
+def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    """Fail unless ``t`` has ``dtype``."""
+    if t.dtype != dtype:
+        raise CheckFailed(f"{what}: expected dtype {dtype}, got {t.dtype}")
+
+
+def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1e-5,
+                 rtol: float = 1e-4) -> None:
+    """Fail unless ``actual`` has ``expected``'s shape and values (within tolerance).
+
+    The message names the first position that differs and both values there.
+    """
+    expected = torch.as_tensor(expected)
+    expect_shape(actual, expected.shape, what)
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if torch.isnan(a).any() and not torch.isnan(e).any():
+        idx = tuple(int(i) for i in torch.nonzero(torch.isnan(a))[0])
+        raise CheckFailed(f"{what}: NaN at index {idx} (expected {e[idx].item():.6g})")
+    bad = ~torch.isclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
+    if bad.any():
+        idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise CheckFailed(f"{what}: wrong value at index {idx}: got {a[idx].item():.6g}, "
+                          f"expected {e[idx].item():.6g} ({int(bad.sum())} of {bad.numel()} values differ)")
+
+
+def expect_equal(actual: Any, expected: Any, what: str) -> None:
+    """Fail unless ``actual == expected`` (tensors: same shape and every element equal)."""
+    if isinstance(expected, torch.Tensor):
+        expect_shape(actual, expected.shape, what)
+        bad = actual.cpu() != expected.cpu()
+        if bad.any():
+            idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+            raise CheckFailed(f"{what}: wrong value at index {idx}: got {actual[idx].item()}, "
+                              f"expected {expected[idx].item()}")
+    elif actual != expected:
+        raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
+    """Call the learner's ``fn``; an exercise not done yet becomes a clear failure."""
+    name = what or getattr(fn, "__name__", "your function")
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
+                          "with your code") from None
+
+
+def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> None:
+    """Run named checks in order; stop at the first failure, print a success line otherwise.
+
+    A failure message starts with ``name`` and the check's description, then the reason.
+    """
+    for i, (desc, check) in enumerate(checks, 1):
+        try:
+            check()
+        except CheckFailed as err:
+            raise CheckFailed(f"{name}, check {i}/{len(checks)} ({desc}) failed: {err}") from None
+    print(f"\u2713 {name}: all {len(checks)} checks passed")
+
+
+def learner_or_reference(learner: Callable, reference: Callable, probe: Callable[[Callable], Any],
+                         name: str | None = None) -> Callable:
+    """Return the learner's function if ``probe(learner)`` runs, otherwise the reference.
+
+    Lets the experiments of a chapter run for a learner who skipped an exercise: the
+    probe is a small call of the function; ``NotImplementedError`` (the exercise is not
+    done) or any other error means the reference from ``course_utils`` is used, and a line
+    says so.
+    """
+    name = name or getattr(learner, "__name__", "your function")
+    try:
+        probe(learner)
+    except NotImplementedError:
+        print(f"[{name}] not implemented yet: the experiments below use the course_utils reference")
+        return reference
+    except Exception as err:  # noqa: BLE001 (any failure means: fall back, and say why)
+        print(f"[{name}] raised {type(err).__name__}: {err}; the experiments below use the "
+              "course_utils reference")
+        return reference
+    print(f"[{name}] the experiments below use your implementation")
+    return learner
+
+
+def _forbidden_message(name: str) -> str:
+    return f"your answer calls {name}: the exercise is to write it yourself"
+
+
+def _forbidden(name: str) -> Callable:
+    def stand_in(*args, **kwargs):
+        raise CheckFailed(_forbidden_message(name))
+    return stand_in
+
+
+def _raising_code(name: str, old_code: types.CodeType) -> types.CodeType:
+    """A code object that raises ``AssertionError`` naming ``name``.
+
+    It has ``old_code``'s free variables (a function's code can only be swapped for code
+    with the same closure size) and uses only builtins, since it runs with the original
+    function's globals.
+    """
+    freevars = old_code.co_freevars
+    src = (f"def _outer({', '.join(freevars)}):\n"
+           f"    def f(*args, **kwargs):\n"
+           f"        {'; '.join(freevars) or 'pass'}\n"
+           f"        raise AssertionError({_forbidden_message(name)!r})\n"
+           f"    return f\n")
+    ns: dict[str, Any] = {}
+    exec(compile(src, "<forbid>", "exec"), {}, ns)  # noqa: S102 (fixed template, no user input)
+    return ns["_outer"](*([None] * len(freevars))).__code__
+
+
+@contextlib.contextmanager
+def forbid(*targets: Any) -> Iterator[None]:
+    """Make calling any of ``targets`` fail inside the ``with`` block.
+
+    A target is a Python function (its code object is swapped, so every alias of it fails
+    too, whatever name a learner imported it under) or a ``(module, attribute)`` pair
+    (the attribute is replaced, for builtins such as ``torch.nn.functional`` functions).
+    """
+    restore: list[Callable[[], None]] = []
+    try:
+        for target in targets:
+            if isinstance(target, tuple):
+                module, attr = target
+                old = getattr(module, attr)
+                setattr(module, attr, _forbidden(f"{module.__name__}.{attr}"))
+                restore.append(functools.partial(setattr, module, attr, old))
+            elif isinstance(target, types.FunctionType):
+                old_code = target.__code__
+                target.__code__ = _raising_code(f"{target.__module__}.{target.__qualname__}", old_code)
+                restore.append(functools.partial(setattr, target, "__code__", old_code))
+            else:
+                raise TypeError(f"cannot forbid {target!r}: give a function or (module, name)")
+        yield
+    finally:
+        for undo in reversed(restore):
+            undo()
+

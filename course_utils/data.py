@@ -1,0 +1,283 @@
+"""Synthetic sequence-to-sequence tasks, vocabularies, padding and batching.
+
+Everything here is generated from a seed: no downloads, the same data on every machine.
+
+Two tasks are used throughout the course:
+
+* **dates** -- a small "translation" task: many human ways of writing a date
+  ("saturday, march 3rd 2021", "3/3/21", "3 Mar 2021", ...) map to ISO "2021-03-03".
+  Source and target have different lengths and no one-to-one alignment, yet every
+  output character depends on a few input characters, which makes attention maps readable.
+* **sequences** -- reverse (or copy, or sort) a random string of symbols whose length is a
+  parameter, so difficulty grows with length and accuracy can be plotted against it.
+
+Token conventions: ``<pad>`` = 0, ``<sos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3 in every vocabulary.
+Tensors are batch-first: ``(batch, seq)``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as _dt
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+PAD, SOS, EOS, UNK = "<pad>", "<sos>", "<eos>", "<unk>"
+SPECIALS = (PAD, SOS, EOS, UNK)
+PAD_ID, SOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+Pair = tuple[list[str], list[str]]
+
+
+class Vocab:
+    """A token <-> id mapping whose first four ids are ``<pad> <sos> <eos> <unk>``.
+
+    >>> v = Vocab("abc")
+    >>> v.encode("cab", add_eos=True)
+    [6, 4, 5, 2]
+    >>> v.decode([6, 4, 5, 2, 0])
+    ['c', 'a', 'b']
+    """
+
+    def __init__(self, tokens: Iterable[str]):
+        self.itos: list[str] = list(SPECIALS)
+        for tok in tokens:
+            if tok not in self.itos:
+                self.itos.append(tok)
+        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
+
+    @classmethod
+    def from_sequences(cls, seqs: Iterable[Sequence[str]]) -> Vocab:
+        """Build a vocabulary from every token of ``seqs``, in sorted order."""
+        return cls(sorted({tok for seq in seqs for tok in seq}))
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __repr__(self) -> str:
+        return f"Vocab({len(self)} tokens: {' '.join(self.itos[:12])}{' ...' if len(self) > 12 else ''})"
+
+    pad_id, sos_id, eos_id, unk_id = PAD_ID, SOS_ID, EOS_ID, UNK_ID
+
+    def encode(self, tokens: Sequence[str], add_sos: bool = False, add_eos: bool = False) -> list[int]:
+        """Map tokens to ids (unknown tokens to ``<unk>``), optionally framed by sos/eos."""
+        ids = [self.stoi.get(t, UNK_ID) for t in tokens]
+        return ([SOS_ID] if add_sos else []) + ids + ([EOS_ID] if add_eos else [])
+
+    def decode(self, ids: Iterable[int], strip: bool = True) -> list[str]:
+        """Map ids back to tokens. With ``strip``, stop at ``<eos>`` and drop pad/sos."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if strip and i == EOS_ID:
+                break
+            if strip and i in (PAD_ID, SOS_ID):
+                continue
+            out.append(self.itos[i] if 0 <= i < len(self.itos) else UNK)
+        return out
+
+
+# ----------------------------------------------------------------------------------------
+# Task 1: dates
+# ----------------------------------------------------------------------------------------
+
+_ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
+
+
+def _ordinal(day: int) -> str:
+    return f"{day}{_ORDINAL.get(day, 'th')}"
+
+
+# Each format turns a date into one human surface form. US order (month/day) is used for
+# the numeric forms so that every input has exactly one reading.
+_DATE_FORMATS = (
+    lambda d: f"{calendar.day_name[d.weekday()].lower()}, {calendar.month_name[d.month].lower()} {_ordinal(d.day)} {d.year}",
+    lambda d: f"{d.month}/{d.day}/{d.year % 100:02d}",
+    lambda d: f"{d.day} {calendar.month_abbr[d.month]} {d.year}",
+    lambda d: f"{calendar.month_name[d.month]} {d.day}, {d.year}",
+    lambda d: f"{d.day:02d} {calendar.month_name[d.month].lower()} {d.year}",
+    lambda d: f"{calendar.month_abbr[d.month].lower()} {d.day} {d.year}",
+    lambda d: f"the {_ordinal(d.day)} of {calendar.month_name[d.month].lower()}, {d.year}",
+    lambda d: f"{calendar.day_abbr[d.weekday()]} {d.day} {calendar.month_abbr[d.month]} {d.year % 100:02d}",
+    lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}",
+    lambda d: f"{d.year}.{d.month}.{d.day}",
+)
+N_DATE_FORMATS = len(_DATE_FORMATS)
+
+DATE_FIRST = _dt.date(1950, 1, 1)
+DATE_LAST = _dt.date(2049, 12, 31)
+
+
+def format_date(date: _dt.date, style: int) -> str:
+    """Write ``date`` in human surface form number ``style`` (0 <= style < N_DATE_FORMATS).
+
+    Two-digit years are read as 1950-2049, the range of :func:`make_date_pairs`.
+    """
+    if not 0 <= style < N_DATE_FORMATS:
+        raise ValueError(f"style must be in [0, {N_DATE_FORMATS}), got {style}")
+    return _DATE_FORMATS[style](date)
+
+
+def make_date_pairs(n: int, seed: int = 0) -> list[Pair]:
+    """``n`` (source, target) character-list pairs of the date task, deterministic in ``seed``.
+
+    The source is a random date between 1950 and 2049 in a random human format, the target
+    its ISO form ``YYYY-MM-DD``.
+    """
+    rng = random.Random(seed)
+    span = (DATE_LAST - DATE_FIRST).days
+    pairs = []
+    for _ in range(n):
+        d = DATE_FIRST + _dt.timedelta(days=rng.randrange(span + 1))
+        src = format_date(d, rng.randrange(N_DATE_FORMATS))
+        pairs.append((list(src), list(d.isoformat())))
+    return pairs
+
+
+DATE_SRC_CHARS = sorted(set(" ,./0123456789") | set("abcdefghijklmnopqrstuvwxyz")
+                        | set("ADFJMNOSTW"))
+DATE_TGT_CHARS = sorted(set("0123456789-"))
+
+
+def date_vocabs() -> tuple[Vocab, Vocab]:
+    """Source and target vocabularies of the date task (characters)."""
+    return Vocab(DATE_SRC_CHARS), Vocab(DATE_TGT_CHARS)
+
+
+# ----------------------------------------------------------------------------------------
+# Task 2: length-graded symbol sequences
+# ----------------------------------------------------------------------------------------
+
+SEQUENCE_TASKS = ("reverse", "copy", "sort")
+
+
+def symbols(n_symbols: int) -> list[str]:
+    """The token alphabet of the sequence tasks: ``['a', 'b', ...]`` (at most 26)."""
+    if not 1 <= n_symbols <= 26:
+        raise ValueError(f"n_symbols must be between 1 and 26, got {n_symbols}")
+    return [chr(ord("a") + i) for i in range(n_symbols)]
+
+
+def make_sequence_pairs(n: int, min_len: int, max_len: int, task: str = "reverse",
+                        n_symbols: int = 10, seed: int = 0) -> list[Pair]:
+    """``n`` pairs of a symbol task with source lengths uniform in ``[min_len, max_len]``.
+
+    ``task`` is ``"reverse"`` (target = source backwards), ``"copy"`` or ``"sort"``.
+    """
+    if task not in SEQUENCE_TASKS:
+        raise ValueError(f"task must be one of {SEQUENCE_TASKS}, got {task!r}")
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+    rng = random.Random(seed)
+    alphabet = symbols(n_symbols)
+    pairs = []
+    for _ in range(n):
+        src = [rng.choice(alphabet) for _ in range(rng.randint(min_len, max_len))]
+        tgt = src[::-1] if task == "reverse" else sorted(src) if task == "sort" else list(src)
+        pairs.append((src, tgt))
+    return pairs
+
+
+def sequence_vocab(n_symbols: int = 10) -> Vocab:
+    """The vocabulary of the sequence tasks (shared by source and target)."""
+    return Vocab(symbols(n_symbols))
+
+
+# ----------------------------------------------------------------------------------------
+# Padding, the teacher-forcing offset, batching
+# ----------------------------------------------------------------------------------------
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into a ``(batch, max_len)`` long tensor; also return the lengths ``(batch,)``."""
+    if len(seqs) == 0:
+        raise ValueError("pad_sequences needs at least one sequence")
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    return out, lengths
+
+
+def shift_targets(targets: Sequence[Sequence[int]], sos_id: int = SOS_ID, eos_id: int = EOS_ID,
+                  pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher-forcing offset: decoder input ``[<sos>, y1..yn]``, target ``[y1..yn, <eos>]``.
+
+    Args:
+        targets: ``batch`` lists of target ids, without sos/eos.
+    Returns:
+        ``(decoder_input, decoder_target)``, both ``(batch, max_len + 1)`` long tensors,
+        right-padded with ``pad_id``. At every position t the decoder sees ``decoder_input[:, t]``
+        and must predict ``decoder_target[:, t]``.
+    """
+    dec_in, _ = pad_sequences([[sos_id, *t] for t in targets], pad_id)
+    dec_out, _ = pad_sequences([[*t, eos_id] for t in targets], pad_id)
+    return dec_in, dec_out
+
+
+@dataclass
+class Batch:
+    """One padded batch. ``src (B, S)``, ``src_lengths (B,)``, ``tgt_in`` and ``tgt_out (B, T)``."""
+
+    src: torch.Tensor
+    src_lengths: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    def to(self, device) -> Batch:
+        return Batch(*(t.to(device) for t in (self.src, self.src_lengths, self.tgt_in, self.tgt_out)))
+
+    @property
+    def src_mask(self) -> torch.Tensor:
+        """``(B, S)`` bool, True at real (non-pad) source positions."""
+        return self.src != PAD_ID
+
+
+def make_batch(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> Batch:
+    """Encode and pad a list of (source, target) token pairs into a :class:`Batch`."""
+    src, src_lengths = pad_sequences([src_vocab.encode(s) for s, _ in pairs])
+    tgt_in, tgt_out = shift_targets([tgt_vocab.encode(t) for _, t in pairs])
+    return Batch(src, src_lengths, tgt_in, tgt_out)
+
+
+def batches(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int,
+            shuffle: bool = True, seed: int = 0) -> Iterator[Batch]:
+    """One pass over ``pairs`` in batches (the last one may be smaller)."""
+    order = list(range(len(pairs)))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    for start in range(0, len(order), batch_size):
+        yield make_batch([pairs[i] for i in order[start:start + batch_size]], src_vocab, tgt_vocab)
+
+
+def split(pairs: Sequence[Pair], n_test: int, seed: int = 0) -> tuple[list[Pair], list[Pair]]:
+    """Split into (train, test) so that no test source string also occurs in train."""
+    rng = random.Random(seed)
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    test = [pairs[i] for i in order[:n_test]]
+    seen = {tuple(s) for s, _ in test}
+    train = [pairs[i] for i in order[n_test:] if tuple(pairs[i][0]) not in seen]
+    return train, test
+
+
+# ----------------------------------------------------------------------------------------
+# The course's shared length-graded experiment (chapters 1, 2 and 6 compare on it)
+# ----------------------------------------------------------------------------------------
+
+LENGTH_TASK = dict(task="reverse", min_len=2, max_len=14, n_symbols=8)
+
+
+def length_task(n_train: int = 12000, n_test: int = 1000, seed: int = 0
+                ) -> tuple[list[Pair], list[Pair], Vocab]:
+    """The length-graded task every model of the course is compared on.
+
+    Reverse a string of 2 to 14 symbols from an alphabet of 8. Returns ``(train, test,
+    vocab)``; no test source occurs in train. Pair it with :data:`course_utils.train.LENGTH_TASK_BUDGET`
+    so that models of different chapters are trained for the same number of steps.
+    """
+    pairs = make_sequence_pairs(n_train + n_test, seed=seed, **LENGTH_TASK)
+    train, test = split(pairs, n_test, seed=seed + 1)
+    return train, test, sequence_vocab(LENGTH_TASK["n_symbols"])

@@ -1,0 +1,144 @@
+"""Recurrent networks and the RNN encoder-decoder of chapter 1.
+
+Reference implementations: :func:`rnn_forward` is the vanilla recurrence written out
+(it equals ``nn.RNN`` with the same weights), :class:`Encoder`, :class:`Decoder` and
+:class:`Seq2Seq` are the chapter-1 model that later chapters compare against.
+
+Every model here exposes the decoding protocol of :mod:`course_utils.decoding`:
+``encode(src, src_lengths) -> state`` and ``decode_step(prev_tokens, state) -> (log_probs, state)``,
+where ``state`` is a dict of batch-first tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .data import PAD_ID
+
+
+def rnn_forward(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
+                b_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vanilla RNN recurrence ``h_t = tanh(x_t W_xh^T + h_{t-1} W_hh^T + b_h)``.
+
+    Args:
+        x: ``(batch, seq, d_in)`` inputs.
+        h0: ``(batch, hidden)`` initial state.
+        W_xh: ``(hidden, d_in)``; W_hh: ``(hidden, hidden)``; b_h: ``(hidden,)``.
+    Returns:
+        ``(states, h_last)``: every state ``(batch, seq, hidden)`` and the last ``(batch, hidden)``.
+        With ``nn.RNN(d_in, hidden, batch_first=True)``, ``W_xh = weight_ih_l0``,
+        ``W_hh = weight_hh_l0`` and ``b_h = bias_ih_l0 + bias_hh_l0`` the results are equal.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d_in), got shape {tuple(x.shape)}")
+    h = h0
+    states = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)
+        states.append(h)
+    return torch.stack(states, dim=1), h
+
+
+class Encoder(nn.Module):
+    """Embedding + (bi)directional GRU + a bridge from the encoder's size to the decoder's.
+
+    A bidirectional GRU ends with two states of size ``hidden`` (one per direction). The
+    decoder has one state of size ``hidden``, so the two are concatenated (2h) and mapped
+    back to h by ``bridge`` (a linear layer and tanh), which keeps the decoder's size, and
+    so its parameter count, independent of the encoder's direction.
+    """
+
+    def __init__(self, vocab_size: int, emb_dim: int, hidden: int, bidirectional: bool = True):
+        super().__init__()
+        self.hidden = hidden
+        self.directions = 2 if bidirectional else 1
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.rnn = nn.GRU(emb_dim, hidden, batch_first=True, bidirectional=bidirectional)
+        self.bridge = nn.Linear(self.directions * hidden, hidden)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a padded batch.
+
+        Args:
+            src: ``(batch, src_len)`` token ids, right-padded with ``<pad>``.
+            src_lengths: ``(batch,)`` true lengths.
+        Returns:
+            ``(states, context)``: all encoder states ``(batch, src_len, directions * hidden)``
+            (zero at padded positions) and the context vector ``(batch, hidden)``. Packing
+            makes both independent of how much padding a sentence was given.
+        """
+        emb = self.embedding(src)
+        packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h_n = self.rnn(packed)
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+        last = torch.cat([h_n[-2], h_n[-1]], dim=-1) if self.directions == 2 else h_n[-1]
+        return states, torch.tanh(self.bridge(last))
+
+
+class Decoder(nn.Module):
+    """A GRU decoder conditioned on a context vector.
+
+    With ``context_every_step=False`` the context only initialises the hidden state. With
+    ``True`` it is also concatenated to every input embedding and to the output layer's input,
+    so the decoder is reminded of the source at every step.
+    """
+
+    def __init__(self, vocab_size: int, emb_dim: int, hidden: int, context_every_step: bool = True):
+        super().__init__()
+        self.context_every_step = context_every_step
+        extra = hidden if context_every_step else 0
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.rnn = nn.GRU(emb_dim + extra, hidden, batch_first=True)
+        self.out = nn.Linear(hidden + extra, vocab_size)
+
+    def forward(self, tgt_in: torch.Tensor, hidden: torch.Tensor, context: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``T`` steps at once (teacher forcing).
+
+        Args:
+            tgt_in: ``(batch, T)`` decoder inputs; hidden, context: ``(batch, hidden)``.
+        Returns:
+            ``(logits (batch, T, vocab), last hidden (batch, hidden))``.
+        """
+        emb = self.embedding(tgt_in)
+        ctx = context.unsqueeze(1).expand(-1, tgt_in.shape[1], -1)
+        rnn_in = torch.cat([emb, ctx], dim=-1) if self.context_every_step else emb
+        out, h = self.rnn(rnn_in, hidden.unsqueeze(0).contiguous())
+        feats = torch.cat([out, ctx], dim=-1) if self.context_every_step else out
+        return self.out(feats), h.squeeze(0)
+
+
+class Seq2Seq(nn.Module):
+    """The chapter-1 encoder-decoder: one context vector carries the whole source.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes.
+        emb_dim, hidden: embedding and GRU sizes.
+        bidirectional: bidirectional encoder (its 2h final state is bridged to h).
+        context_every_step: feed the context to every decoder step, not only at the start.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, emb_dim: int = 32, hidden: int = 128,
+                 bidirectional: bool = True, context_every_step: bool = True):
+        super().__init__()
+        self.encoder = Encoder(src_vocab, emb_dim, hidden, bidirectional)
+        self.decoder = Decoder(tgt_vocab, emb_dim, hidden, context_every_step)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits ``(batch, T, tgt_vocab)`` for decoder inputs ``tgt_in (batch, T)``."""
+        _, context = self.encoder(src, src_lengths)
+        logits, _ = self.decoder(tgt_in, context, context)
+        return logits
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The decoding state after reading the source: ``hidden`` and ``context``, both ``(batch, hidden)``."""
+        _, context = self.encoder(src, src_lengths)
+        return {"hidden": context, "context": context}
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One autoregressive step: ``prev_tokens (batch,)`` -> log-probabilities ``(batch, tgt_vocab)``."""
+        logits, hidden = self.decoder(prev_tokens.unsqueeze(1), state["hidden"], state["context"])
+        return torch.log_softmax(logits[:, 0], dim=-1), {**state, "hidden": hidden}

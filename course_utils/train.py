@@ -1,0 +1,198 @@
+"""Seeding, device choice, the training loop and evaluation of sequence-to-sequence models.
+
+Models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
+``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
+from .decoding import greedy_decode, tokens_to_lists
+
+
+#: The training budget of the length-graded comparison (:func:`course_utils.data.length_task`):
+#: every chapter trains its model with these settings so that accuracies are comparable.
+LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)
+
+
+def set_seed(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and every GPU)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The best available device: CUDA, then Apple's MPS, then the CPU.
+
+    ``prefer`` (or the environment variable ``COURSE_DEVICE``) forces one, e.g. ``"cpu"``.
+    """
+    choice = prefer or os.environ.get("COURSE_DEVICE")
+    if choice:
+        return torch.device(choice)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def grading() -> bool:
+    """True while nbgrader executes the notebook (autograde or validate): shrink experiments."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
+    """Mean cross-entropy over non-pad target positions.
+
+    Args:
+        logits: ``(batch, T, vocab)``; targets: ``(batch, T)`` ids, ``pad_id`` where there is no target.
+    """
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
+                         "must agree in (batch, T)")
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                       ignore_index=pad_id)
+
+
+@dataclass
+class History:
+    """What :func:`train_seq2seq` returns: per-step loss and gradient norm, and wall time."""
+
+    loss: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """The loss averaged over a sliding window (for plots)."""
+        out, acc = [], 0.0
+        for i, v in enumerate(self.loss):
+            acc += v
+            if i >= window:
+                acc -= self.loss[i - window]
+            out.append(acc / min(i + 1, window))
+        return out
+
+
+def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
+                  steps: int, batch_size: int = 64, lr: float = 3e-3, clip: float = 1.0,
+                  device: torch.device | str | None = None, seed: int = 0,
+                  progress: bool = True, desc: str = "training") -> History:
+    """Train with teacher forcing, Adam and gradient-norm clipping for ``steps`` batches.
+
+    Epochs are reshuffled with ``seed + epoch``. Returns a :class:`History`. The model is
+    left on ``device`` (default: :func:`get_device`) in eval mode.
+    """
+    device = torch.device(device) if device is not None else get_device()
+    model.to(device).train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    history = History()
+    start = time.perf_counter()
+    bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout, mininterval=1.0)
+    step, epoch = 0, 0
+    while step < steps:
+        for batch in batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch):
+            batch = batch.to(device)
+            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+            loss = sequence_loss(logits, batch.tgt_out)
+            opt.zero_grad()
+            loss.backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            history.loss.append(loss.item())
+            history.grad_norm.append(float(norm))
+            step += 1
+            bar.update(1)
+            if step % 50 == 0:
+                bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
+            if step >= steps:
+                break
+        epoch += 1
+    bar.close()
+    history.seconds = time.perf_counter() - start
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def predict(model: nn.Module, sources: Sequence[Sequence[str]], src_vocab: Vocab, tgt_vocab: Vocab,
+            max_len: int, batch_size: int = 256) -> list[list[str]]:
+    """Greedy translations of ``sources`` (token lists) as token lists."""
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[list[str]] = []
+    for start in range(0, len(sources), batch_size):
+        chunk = [(s, []) for s in sources[start:start + batch_size]]
+        batch = make_batch(chunk, src_vocab, tgt_vocab).to(device)
+        tokens, _ = greedy_decode(model.decode_step, model.encode(batch.src, batch.src_lengths), max_len)
+        out.extend(tgt_vocab.decode(ids) for ids in tokens_to_lists(tokens.cpu()))
+    return out
+
+
+@dataclass
+class Scores:
+    """Token accuracy and exact match overall and per source length."""
+
+    token_accuracy: float
+    exact_match: float
+    by_length: dict[int, tuple[float, float]]  # length -> (token accuracy, exact match)
+
+    def __str__(self) -> str:
+        return f"token accuracy {self.token_accuracy:.3f}, exact match {self.exact_match:.3f}"
+
+
+def score_predictions(predictions: Sequence[Sequence[str]], pairs: Sequence[Pair]) -> Scores:
+    """Compare predictions with the targets of ``pairs``.
+
+    Token accuracy counts, over the target positions plus one for ``<eos>``, those where the
+    prediction has the same token (a prediction that is too long or too short loses the
+    positions that differ, including the end). Exact match needs the whole sequence right.
+    """
+    if len(predictions) != len(pairs):
+        raise ValueError(f"{len(predictions)} predictions for {len(pairs)} pairs")
+    per_len: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for pred, (src, tgt) in zip(predictions, pairs):
+        ref = list(tgt) + ["<eos>"]
+        hyp = list(pred) + ["<eos>"]
+        right = sum(1 for i, tok in enumerate(ref) if i < len(hyp) and hyp[i] == tok)
+        per_len[len(src)].append((right, len(ref), int(list(pred) == list(tgt))))
+    tot_right = sum(r for v in per_len.values() for r, _, _ in v)
+    tot = sum(n for v in per_len.values() for _, n, _ in v)
+    exact = sum(e for v in per_len.values() for _, _, e in v)
+    by_length = {
+        L: (sum(r for r, _, _ in v) / sum(n for _, n, _ in v), sum(e for _, _, e in v) / len(v))
+        for L, v in sorted(per_len.items())
+    }
+    return Scores(tot_right / tot, exact / len(predictions), by_length)
+
+
+def evaluate(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
+             max_len: int | None = None) -> Scores:
+    """Greedy-decode the sources of ``pairs`` and score them (:func:`score_predictions`)."""
+    max_len = max_len or max(len(t) for _, t in pairs) + 5
+    preds = predict(model, [s for s, _ in pairs], src_vocab, tgt_vocab, max_len)
+    return score_predictions(preds, pairs)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """The number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+__all__ = [
+    "LENGTH_TASK_BUDGET", "Batch", "History", "Scores", "count_parameters", "evaluate", "get_device", "grading",
+    "predict", "score_predictions", "sequence_loss", "set_seed", "train_seq2seq",
+]

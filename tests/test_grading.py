@@ -1,0 +1,168 @@
+"""The grading pipeline, chapter by chapter, in a throwaway course with a fresh gradebook.
+
+For every chapter four notebooks are submitted and autograded:
+
+* ``ci-solution``: the instructor's notebook -> full autograded marks, no errors;
+* ``ci-blank``: the student release as handed out -> 0 points, and every error it raises is
+  inside a graded test cell (the chapter's experiments still run on the references);
+* ``ci-wrong``: the solution with one exercise answered wrongly (``tests/wrong_answers/``)
+  -> loses exactly that exercise's points;
+* ``ci-tampered``: ``ci-wrong`` whose test cells were replaced by ``pass`` -> graded by the
+  original tests all the same.
+
+It also checks that the committed release equals a fresh one and that feedback never
+shows hidden tests.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import grading
+
+CHAPTERS = grading.chapters()
+WRONG = Path(__file__).parent / "wrong_answers"
+
+
+def _wrong_answer(chapter: str) -> tuple[str, str]:
+    path = WRONG / f"{chapter}.py"
+    if not path.exists():
+        pytest.fail(f"{chapter} needs tests/wrong_answers/{chapter}.py (EXERCISE and SOURCE)")
+    spec = importlib.util.spec_from_file_location(f"wrong_{chapter}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.EXERCISE, mod.SOURCE
+
+
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _make_wrong(src: Path, exercise: str, source: str, dest: Path, tamper: bool = False) -> Path:
+    nb = nbformat.read(src, as_version=4)
+    hits = [c for c in nb.cells if _meta(c).get("grade_id") == exercise and _meta(c).get("solution")]
+    assert len(hits) == 1, f"no answer cell with grade_id {exercise!r} in {src}"
+    hits[0].source = source
+    if tamper:
+        for cell in nb.cells:
+            if _meta(cell).get("grade"):
+                cell.source = "pass"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, dest)
+    return dest
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def graded(request, tmp_path_factory):
+    chapter = request.param
+    tmp = tmp_path_factory.mktemp(chapter)
+    src = grading.chapter_notebook(chapter)
+    exercise, wrong_source = _wrong_answer(chapter)
+    course = grading.new_course([chapter])
+    release = course / "notebooks" / chapter / src.name
+    subs = {
+        "ci-solution": src,
+        "ci-blank": release,
+        "ci-wrong": _make_wrong(src, exercise, wrong_source, tmp / "wrong.ipynb"),
+        "ci-tampered": _make_wrong(src, exercise, wrong_source, tmp / "tampered.ipynb", tamper=True),
+    }
+    results = grading.autograde_in(course, chapter, subs, feedback=True)
+    yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results}
+    shutil.rmtree(course, ignore_errors=True)
+
+
+def _normalise(path: Path) -> dict:
+    nb = json.loads(path.read_text())
+    nb.get("metadata", {}).pop("widgets", None)
+    return nb
+
+
+def test_release_is_in_sync(graded):
+    ch, src = graded["chapter"], graded["src"]
+    fresh = graded["course"] / "notebooks" / ch / src.name
+    committed = grading.REPO / "notebooks" / ch / src.name
+    assert committed.exists(), f"notebooks/{ch}/{src.name} is missing: run `make release`"
+    assert _normalise(committed) == _normalise(fresh), (
+        f"notebooks/{ch} differs from a fresh release of solutions/{ch}: run `make release`")
+
+
+def test_release_has_no_solutions_or_hidden_tests(graded):
+    ch, src = graded["chapter"], graded["src"]
+    text = (grading.REPO / "notebooks" / ch / src.name).read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS"):
+        assert marker not in text
+
+
+def test_solution_scores_full_marks(graded):
+    res = graded["results"]["ci-solution"]
+    assert res.auto_max > 0
+    failed = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
+    assert not failed, f"the solution loses points: {failed}"
+    assert not res.errors, f"the solution raises errors: {res.errors}"
+
+
+def test_blank_release_scores_zero_and_still_runs(graded):
+    res = graded["results"]["ci-blank"]
+    assert res.auto_score == 0, res.table()
+    assert not res.errors, ("the blank release raises errors outside test cells (a learner who "
+                            f"skips an exercise must still be able to run the chapter): {res.errors}")
+    for cell in res.cells:
+        if cell.error:
+            assert not re.match(r"(ModuleNotFoundError|ImportError|SyntaxError|FileNotFoundError)", cell.error), cell.error
+
+
+def test_every_exercise_has_visible_and_hidden_tests(graded):
+    res = graded["results"]["ci-solution"]
+    auto = {c.grade_id for c in res.cells if not c.manual}
+    exercises = {grading.exercise_of(g) for g in auto}
+    assert len(exercises) >= 5, f"{graded['chapter']} has only {len(exercises)} autograded exercises"
+    for ex in exercises:
+        assert {f"{ex}-visible", f"{ex}-hidden"} <= auto, f"{ex} needs a -visible and a -hidden test cell"
+    assert any(c.manual for c in res.cells), "each chapter has at least one written question"
+
+
+def test_one_wrong_exercise_loses_exactly_its_points(graded):
+    ex = graded["exercise"]
+    full = graded["results"]["ci-solution"]
+    wrong = graded["results"]["ci-wrong"]
+    own = sum(c.max_score for c in full.cells if c.exercise == ex)
+    assert own > 0
+    assert wrong.auto_score == full.auto_max - own, wrong.table()
+    assert all(c.score == 0 for c in wrong.cells if c.exercise == ex)
+
+
+def test_tampered_test_cells_are_restored(graded):
+    wrong = graded["results"]["ci-wrong"]
+    tampered = graded["results"]["ci-tampered"]
+    assert tampered.auto_score == wrong.auto_score, tampered.table()
+
+
+def _hidden_lines(src: Path) -> list[str]:
+    lines = []
+    for cell in nbformat.read(src, as_version=4).cells:
+        m = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)
+        if m:
+            lines += [ln.strip() for ln in m.group(1).splitlines() if len(ln.strip()) >= 25]
+    return lines
+
+
+def test_feedback_never_shows_hidden_tests(graded):
+    hidden = _hidden_lines(graded["src"])
+    assert hidden, "no hidden tests found"
+    for student in ("ci-wrong", "ci-blank"):
+        fb = graded["results"][student].feedback
+        assert fb is not None and fb.exists(), f"no feedback for {student}"
+        # Strip tags: syntax highlighting splits code into <span>s.
+        text = html.unescape(re.sub(r"<[^>]+>", "", fb.read_text()))
+        leaked = [ln for ln in hidden if ln in text]
+        assert not leaked, f"feedback for {student} shows hidden tests: {leaked[:3]}"

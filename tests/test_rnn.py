@@ -1,0 +1,60 @@
+import torch
+from torch import nn
+
+from course_utils import rnn
+from course_utils.data import PAD_ID
+
+
+def test_rnn_forward_equals_nn_rnn():
+    torch.manual_seed(0)
+    ref = nn.RNN(5, 7, batch_first=True)
+    x = torch.randn(3, 6, 5)
+    h0 = torch.randn(3, 7)
+    want_states, want_h = ref(x, h0.unsqueeze(0))
+    states, h = rnn.rnn_forward(x, h0, ref.weight_ih_l0, ref.weight_hh_l0, ref.bias_ih_l0 + ref.bias_hh_l0)
+    torch.testing.assert_close(states, want_states)
+    torch.testing.assert_close(h, want_h[0])
+
+
+def test_encoder_ignores_padding():
+    torch.manual_seed(0)
+    enc = rnn.Encoder(12, 8, 16, bidirectional=True)
+    seqs = [[4, 5, 6, 7, 8], [9, 10]]
+    padded = torch.tensor([seqs[0], seqs[1] + [PAD_ID] * 3])
+    states, ctx = enc(padded, torch.tensor([5, 2]))
+    assert states.shape == (2, 5, 32) and ctx.shape == (2, 16)
+    for i, s in enumerate(seqs):
+        alone_states, alone_ctx = enc(torch.tensor([s]), torch.tensor([len(s)]))
+        torch.testing.assert_close(ctx[i], alone_ctx[0])
+        torch.testing.assert_close(states[i, : len(s)], alone_states[0])
+    assert (states[1, 2:] == 0).all()
+
+
+def test_encoder_context_is_bridged_final_states():
+    torch.manual_seed(1)
+    enc = rnn.Encoder(10, 4, 6, bidirectional=True)
+    src = torch.tensor([[4, 5, 6]])
+    states, ctx = enc(src, torch.tensor([3]))
+    fwd_last, bwd_first = states[0, -1, :6], states[0, 0, 6:]
+    want = torch.tanh(enc.bridge(torch.cat([fwd_last, bwd_first])))
+    torch.testing.assert_close(ctx[0], want)
+
+
+def test_decode_step_matches_teacher_forcing():
+    torch.manual_seed(0)
+    for every in (True, False):
+        model = rnn.Seq2Seq(10, 9, emb_dim=8, hidden=12, context_every_step=every).eval()
+        src, lengths = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+        tgt_in = torch.tensor([[1, 4, 5], [1, 6, 7]])
+        logits = model(src, lengths, tgt_in)
+        state = model.encode(src, lengths)
+        for t in range(3):
+            logp, state = model.decode_step(tgt_in[:, t], state)
+            torch.testing.assert_close(logp, torch.log_softmax(logits[:, t], -1))
+
+
+def test_context_every_step_changes_parameter_count():
+    a = rnn.Seq2Seq(10, 10, emb_dim=8, hidden=16, context_every_step=True)
+    b = rnn.Seq2Seq(10, 10, emb_dim=8, hidden=16, context_every_step=False)
+    extra = sum(p.numel() for p in a.parameters()) - sum(p.numel() for p in b.parameters())
+    assert extra == 3 * 16 * 16 + 10 * 16  # GRU input weights for the context, output layer columns
