@@ -1,0 +1,72 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import checks, rnn
+from course_utils.rnn import rnn_forward as aliased_reference
+
+
+def test_expect_close_names_the_first_wrong_position():
+    with pytest.raises(AssertionError, match=r"index \(1, 0\): got 5, expected 3"):
+        checks.expect_close(torch.tensor([[1.0, 2], [5, 4]]), torch.tensor([[1.0, 2], [3, 4]]), "x")
+    with pytest.raises(AssertionError, match=r"expected shape \(2\), got \(3\)"):
+        checks.expect_close(torch.zeros(3), torch.zeros(2), "x")
+    with pytest.raises(AssertionError, match="NaN"):
+        checks.expect_close(torch.tensor([float("nan")]), torch.zeros(1), "x")
+    checks.expect_close(torch.tensor([1.0]), torch.tensor([1.0 + 1e-7]), "x")
+
+
+def test_call_reports_unfinished_exercises():
+    def todo():
+        raise NotImplementedError()
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        checks.call(todo)
+
+
+def test_run_checks_prints_or_names_the_failing_check(capsys):
+    checks.run_checks("f", [("a", lambda: None), ("b", lambda: None)])
+    assert "all 2 checks passed" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match=r"f, check 2/2 \(bad\) failed: wrong"):
+        checks.run_checks("f", [("ok", lambda: None), ("bad", lambda: checks.expect_equal(1, 2, "wrong"))])
+
+
+def test_forbid_catches_aliases_and_restores():
+    x, h = torch.zeros(1, 2, 3), torch.zeros(1, 4)
+    W, U, b = torch.zeros(4, 3), torch.zeros(4, 4), torch.zeros(4)
+    with checks.forbid(rnn.rnn_forward):
+        with pytest.raises(AssertionError, match="your answer calls course_utils.rnn.rnn_forward"):
+            aliased_reference(x, h, W, U, b)
+    assert aliased_reference(x, h, W, U, b)[0].shape == (1, 2, 4)
+    with checks.forbid((F, "scaled_dot_product_attention")):
+        with pytest.raises(AssertionError, match="scaled_dot_product_attention"):
+            F.scaled_dot_product_attention(x, x, x)
+    assert F.scaled_dot_product_attention(x, x, x).shape == x.shape
+
+
+def test_forbid_works_on_closures():
+    def outer():
+        y = 3
+        def inner():
+            return y
+        return inner
+    f = outer()
+    with checks.forbid(f):
+        with pytest.raises(AssertionError):
+            f()
+    assert f() == 3
+
+
+def test_learner_or_reference(capsys):
+    def todo(x):
+        raise NotImplementedError()
+    def ref(x):
+        return x
+    def broken(x):
+        return x.nope
+    def good(x):
+        return x
+    assert checks.learner_or_reference(todo, ref, lambda f: f(1)) is ref
+    assert checks.learner_or_reference(broken, ref, lambda f: f(1)) is ref
+    assert checks.learner_or_reference(good, ref, lambda f: f(1)) is good
+    out = capsys.readouterr().out
+    assert "not implemented yet" in out and "AttributeError" in out and "your implementation" in out

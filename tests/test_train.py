@@ -1,0 +1,73 @@
+import pytest
+import torch
+from torch import nn
+
+from course_utils import data, rnn, train
+
+
+def test_sequence_loss_ignores_padding():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)
+    targets = torch.tensor([[4, 2, 0], [3, 4, 2]])
+    keep = targets != 0
+    manual = -torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0][keep].mean()
+    torch.testing.assert_close(train.sequence_loss(logits, targets), manual)
+    with pytest.raises(ValueError, match="must agree"):
+        train.sequence_loss(logits, targets[:, :2])
+
+
+def test_score_predictions_by_hand():
+    pairs = [(list("ab"), list("ba")), (list("abc"), list("cba")), (list("abc"), list("cba"))]
+    preds = [list("ba"), list("cb"), list("cbaa")]
+    s = train.score_predictions(preds, pairs)
+    # pair 1: 3/3 (b, a, eos); pair 2: 2/4 (eos comes early); pair 3: 3/4 (no eos at 3)
+    assert s.token_accuracy == pytest.approx((3 + 2 + 3) / (3 + 4 + 4))
+    assert s.exact_match == pytest.approx(1 / 3)
+    assert s.by_length[2] == (1.0, 1.0)
+    assert s.by_length[3] == (pytest.approx(5 / 8), 0.0)
+
+
+def test_training_learns_a_short_copy_task():
+    train.set_seed(0)
+    pairs = data.make_sequence_pairs(2000, 2, 4, task="copy", n_symbols=4, seed=0)
+    v = data.sequence_vocab(4)
+    model = rnn.Seq2Seq(len(v), len(v), emb_dim=16, hidden=48)
+    hist = train.train_seq2seq(model, pairs, v, v, steps=300, batch_size=64, lr=1e-2,
+                               device="cpu", progress=False)
+    assert len(hist.loss) == 300 and len(hist.grad_norm) == 300
+    assert sum(hist.loss[-20:]) / 20 < 0.25 * sum(hist.loss[:20]) / 20
+    assert max(hist.grad_norm) > 0
+    scores = train.evaluate(model, pairs[:300], v, v)
+    assert scores.exact_match > 0.8, scores
+    assert set(scores.by_length) == {2, 3, 4}
+
+
+def test_get_device_can_be_forced(monkeypatch):
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert train.get_device() == torch.device("cpu")
+    assert train.get_device("meta") == torch.device("meta")
+    monkeypatch.delenv("COURSE_DEVICE")
+    want = "cuda" if torch.cuda.is_available() else None
+    if want:
+        assert train.get_device().type == want
+    elif not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        assert train.get_device().type == "cpu"
+
+
+def test_set_seed_makes_runs_repeatable():
+    train.set_seed(5)
+    a = nn.Linear(3, 3).weight.detach().clone()
+    train.set_seed(5)
+    b = nn.Linear(3, 3).weight.detach().clone()
+    assert torch.equal(a, b)
+
+
+def test_count_parameters():
+    assert train.count_parameters(nn.Linear(3, 4)) == 16
+
+
+def test_length_task_is_the_shared_setup():
+    tr, te, v = data.length_task(n_train=300, n_test=50)
+    assert len(te) == 50 and len(v) == 4 + data.LENGTH_TASK["n_symbols"]
+    assert all(t == s[::-1] for s, t in tr + te)
+    assert {"steps", "batch_size", "lr"} <= set(train.LENGTH_TASK_BUDGET)
