@@ -1,34 +1,79 @@
-"""Attention: masked softmax, masks and scaled dot-product attention.
+"""Attention: scores, masked softmax, masks and scaled dot-product attention.
 
 Mask convention (PyTorch's, for ``F.scaled_dot_product_attention``): a boolean mask is
 True where a query **may attend** to a key. Masked scores are set to ``-inf`` (not to a
-large negative number such as -1e9, which still leaks weight when every score is small or
-the dtype is half precision), and a row in which every key is masked gets all-zero weights
-(so its output is zero, as in PyTorch) instead of NaN.
+large negative number such as -1e9, which leaks weight when a whole row is masked, swallows
+the scores in float32 arithmetic and depends on the dtype), and a row in which every key is
+masked gets all-zero weights (so its output is zero, as in PyTorch) instead of NaN.
 
 Shapes: queries ``(..., L_q, d_k)``, keys ``(..., L_k, d_k)``, values ``(..., L_k, d_v)``,
-masks broadcastable to ``(..., L_q, L_k)``.
+masks broadcastable to ``(..., L_q, L_k)``; ``...`` is e.g. ``(batch,)`` or
+``(batch, heads)``. Chapter 3 of the course derives all of it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
+__all__ = [
+    "attention_scores", "causal_mask", "combine_masks", "masked_softmax", "padding_mask",
+    "scaled_dot_product_attention",
+]
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
 
 def _check_mask(mask: torch.Tensor | None, scores: torch.Tensor) -> None:
+    """Fail unless ``mask`` is None or a bool tensor that broadcasts to ``scores``' shape."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}; "
-                        "convert a 0/1 mask with mask.bool()")
+                        "convert a 0/1 mask with mask.bool() (or mask == 1)")
     try:
-        torch.broadcast_shapes(mask.shape, scores.shape)
+        shape = torch.broadcast_shapes(mask.shape, scores.shape)
     except RuntimeError:
+        shape = None
+    if shape != scores.shape:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"shape {tuple(scores.shape)} (..., L_q, L_k)") from None
+                         f"shape {tuple(scores.shape)} (..., L_q, L_k); a padding mask for "
+                         "(batch, heads, L_q, L_k) scores needs shape (batch, 1, 1, L_k)")
+
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise ValueError(f"{name} must be a tensor of shape (..., seq, d_k), got {_shape(t)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share their last dimension d_k: q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the leading (batch, heads) dimensions of q {tuple(q.shape)} and "
+                         f"k {tuple(k.shape)} do not broadcast") from None
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Scaled scores ``q k^T / sqrt(d_k)``.
+
+    Args:
+        q: ``(..., L_q, d_k)`` queries; k: ``(..., L_k, d_k)`` keys.
+    Returns:
+        ``(..., L_q, L_k)``: entry ``[..., i, j]`` is ``q_i . k_j / sqrt(d_k)``.
+    """
+    _check_qk(q, k)
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -39,14 +84,21 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
         mask: bool, broadcastable to ``scores``; True = may attend. ``None``: no mask.
     Returns:
         Weights of the shape of ``scores``; zero at masked positions; each row sums to one,
-        except rows where every position is masked, which are all zero.
+        except rows where every position is masked, which are all zero (no NaN, in the
+        forward pass nor in the gradient).
     """
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError(f"scores must be a floating-point tensor, got "
+                        f"{scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__}")
     _check_mask(mask, scores)
     if mask is None:
         return torch.softmax(scores, dim=dim)
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
-    # A fully masked row is softmax(-inf, ..., -inf) = NaN; make it zero.
-    return weights.masked_fill(~mask, 0.0).nan_to_num(0.0)
+    # A row whose every key is masked would be softmax(-inf, ..., -inf) = 0/0 = NaN. Such rows
+    # are filled with zeros before the softmax (so no NaN appears, not even in the backward
+    # pass) and their weights are set to zero afterwards.
+    row_ok = mask.any(dim=dim, keepdim=True)
+    filled = scores.masked_fill(~mask, float("-inf")).masked_fill(~row_ok, 0.0)
+    return torch.softmax(filled, dim=dim).masked_fill(~row_ok, 0.0)
 
 
 def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
@@ -55,22 +107,66 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     With ``L_k == L_q`` (the default) this is the lower triangle: position i sees itself
     and the past. When ``L_k > L_q`` the queries are the *last* ``L_q`` positions of the
     keys' sequence (as when decoding with a cache), so they see the whole earlier context;
-    this matches ``torch.ones(L_q, L_k).tril(L_k - L_q)``.
+    when ``L_k < L_q`` the first ``L_q - L_k`` queries see nothing. This equals
+    ``torch.ones(L_q, L_k).tril(L_k - L_q).bool()`` and PyTorch's
+    ``torch.nn.attention.bias.causal_lower_right(L_q, L_k)``; note that
+    ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns the triangle to the top
+    left instead (``tril(0)``), which differs when ``L_q != L_k``.
     """
     L_k = L_q if L_k is None else L_k
-    if L_q < 0 or L_k < 0:
-        raise ValueError(f"lengths must be >= 0, got L_q={L_q}, L_k={L_k}")
+    for name, n in (("L_q", L_q), ("L_k", L_k)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {n!r}")
     return torch.ones(L_q, L_k, dtype=torch.bool, device=device).tril(L_k - L_q)
 
 
-def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:
     """Boolean ``(batch, 1, max_len)`` key mask, True at the first ``lengths[b]`` positions.
+
+    Args:
+        lengths: ``(batch,)`` integer tensor (or list) of true sequence lengths.
+        max_len: the padded length ``L_k`` (default: ``max(lengths)``).
 
     The middle axis broadcasts over queries: ``scores (batch, L_q, L_k)`` take it as is,
     ``(batch, heads, L_q, L_k)`` after ``.unsqueeze(1)``.
     """
-    max_len = int(lengths.max()) if max_len is None else max_len
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be a 1-D integer tensor (batch,), got dtype {lengths.dtype} "
+                         f"and shape {tuple(lengths.shape)}")
+    if len(lengths) and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+    longest = int(lengths.max()) if len(lengths) else 0
+    max_len = longest if max_len is None else max_len
+    if max_len < longest:
+        raise ValueError(f"max_len={max_len} is shorter than the longest sequence ({longest})")
     return (torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]).unsqueeze(1)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Combine boolean masks: a query may attend to a key only where *every* mask allows it.
+
+    ``None`` entries are skipped; the others are broadcast together (e.g. a padding mask
+    ``(batch, 1, L_k)`` and a causal mask ``(L_q, L_k)`` give ``(batch, L_q, L_k)``).
+    Returns ``None`` when every mask is ``None``.
+    """
+    out = None
+    for i, m in enumerate(masks):
+        if m is None:
+            continue
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise TypeError(f"mask {i} must be a bool tensor (True = may attend), got "
+                            f"{m.dtype if isinstance(m, torch.Tensor) else type(m).__name__}")
+        if out is None:
+            out = m
+            continue
+        try:
+            torch.broadcast_shapes(out.shape, m.shape)
+        except RuntimeError:
+            raise ValueError(f"mask {i} of shape {tuple(m.shape)} does not broadcast with the "
+                             f"masks before it, of shape {tuple(out.shape)}") from None
+        out = out & m
+    return out
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -78,20 +174,22 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """``softmax(q k^T / sqrt(d_k)) v`` with an optional boolean mask.
 
     Args:
-        q: ``(..., L_q, d_k)``; k: ``(..., L_k, d_k)``; v: ``(..., L_k, d_v)``.
+        q: ``(..., L_q, d_k)``; k: ``(..., L_k, d_k)``; v: ``(..., L_k, d_v)``; the leading
+            dimensions (e.g. ``(batch, heads)``) broadcast.
         mask: bool, broadcastable to ``(..., L_q, L_k)``; True = may attend.
     Returns:
         ``(output (..., L_q, d_v), weights (..., L_q, L_k))``. The output equals
-        ``torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)``.
+        ``torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)``,
+        including a zero output for a query whose every key is masked.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., seq, dim), got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share their last dimension d_k: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    _check_qk(q, k)
+    if not isinstance(v, torch.Tensor) or v.dim() < 2:
+        raise ValueError(f"v must be a tensor of shape (..., L_k, d_v), got {_shape(v)}")
+    if v.dtype != q.dtype:
+        raise TypeError(f"v must have the dtype of q and k ({q.dtype}), got {v.dtype}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys L_k: k {tuple(k.shape)}, v {tuple(v.shape)}")
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        raise ValueError(f"k and v must have the same number of keys L_k: k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    scores = attention_scores(q, k)
     weights = masked_softmax(scores, mask)
     return weights @ v, weights

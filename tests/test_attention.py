@@ -1,0 +1,228 @@
+"""course_utils.attention against PyTorch's fused ``F.scaled_dot_product_attention``.
+
+Every mask kind the course uses (none, padding, causal, padding and causal combined,
+broadcast over heads, cross-attention with L_q != L_k, a fully masked row) gives the same
+output as PyTorch, and the same gradients; bad inputs raise errors that say what is wrong.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from course_utils import attention as A
+
+B, H, LQ, LK, DK, DV = 2, 3, 4, 6, 8, 5
+
+
+def _qkv(lq=LQ, lk=LK, lead=(B,), dtype=torch.float64, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(*lead, n, d, generator=g, dtype=dtype, requires_grad=grad)
+               for n, d in ((lq, DK), (lk, DK), (lk, DV)))
+    return q, k, v
+
+
+def _masks():
+    """(name, lq, lk, lead, mask) for every mask kind."""
+    lengths = torch.tensor([6, 3])
+    pad = A.padding_mask(lengths, LK)                         # (B, 1, LK)
+    self_pad = A.padding_mask(torch.tensor([4, 2]), LQ)       # (B, 1, LQ)
+    rnd = torch.rand(B, LQ, LK, generator=torch.Generator().manual_seed(1)) > 0.4
+    rnd[:, :, 0] = True                                        # no fully masked row here
+    return [
+        ("none", LQ, LK, (B,), None),
+        ("padding", LQ, LK, (B,), pad),
+        ("causal", LQ, LQ, (B,), A.causal_mask(LQ)),
+        ("padding+causal", LQ, LQ, (B,), A.combine_masks(self_pad, A.causal_mask(LQ))),
+        ("padding over heads", LQ, LK, (B, H), pad.unsqueeze(1)),
+        ("causal over batch and heads", LQ, LQ, (B, H), A.causal_mask(LQ)),
+        ("cross, L_q < L_k, causal lower right", 2, 7, (B,), A.causal_mask(2, 7)),
+        ("cross, L_q > L_k, padding", 7, 3, (B,), A.padding_mask(torch.tensor([3, 1]), 3)),
+        ("arbitrary (batch, L_q, L_k)", LQ, LK, (B,), rnd),
+        ("one mask row per query (L_q, 1)", LQ, LK, (B,), torch.tensor([True, False, True, True])[:, None]),
+    ]
+
+
+@pytest.mark.parametrize("name,lq,lk,lead,mask", _masks(), ids=[m[0] for m in _masks()])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equals_pytorch_fused(name, lq, lk, lead, mask, dtype):
+    q, k, v = _qkv(lq, lk, lead, dtype)
+    out, weights = A.scaled_dot_product_attention(q, k, v, mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, want)
+    assert weights.shape == (*lead, lq, lk)
+    assert out.shape == (*lead, lq, DV) and out.dtype == dtype
+    rows_with_keys = torch.ones(weights.shape[:-1], dtype=dtype)
+    if mask is not None:                         # a fully masked row sums to 0, the others to 1
+        rows_with_keys = mask.expand_as(weights).any(-1).to(dtype)
+    torch.testing.assert_close(weights.sum(-1), rows_with_keys)
+    if mask is not None:
+        assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+
+
+@pytest.mark.parametrize("name,lq,lk,lead,mask", _masks(), ids=[m[0] for m in _masks()])
+def test_gradients_equal_pytorch_fused(name, lq, lk, lead, mask):
+    q, k, v = _qkv(lq, lk, lead, grad=True)
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    g = torch.randn(*lead, lq, DV, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (A.scaled_dot_product_attention(q, k, v, mask)[0] * g).sum().backward()
+    (F.scaled_dot_product_attention(q2, k2, v2, attn_mask=mask) * g).sum().backward()
+    for ours, theirs in ((q, q2), (k, k2), (v, v2)):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+def test_fully_masked_row_gives_zeros_like_pytorch():
+    q, k, v = _qkv(grad=True)
+    mask = A.padding_mask(torch.tensor([6, 0]), LK)          # the second sequence is empty
+    mask = mask & torch.tensor([True, False, True, True])[:, None]   # and query 1 sees nothing
+    out, weights = A.scaled_dot_product_attention(q, k, v, mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, want)
+    assert (out[1] == 0).all() and (out[0, 1] == 0).all()
+    assert (weights[1] == 0).all() and (weights[0, 1] == 0).all()
+    torch.testing.assert_close(weights[0, [0, 2, 3]].sum(-1), torch.ones(3, dtype=torch.float64))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all(), "a fully masked row must not give NaN gradients"
+
+
+def test_masked_softmax_matches_softmax_and_ignores_masked_scores():
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(A.masked_softmax(x), torch.softmax(x, -1))
+    mask = torch.tensor([True, True, False, True, False])
+    a = A.masked_softmax(x, mask)
+    b = A.masked_softmax(x.masked_fill(~mask, 1e4), mask)      # masked scores do not matter
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a[:, mask], torch.softmax(x[:, mask], -1))
+    assert (a[:, ~mask] == 0).all()
+    torch.testing.assert_close(A.masked_softmax(x, mask[:, None].expand(5, 3).T.contiguous(), dim=-1), a)
+    # another dim: normalise over queries
+    m0 = torch.tensor([[True], [False], [True]])
+    torch.testing.assert_close(A.masked_softmax(x, m0, dim=0)[[0, 2]], torch.softmax(x[[0, 2]], 0))
+
+
+def test_attention_scores():
+    q, k, _ = _qkv()
+    torch.testing.assert_close(A.attention_scores(q, k), q @ k.transpose(-2, -1) / DK ** 0.5)
+
+
+def test_worked_example_of_the_notes():
+    """Seed 000's example; ERRATA.md section 1 gives the exact values."""
+    X = torch.tensor([[1., 2, 3, 4], [4, 3, 2, 1]], dtype=torch.float64)
+    W_Q = W_V = torch.tensor([[1., 0], [0, 1], [0, 0], [0, 0]], dtype=torch.float64)
+    W_K = torch.tensor([[0., 1], [1, 0], [0, 0], [0, 0]], dtype=torch.float64)
+    out, w = A.scaled_dot_product_attention(X @ W_Q, X @ W_K, X @ W_V)
+    torch.testing.assert_close(A.attention_scores(X @ W_Q, X @ W_K) * 2 ** 0.5,
+                               torch.tensor([[4., 11], [11, 24]], dtype=torch.float64))
+    torch.testing.assert_close(w[0], torch.tensor([0.007035, 0.992965], dtype=torch.float64), atol=1e-6, rtol=0)
+    # ERRATA.md's [0.00703, 0.99297] are these values cut (not rounded) to 5 decimals
+    torch.testing.assert_close(w[0], torch.tensor([0.00703, 0.99297], dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out[0], torch.tensor([3.979, 2.993], dtype=torch.float64), atol=5e-4, rtol=0)
+    torch.testing.assert_close(out[1], torch.tensor([3.9997, 2.9999], dtype=torch.float64), atol=5e-5, rtol=0)
+
+
+@pytest.mark.parametrize("lq,lk", [(1, 1), (4, 4), (2, 5), (5, 2), (3, 0), (0, 3)])
+def test_causal_mask_semantics(lq, lk):
+    m = A.causal_mask(lq, lk)
+    assert m.dtype == torch.bool and m.shape == (lq, lk)
+    assert torch.equal(m, torch.ones(lq, lk).tril(lk - lq).bool())
+    i, j = torch.meshgrid(torch.arange(lq), torch.arange(lk), indexing="ij")
+    assert torch.equal(m, j <= i + (lk - lq))       # query i is position i + (lk - lq) of the keys
+    if 0 < lq <= lk:   # (PyTorch's lower-right bias gives NaN rows when lq > lk; ours gives zeros)
+        assert torch.equal(m, causal_lower_right(lq, lk)._materialize())
+
+
+def test_causal_mask_default_is_square_lower_triangle():
+    assert torch.equal(A.causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]]).bool())
+
+
+def test_is_causal_true_differs_for_rectangular_masks():
+    """F.sdpa(is_causal=True) aligns the triangle top left; our causal_mask bottom right."""
+    q, k, v = _qkv(2, 5)
+    ours = A.scaled_dot_product_attention(q, k, v, A.causal_mask(2, 5))[0]
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(top_left, A.scaled_dot_product_attention(q, k, v, torch.ones(2, 5).tril().bool())[0])
+    assert not torch.allclose(ours, top_left)
+    # with L_q == L_k they agree
+    q, k, v = _qkv(4, 4)
+    torch.testing.assert_close(A.scaled_dot_product_attention(q, k, v, A.causal_mask(4))[0],
+                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_padding_mask():
+    m = A.padding_mask(torch.tensor([3, 1, 0]), 4)
+    assert m.dtype == torch.bool and m.shape == (3, 1, 4)
+    assert m[:, 0].int().tolist() == [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]
+    assert A.padding_mask([2, 1]).shape == (2, 1, 2)     # a list works; max_len defaults to the longest
+
+
+def test_combine_masks():
+    pad = A.padding_mask(torch.tensor([3, 2]), 3)
+    both = A.combine_masks(pad, A.causal_mask(3), None)
+    assert both.shape == (2, 3, 3)
+    assert both[1].int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    assert A.combine_masks(None, None) is None
+    assert A.combine_masks(None, pad) is pad
+
+
+# --- bad inputs ---------------------------------------------------------------------------
+
+def test_float_mask_is_rejected():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="bool tensor"):
+        A.scaled_dot_product_attention(q, k, v, torch.ones(LQ, LK))
+    with pytest.raises(TypeError, match="bool tensor"):
+        A.scaled_dot_product_attention(q, k, v, torch.ones(LQ, LK, dtype=torch.long))
+    with pytest.raises(TypeError, match="bool tensor"):
+        A.masked_softmax(torch.randn(2, 3), [[True] * 3] * 2)
+
+
+def test_mismatched_d_k_is_rejected():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="d_k"):
+        A.scaled_dot_product_attention(q, k[..., :-1], v)
+    with pytest.raises(ValueError, match="d_k"):
+        A.attention_scores(q, k[..., :-1])
+
+
+def test_mismatched_number_of_keys_and_values_is_rejected():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="L_k"):
+        A.scaled_dot_product_attention(q, k, v[:, :-1])
+
+
+@pytest.mark.parametrize("shape", [(LQ, LK + 1), (B, LQ + 1, LK), (3, LQ, LK), (B, 2, LQ, LK)])
+def test_non_broadcastable_mask_is_rejected(shape):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="does not broadcast"):
+        A.scaled_dot_product_attention(q, k, v, torch.ones(shape, dtype=torch.bool))
+
+
+def test_other_bad_inputs():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"\(\.\.\., seq, d_k\)"):
+        A.scaled_dot_product_attention(q[0, 0], k, v)
+    with pytest.raises(TypeError, match="floating-point"):
+        A.scaled_dot_product_attention(q.long(), k.long(), v.long())
+    with pytest.raises(TypeError, match="same dtype"):
+        A.scaled_dot_product_attention(q.float(), k, v)
+    with pytest.raises(TypeError, match="dtype of q"):
+        A.scaled_dot_product_attention(q, k, v.float())
+    with pytest.raises(ValueError, match="do not broadcast"):
+        A.scaled_dot_product_attention(q, torch.cat([k, k]).reshape(4, LK, DK)[:3], v)
+    with pytest.raises(ValueError, match="int >= 0"):
+        A.causal_mask(-1)
+    with pytest.raises(ValueError, match="int >= 0"):
+        A.causal_mask(3, 2.0)
+    with pytest.raises(ValueError, match="shorter than the longest"):
+        A.padding_mask(torch.tensor([5, 2]), 3)
+    with pytest.raises(ValueError, match="1-D integer"):
+        A.padding_mask(torch.tensor([[5, 2]]))
+    with pytest.raises(ValueError, match="1-D integer"):
+        A.padding_mask(torch.tensor([5.0, 2.0]))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        A.combine_masks(torch.ones(2, 3, dtype=torch.bool), torch.ones(4, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask 1 must be a bool"):
+        A.combine_masks(torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 3))
