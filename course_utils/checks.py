@@ -175,3 +175,39 @@ def forbid(*targets: Any) -> Iterator[None]:
         for undo in reversed(restore):
             undo()
 
+
+
+def expect_not_calling(fn: Callable, *banned: Callable, by_name: bool = True) -> None:
+    """Fail if the code of ``fn`` uses one of the ``banned`` functions.
+
+    A static complement to :func:`forbid`: it looks at every name that ``fn``'s code (and the
+    code of functions defined inside it) uses. A global alias (``from X import f as g``)
+    counts by what it refers to; an attribute such as ``torch.softmax`` counts by its name
+    (unless ``by_name`` is False); so does a function captured in ``fn``'s closure. A learner's own notebook function with the same name as a
+    banned one (defined in ``__main__``) is allowed.
+    """
+    names, todo = set(), [fn.__code__]
+    while todo:
+        code = todo.pop()
+        names |= set(code.co_names)
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    glob = fn.__globals__
+    captured = [c.cell_contents for c in (fn.__closure__ or ()) if _cell_filled(c)]
+    found: list[str] = []
+    for b in banned:
+        own = getattr(glob.get(b.__name__), "__module__", None) == "__main__"
+        if (any(glob.get(n) is b for n in names) or any(c is b for c in captured)
+                or (by_name and b.__name__ in names and not own)):
+            if b.__name__ not in found:
+                found.append(b.__name__)
+    if found:
+        raise CheckFailed(f"{fn.__name__} uses {', '.join(found)}: the exercise is to write it "
+                          "with basic tensor operations")
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty closure cell raises ValueError)
+    except ValueError:
+        return False
+    return True

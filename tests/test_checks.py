@@ -70,3 +70,28 @@ def test_learner_or_reference(capsys):
     assert checks.learner_or_reference(good, ref, lambda f: f(1)) is good
     out = capsys.readouterr().out
     assert "not implemented yet" in out and "AttributeError" in out and "your implementation" in out
+
+
+def test_expect_not_calling_sees_aliases_attributes_and_nested_code():
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    def by_alias(q):
+        return sdpa(q, q, q)
+
+    def by_attribute(x):
+        return torch.softmax(x, -1)
+
+    def nested(x):
+        def inner(y):
+            return F.scaled_dot_product_attention(y, y, y)
+        return inner(x)
+
+    def honest(x):
+        return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+
+    for fn in (by_alias, nested):
+        with pytest.raises(AssertionError, match="uses scaled_dot_product_attention"):
+            checks.expect_not_calling(fn, F.scaled_dot_product_attention)
+    with pytest.raises(AssertionError, match="uses softmax"):
+        checks.expect_not_calling(by_attribute, torch.softmax)
+    checks.expect_not_calling(honest, torch.softmax, F.scaled_dot_product_attention)
