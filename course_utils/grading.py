@@ -256,7 +256,8 @@ def execute(path: Path, timeout: int = 600) -> None:
     paths = sorted(Path(path).glob("*/*.ipynb")) if Path(path).is_dir() else [Path(path)]
     for p in paths:
         nb = nbformat.read(p, as_version=4)
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        # No per-cell timestamps: they would change the release on every execution.
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                        resources={"metadata": {"path": str(p.parent)}}).execute()
         nbformat.write(nb, p)
         print(f"executed {p}")
