@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from .attention import masked_softmax, padding_mask
+from .decoding import greedy_decode
 from .rnn import Encoder
 
 SCORES = ("additive", "dot", "general", "concat")
@@ -407,15 +408,15 @@ def greedy_with_attention(model: AttentionSeq2Seq, src: torch.Tensor, src_length
         ``<eos>`` step, when one was produced within ``max_len``).
     """
     model.eval()
-    state = model.encode(src, src_lengths)
-    prev = torch.full((src.shape[0],), sos_id, dtype=torch.long, device=src.device)
-    toks, ws = [], []
-    for _ in range(max_len):
-        logp, state = model.decode_step(prev, state)
-        prev = logp.argmax(-1)
-        toks.append(prev)
-        ws.append(state["weights"])
-    toks_t, ws_t = torch.stack(toks, 1).cpu(), torch.stack(ws, 1).cpu()
+    weights = []
+
+    def step(prev, state):  # greedy decoding, recording each step's attention
+        log_probs, state = model.decode_step(prev, state)
+        weights.append(state["weights"])
+        return log_probs, state
+
+    tokens, _ = greedy_decode(step, model.encode(src, src_lengths), max_len, sos_id=sos_id, eos_id=eos_id)
+    toks_t, ws_t = tokens.cpu(), torch.stack(weights, 1).cpu()
     out_tokens, out_weights = [], []
     for b in range(src.shape[0]):
         row = toks_t[b].tolist()

@@ -129,15 +129,19 @@ def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt
 
 @torch.no_grad()
 def predict(model: nn.Module, sources: Sequence[Sequence[str]], src_vocab: Vocab, tgt_vocab: Vocab,
-            max_len: int, batch_size: int = 256) -> list[list[str]]:
-    """Greedy translations of ``sources`` (token lists) as token lists."""
+            max_len: int, batch_size: int = 256, decode=greedy_decode) -> list[list[str]]:
+    """Translations of ``sources`` (token lists) as token lists.
+
+    ``decode(step, state, max_len) -> (tokens (B, L), scores)`` is greedy decoding by
+    default; a notebook passes a learner's own decoder here.
+    """
     model.eval()
     device = next(model.parameters()).device
     out: list[list[str]] = []
     for start in range(0, len(sources), batch_size):
         chunk = [(s, []) for s in sources[start:start + batch_size]]
         batch = make_batch(chunk, src_vocab, tgt_vocab).to(device)
-        tokens, _ = greedy_decode(model.decode_step, model.encode(batch.src, batch.src_lengths), max_len)
+        tokens, _ = decode(model.decode_step, model.encode(batch.src, batch.src_lengths), max_len)
         out.extend(tgt_vocab.decode(ids) for ids in tokens_to_lists(tokens.cpu()))
     return out
 
@@ -180,10 +184,11 @@ def score_predictions(predictions: Sequence[Sequence[str]], pairs: Sequence[Pair
 
 
 def evaluate(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-             max_len: int | None = None) -> Scores:
-    """Greedy-decode the sources of ``pairs`` and score them (:func:`score_predictions`)."""
+             max_len: int | None = None, decode=greedy_decode) -> Scores:
+    """Decode the sources of ``pairs`` (greedily by default, see :func:`predict`) and score
+    them (:func:`score_predictions`)."""
     max_len = max_len or max(len(t) for _, t in pairs) + 5
-    preds = predict(model, [s for s, _ in pairs], src_vocab, tgt_vocab, max_len)
+    preds = predict(model, [s for s, _ in pairs], src_vocab, tgt_vocab, max_len, decode=decode)
     return score_predictions(preds, pairs)
 
 
