@@ -11,7 +11,9 @@ one-line success otherwise. Hidden tests use the same helpers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import math
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -97,18 +99,49 @@ def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> N
     print(f"\u2713 {name}: all {len(checks)} checks passed")
 
 
+def same_result(got: Any, want: Any, atol: float = 1e-4, rtol: float = 1e-4) -> bool:
+    """True when ``got`` and ``want`` agree: tensors within tolerance (same shape), numbers
+    within tolerance, and sequences, dicts and dataclasses element by element."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            return False
+        if want.dtype == torch.bool or not want.is_floating_point():
+            return torch.equal(got.detach().cpu(), want.detach().cpu())
+        return torch.allclose(got.detach().cpu().double(), want.detach().cpu().double(),
+                              atol=atol, rtol=rtol, equal_nan=True)
+    if dataclasses.is_dataclass(want) and not isinstance(want, type):
+        if type(got) is not type(want):
+            return False
+        return all(same_result(getattr(got, f.name), getattr(want, f.name), atol, rtol)
+                   for f in dataclasses.fields(want))
+    if isinstance(want, dict):
+        return (isinstance(got, dict) and got.keys() == want.keys()
+                and all(same_result(got[k], want[k], atol, rtol) for k in want))
+    if isinstance(want, (list, tuple)):
+        return (isinstance(got, (list, tuple)) and len(got) == len(want)
+                and all(same_result(g, w, atol, rtol) for g, w in zip(got, want)))
+    if isinstance(want, float) or isinstance(got, float):
+        try:
+            return math.isclose(float(got), float(want), rel_tol=rtol, abs_tol=atol)
+        except (TypeError, ValueError):
+            return False
+    return got == want
+
+
 def learner_or_reference(learner: Callable, reference: Callable, probe: Callable[[Callable], Any],
                          name: str | None = None) -> Callable:
-    """Return the learner's function if ``probe(learner)`` runs, otherwise the reference.
+    """Return the learner's function if it agrees with the reference on a probe, else the reference.
 
-    Lets the experiments of a chapter run for a learner who skipped an exercise: the
-    probe is a small call of the function; ``NotImplementedError`` (the exercise is not
-    done) or any other error means the reference from ``course_utils`` is used, and a line
-    says so.
+    Lets the experiments of a chapter run on the learner's code when it is right, and only
+    then: ``probe(fn)`` is a small call of the function (it may also assert things itself);
+    its result with the learner's function is compared with its result with the reference
+    (:func:`same_result`: tensors within 1e-4). The reference from ``course_utils`` is used,
+    and a line says why, when the learner's function raises ``NotImplementedError`` (the
+    exercise is not done), raises anything else, or returns a different result.
     """
     name = name or getattr(learner, "__name__", "your function")
     try:
-        probe(learner)
+        got = probe(learner)
     except NotImplementedError:
         print(f"[{name}] not implemented yet: the experiments below use the course_utils reference")
         return reference
@@ -116,7 +149,12 @@ def learner_or_reference(learner: Callable, reference: Callable, probe: Callable
         print(f"[{name}] raised {type(err).__name__}: {err}; the experiments below use the "
               "course_utils reference")
         return reference
-    print(f"[{name}] the experiments below use your implementation")
+    if not same_result(got, probe(reference)):
+        print(f"[{name}] gives a different result from the course_utils reference on a probe "
+              "input; the experiments below use the reference (run the exercise's tests to "
+              "see what differs)")
+        return reference
+    print(f"[{name}] agrees with the reference on a probe: the experiments below use your implementation")
     return learner
 
 

@@ -65,11 +65,30 @@ def test_learner_or_reference(capsys):
         return x.nope
     def good(x):
         return x
+    def wrong(x):
+        return x + 1
     assert checks.learner_or_reference(todo, ref, lambda f: f(1)) is ref
     assert checks.learner_or_reference(broken, ref, lambda f: f(1)) is ref
+    assert checks.learner_or_reference(wrong, ref, lambda f: f(1)) is ref
     assert checks.learner_or_reference(good, ref, lambda f: f(1)) is good
     out = capsys.readouterr().out
     assert "not implemented yet" in out and "AttributeError" in out and "your implementation" in out
+    assert "different result" in out
+
+
+def test_learner_or_reference_compares_tensors_and_structures(capsys):
+    ref = lambda x: (torch.softmax(x, -1), [x.sum()])  # noqa: E731
+    close = lambda x: (torch.softmax(x, -1) + 1e-7, [x.sum()])  # noqa: E731
+    off = lambda x: (torch.softmax(x, -1).flip(-1), [x.sum()])  # noqa: E731
+    short = lambda x: (torch.softmax(x, -1),)  # noqa: E731
+    probe = lambda f: f(torch.tensor([[0.0, 1.0, 2.0]]))  # noqa: E731
+    assert checks.learner_or_reference(close, ref, probe) is close
+    assert checks.learner_or_reference(off, ref, probe) is ref
+    assert checks.learner_or_reference(short, ref, probe) is ref
+    assert checks.same_result(torch.ones(2, dtype=torch.bool), torch.ones(2, dtype=torch.bool))
+    assert not checks.same_result(torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
+    assert not checks.same_result(torch.ones(2), torch.ones(3))
+    assert checks.same_result({"a": 1.0}, {"a": 1.0 + 1e-9}) and not checks.same_result({"a": 1}, {"b": 1})
 
 
 def test_expect_not_calling_sees_aliases_attributes_and_nested_code():
