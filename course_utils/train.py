@@ -6,12 +6,13 @@ Models follow the protocol of :mod:`course_utils.decoding` and also have a teach
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,26 +56,34 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
+def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID,
+                  label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean cross-entropy over non-pad target positions.
 
     Args:
         logits: ``(batch, T, vocab)``; targets: ``(batch, T)`` ids, ``pad_id`` where there is no target.
+        label_smoothing: ``eps`` in [0, 1): the target distribution puts ``1 - eps`` on the
+            right token and spreads ``eps`` uniformly over the whole vocabulary (Szegedy et al.
+            2016; Vaswani et al. 2017 use 0.1). 0 is plain cross-entropy.
     """
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
                          "must agree in (batch, T)")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                       ignore_index=pad_id)
+                                       ignore_index=pad_id, label_smoothing=label_smoothing)
 
 
 @dataclass
 class History:
-    """What :func:`train_seq2seq` returns: per-step loss and gradient norm, and wall time."""
+    """What :func:`train_seq2seq` returns: per-step loss, gradient norm (before clipping) and
+    learning rate, and wall time."""
 
     loss: list[float] = field(default_factory=list)
     grad_norm: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    lr: list[float] = field(default_factory=list)
 
     def smoothed(self, window: int = 20) -> list[float]:
         """The loss averaged over a sliding window (for plots)."""
@@ -88,17 +97,29 @@ class History:
 
 
 def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-                  steps: int, batch_size: int = 64, lr: float = 3e-3, clip: float = 1.0,
+                  steps: int, batch_size: int = 64, lr: float = 3e-3, clip: float | None = 1.0,
                   device: torch.device | str | None = None, seed: int = 0,
-                  progress: bool = True, desc: str = "training") -> History:
+                  progress: bool = True, desc: str = "training", lr_at: Callable[[int], float] | None = None,
+                  label_smoothing: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
+                  eps: float = 1e-8) -> History:
     """Train with teacher forcing, Adam and gradient-norm clipping for ``steps`` batches.
 
     Epochs are reshuffled with ``seed + epoch``. Returns a :class:`History`. The model is
     left on ``device`` (default: :func:`get_device`) in eval mode.
+
+    The loop serves every chapter: the RNNs of chapters 1-2 use the defaults (a constant
+    ``lr``); a Transformer passes a schedule and label smoothing.
+
+    Args:
+        lr_at: ``lr_at(step) -> learning rate`` for steps counted from 1 (e.g. the warmup
+            schedule :func:`course_utils.transformer.noam_lr`); it replaces ``lr``.
+        label_smoothing: see :func:`sequence_loss`.
+        betas, eps: Adam's (Vaswani et al. use ``(0.9, 0.98)`` and ``1e-9``).
+        clip: the largest gradient norm (``None``: no clipping).
     """
     device = torch.device(device) if device is not None else get_device()
     model.to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
     history = History()
     start = time.perf_counter()
     bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout, mininterval=1.0)
@@ -106,14 +127,18 @@ def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt
     while step < steps:
         for batch in batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch):
             batch = batch.to(device)
+            if lr_at is not None:
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step + 1)
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-            loss = sequence_loss(logits, batch.tgt_out)
+            loss = sequence_loss(logits, batch.tgt_out, label_smoothing=label_smoothing)
             opt.zero_grad()
             loss.backward()
-            norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
+            norm = nn.utils.clip_grad_norm_(model.parameters(), math.inf if clip is None else clip)
             opt.step()
             history.loss.append(loss.item())
             history.grad_norm.append(float(norm))
+            history.lr.append(opt.param_groups[0]["lr"])
             step += 1
             bar.update(1)
             if step % 50 == 0:

@@ -71,3 +71,52 @@ def test_length_task_is_the_shared_setup():
     assert len(te) == 50 and len(v) == 4 + data.LENGTH_TASK["n_symbols"]
     assert all(t == s[::-1] for s, t in tr + te)
     assert {"steps", "batch_size", "lr"} <= set(train.LENGTH_TASK_BUDGET)
+
+
+def test_defaults_reproduce_a_plain_adam_loop():
+    """``train_seq2seq`` with its defaults is plain Adam + clipping at 1: the exact same losses."""
+    pairs = data.make_sequence_pairs(300, 2, 4, task="copy", n_symbols=4, seed=0)
+    v = data.sequence_vocab(4)
+    train.set_seed(0)
+    model = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
+    manual = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
+    manual.load_state_dict(model.state_dict())
+    hist = train.train_seq2seq(model, pairs, v, v, steps=12, batch_size=32, device="cpu", progress=False)
+    opt = torch.optim.Adam(manual.parameters(), lr=3e-3)
+    losses, step, epoch = [], 0, 0
+    while step < 12:
+        for batch in data.batches(pairs, v, v, 32, shuffle=True, seed=epoch):
+            loss = train.sequence_loss(manual(batch.src, batch.src_lengths, batch.tgt_in), batch.tgt_out)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(manual.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            step += 1
+            if step == 12:
+                break
+        epoch += 1
+    assert hist.loss == losses
+    assert hist.lr == [3e-3] * 12
+
+
+def test_schedule_and_label_smoothing():
+    pairs = data.make_sequence_pairs(200, 2, 4, task="copy", n_symbols=4, seed=0)
+    v = data.sequence_vocab(4)
+    train.set_seed(0)
+    model = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
+    hist = train.train_seq2seq(model, pairs, v, v, steps=5, device="cpu", progress=False,
+                               lr_at=lambda step: 0.01 * step, label_smoothing=0.1, clip=None)
+    assert hist.lr == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
+    # label smoothing by hand: (1 - eps) * NLL of the target + eps * mean over the vocabulary of -log p
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)
+    targets = torch.tensor([[4, 2, 0], [3, 4, 2]])
+    logp, keep = torch.log_softmax(logits, -1), targets != 0
+    nll = -logp.gather(-1, targets[..., None])[..., 0]
+    smooth = -logp.mean(-1)
+    want = ((1 - 0.1) * nll + 0.1 * smooth)[keep].mean()
+    torch.testing.assert_close(train.sequence_loss(logits, targets, label_smoothing=0.1), want)
+    assert not torch.allclose(train.sequence_loss(logits, targets), want)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        train.sequence_loss(logits, targets, label_smoothing=1.0)
