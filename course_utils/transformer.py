@@ -13,7 +13,8 @@ Pieces, each small enough to read in one go:
   :mod:`course_utils.decoding` work on it unchanged;
 * :func:`noam_lr`, the warmup schedule of the paper (§5.3);
 * :func:`from_torch` copies the weights of an ``nn.Transformer`` into a
-  :class:`Seq2SeqTransformer` (the unit tests show both give the same outputs).
+  :class:`Seq2SeqTransformer`, :func:`copy_torch_layer` those of one PyTorch layer (the unit
+  tests show both give the same outputs).
 
 Masks follow the course's convention: a boolean mask is True where a query *may attend*
 (``nn.Transformer``'s boolean masks mean the opposite: True = blocked). Shapes are batch-first:
@@ -32,7 +33,8 @@ from .data import PAD_ID
 
 __all__ = [
     "DecoderLayer", "EncoderLayer", "FeedForward", "LearnedPositions", "POSITIONAL", "Seq2SeqTransformer",
-    "SinusoidalPositions", "decoder_self_mask", "from_torch", "noam_lr", "sinusoidal_encoding",
+    "SinusoidalPositions", "copy_torch_attention", "copy_torch_layer", "decoder_self_mask", "from_torch", "noam_lr",
+    "sinusoidal_encoding",
 ]
 
 #: The kinds of positional information :class:`Seq2SeqTransformer` accepts.
@@ -364,44 +366,46 @@ class Seq2SeqTransformer(nn.Module):
         return torch.log_softmax(logits[:, -1], dim=-1), new_state
 
 
+def copy_torch_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    """Load an ``nn.MultiheadAttention``'s weights into a :class:`MultiHeadAttention` (PyTorch
+    stacks W_Q, W_K, W_V in one ``in_proj_weight``)."""
+    wq, wk, wv = theirs.in_proj_weight.detach().chunk(3)
+    bq, bk, bv = theirs.in_proj_bias.detach().chunk(3)
+    with torch.no_grad():
+        for lin, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv),
+                          (ours.out_proj, theirs.out_proj.weight, theirs.out_proj.bias)):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+
+
+def copy_torch_layer(ours: EncoderLayer | DecoderLayer,
+                     theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
+    """Load an ``nn.TransformerEncoderLayer`` into an :class:`EncoderLayer`, or an
+    ``nn.TransformerDecoderLayer`` into a :class:`DecoderLayer` (ReLU activation)."""
+    copy_torch_attention(ours.self_attn, theirs.self_attn)
+    if isinstance(ours, DecoderLayer):
+        copy_torch_attention(ours.cross_attn, theirs.multihead_attn)
+    ours.ff.linear1.load_state_dict(theirs.linear1.state_dict())
+    ours.ff.linear2.load_state_dict(theirs.linear2.state_dict())
+    for name in ("norm1", "norm2", "norm3") if isinstance(ours, DecoderLayer) else ("norm1", "norm2"):
+        getattr(ours, name).load_state_dict(getattr(theirs, name).state_dict())
+
+
 def from_torch(reference: nn.Transformer, src_vocab: int = 1, tgt_vocab: int = 1, **kwargs) -> Seq2SeqTransformer:
     """A :class:`Seq2SeqTransformer` whose encoder and decoder layers, final norms and widths
     are copied from ``reference`` (an ``nn.Transformer`` with ``batch_first=True`` and a ReLU
     activation). Embeddings and the output layer are the course model's own (``nn.Transformer``
     has none). ``kwargs`` go to :class:`Seq2SeqTransformer` (e.g. ``positional``)."""
     enc0 = reference.encoder.layers[0]
-    d_model = enc0.self_attn.embed_dim
-    n_heads = enc0.self_attn.num_heads
-    model = Seq2SeqTransformer(src_vocab, tgt_vocab, d_model=d_model, n_heads=n_heads,
-                               n_layers=len(reference.encoder.layers), d_ff=enc0.linear1.out_features,
-                               norm_first=enc0.norm_first, final_norm=True, **kwargs)
     if len(reference.decoder.layers) != len(reference.encoder.layers):
         raise ValueError("from_torch needs as many decoder layers as encoder layers")
-
-    def copy_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention):
-        wq, wk, wv = theirs.in_proj_weight.chunk(3)
-        bq, bk, bv = theirs.in_proj_bias.chunk(3)
-        for lin, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv),
-                          (ours.out_proj, theirs.out_proj.weight, theirs.out_proj.bias)):
-            lin.weight.copy_(w)
-            lin.bias.copy_(b)
-
-    def copy_ff(ours: FeedForward, theirs):
-        ours.linear1.load_state_dict(theirs.linear1.state_dict())
-        ours.linear2.load_state_dict(theirs.linear2.state_dict())
-
-    with torch.no_grad():
-        for ours, theirs in zip(model.encoder_layers, reference.encoder.layers):
-            copy_mha(ours.self_attn, theirs.self_attn)
-            copy_ff(ours.ff, theirs)
-            ours.norm1.load_state_dict(theirs.norm1.state_dict())
-            ours.norm2.load_state_dict(theirs.norm2.state_dict())
-        for ours, theirs in zip(model.decoder_layers, reference.decoder.layers):
-            copy_mha(ours.self_attn, theirs.self_attn)
-            copy_mha(ours.cross_attn, theirs.multihead_attn)
-            copy_ff(ours.ff, theirs)
-            for n in ("norm1", "norm2", "norm3"):
-                getattr(ours, n).load_state_dict(getattr(theirs, n).state_dict())
-        model.encoder_norm.load_state_dict(reference.encoder.norm.state_dict())
-        model.decoder_norm.load_state_dict(reference.decoder.norm.state_dict())
+    model = Seq2SeqTransformer(src_vocab, tgt_vocab, d_model=enc0.self_attn.embed_dim, n_heads=enc0.self_attn.num_heads,
+                               n_layers=len(reference.encoder.layers), d_ff=enc0.linear1.out_features,
+                               norm_first=enc0.norm_first, final_norm=True, **kwargs)
+    for ours, theirs in zip(model.encoder_layers, reference.encoder.layers):
+        copy_torch_layer(ours, theirs)
+    for ours, theirs in zip(model.decoder_layers, reference.decoder.layers):
+        copy_torch_layer(ours, theirs)
+    model.encoder_norm.load_state_dict(reference.encoder.norm.state_dict())
+    model.decoder_norm.load_state_dict(reference.decoder.norm.state_dict())
     return model
