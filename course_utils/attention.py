@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "attention_scores", "causal_mask", "combine_masks",
+    "KVCache", "MultiHeadAttention", "attention_scores", "causal_mask", "combine_masks", "grouped_sdpa",
     "masked_softmax", "merge_heads", "padding_mask", "repeat_kv", "scaled_dot_product_attention",
     "split_heads",
 ]
@@ -262,6 +262,33 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.repeat_interleave(n_rep, dim=1)
 
 
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0) -> torch.Tensor:
+    """Fused attention of ``n_heads`` query heads over ``n_kv_heads`` key/value heads.
+
+    Args:
+        q: ``(batch, n_heads, L_q, d_head)``; k, v: ``(batch, n_kv_heads, L_k, d_head)``.
+        mask: bool, True = may attend, broadcastable to ``(batch, n_heads, L_q, L_k)``.
+    Returns:
+        ``(batch, n_heads, L_q, d_head)``, equal to ``F.scaled_dot_product_attention(q,
+        repeat_kv(k, r), repeat_kv(v, r), attn_mask=mask)`` with ``r = n_heads // n_kv_heads``.
+
+    The keys and values are never repeated: the ``r`` query heads of a group are folded into
+    the query-length axis, ``(batch, n_kv_heads, r * L_q, d_head)``, so each key/value head is
+    read from memory once per step, which is where MQA and GQA save time when decoding.
+    """
+    b, h, L_q, d = q.shape
+    g, L_k = k.shape[1], k.shape[2]
+    r = h // g
+    if r == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    q = q.reshape(b, g, r * L_q, d)                    # heads of group j are j*r .. j*r + r - 1
+    if mask is not None:
+        mask = mask.expand(b, h, L_q, L_k).reshape(b, g, r * L_q, L_k)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return out.view(b, h, L_q, d)
+
+
 class KVCache:
     """The keys and values of the positions decoded so far, for one attention layer.
 
@@ -422,7 +449,6 @@ class MultiHeadAttention(nn.Module):
             out = F.dropout(weights, p) @ v_r if p else weights @ v_r
         else:
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                 enable_gqa=n_rep > 1)
+            out = grouped_sdpa(q, k, v, mask, dropout_p=p)
         out = self.out_proj(merge_heads(out))
         return out, (weights if need_weights else None)

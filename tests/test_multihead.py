@@ -198,3 +198,15 @@ def test_clear_errors():
         m(torch.ones(2, 5, D, dtype=torch.long))
     with pytest.raises(ValueError, match="divisible"):
         A.split_heads(torch.randn(2, 3, 10), 4)
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 3])
+def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
+    torch.manual_seed(8)
+    q, k, v = torch.randn(2, 6, 4, 5), torch.randn(2, n_kv, 9, 5), torch.randn(2, n_kv, 9, 5)
+    mask = A.combine_masks(A.padding_mask(torch.tensor([9, 3]), 9).unsqueeze(1), A.causal_mask(4, 9))
+    r = 6 // n_kv
+    ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True), atol=1e-6, rtol=1e-5)
