@@ -6,6 +6,10 @@ large negative number such as -1e9, which leaks weight when a whole row is maske
 the scores in float32 arithmetic and depends on the dtype), and a row in which every key is
 masked gets all-zero weights (so its output is zero, as in PyTorch) instead of NaN.
 
+Multi-head, multi-query and grouped-query attention (chapter 4) are one module,
+:class:`MultiHeadAttention`, with ``n_kv_heads`` key/value heads shared by groups of query
+heads, and an optional :class:`KVCache` for decoding one token at a time.
+
 Shapes: queries ``(..., L_q, d_k)``, keys ``(..., L_k, d_k)``, values ``(..., L_k, d_v)``,
 masks broadcastable to ``(..., L_q, L_k)``; ``...`` is e.g. ``(batch,)`` or
 ``(batch, heads)``. Chapter 3 of the course derives all of it.
@@ -17,10 +21,13 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 __all__ = [
-    "attention_scores", "causal_mask", "combine_masks", "masked_softmax", "padding_mask",
-    "scaled_dot_product_attention",
+    "KVCache", "MultiHeadAttention", "attention_scores", "causal_mask", "combine_masks", "grouped_sdpa",
+    "masked_softmax", "merge_heads", "padding_mask", "repeat_kv", "scaled_dot_product_attention",
+    "split_heads",
 ]
 
 
@@ -170,13 +177,16 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``softmax(q k^T / sqrt(d_k)) v`` with an optional boolean mask.
+                                 mask: torch.Tensor | None = None,
+                                 bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(q k^T / sqrt(d_k) + bias) v`` with an optional boolean mask.
 
     Args:
         q: ``(..., L_q, d_k)``; k: ``(..., L_k, d_k)``; v: ``(..., L_k, d_v)``; the leading
             dimensions (e.g. ``(batch, heads)``) broadcast.
         mask: bool, broadcastable to ``(..., L_q, L_k)``; True = may attend.
+        bias: float, broadcastable to ``(..., L_q, L_k)``, added to the scaled scores before
+            the mask (relative-position scores, for example). ``None``: no bias.
     Returns:
         ``(output (..., L_q, d_v), weights (..., L_q, L_k))``. The output equals
         ``torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)``,
@@ -191,5 +201,254 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"k and v must have the same number of keys L_k: k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
     scores = attention_scores(q, k)
+    if bias is not None:
+        _check_bias(bias, scores)
+        scores = scores + bias
     weights = masked_softmax(scores, mask)
     return weights @ v, weights
+
+
+def _check_bias(bias, scores: torch.Tensor) -> None:
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise TypeError(f"bias must be a floating-point tensor added to the scores, got {got} "
+                        "(a boolean tensor is a mask: pass it as mask=)")
+    try:
+        shape = torch.broadcast_shapes(bias.shape, scores.shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores.shape:
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' "
+                         f"shape {tuple(scores.shape)} (..., L_q, L_k)")
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-head attention (chapter 4)
+# --------------------------------------------------------------------------------------------
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``(batch, L, n_heads * d_head)`` -> ``(batch, n_heads, L, d_head)``.
+
+    Feature ``h * d_head + j`` of a position becomes feature ``j`` of head ``h``.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"split_heads expects (batch, L, n_heads * d_head), got {_shape(x)}")
+    b, L, d = x.shape
+    if d % n_heads:
+        raise ValueError(f"the last dimension ({d}) is not divisible by n_heads={n_heads}")
+    return x.view(b, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(batch, n_heads, L, d_head)`` -> ``(batch, L, n_heads * d_head)``; undoes :func:`split_heads`."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"merge_heads expects (batch, n_heads, L, d_head), got {_shape(x)}")
+    b, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(b, L, h * d)
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """``(batch, n_kv_heads, T, d_head)`` -> ``(batch, n_kv_heads * n_rep, T, d_head)``.
+
+    Each key/value head is repeated ``n_rep`` times *consecutively*, so query head ``i`` reads
+    key/value head ``i // n_rep`` (as ``F.scaled_dot_product_attention(..., enable_gqa=True)``
+    and Hugging Face's Llama do). Repeating the whole stack instead (``x.repeat(1, n_rep, 1, 1)``)
+    would pair query head ``i`` with key/value head ``i % n_kv_heads``: another model.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"repeat_kv expects (batch, n_kv_heads, T, d_head), got {_shape(x)}")
+    if n_rep == 1:
+        return x
+    return x.repeat_interleave(n_rep, dim=1)
+
+
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0) -> torch.Tensor:
+    """Fused attention of ``n_heads`` query heads over ``n_kv_heads`` key/value heads.
+
+    Args:
+        q: ``(batch, n_heads, L_q, d_head)``; k, v: ``(batch, n_kv_heads, L_k, d_head)``.
+        mask: bool, True = may attend, broadcastable to ``(batch, n_heads, L_q, L_k)``.
+    Returns:
+        ``(batch, n_heads, L_q, d_head)``, equal to ``F.scaled_dot_product_attention(q,
+        repeat_kv(k, r), repeat_kv(v, r), attn_mask=mask)`` with ``r = n_heads // n_kv_heads``.
+
+    The keys and values are never repeated: the ``r`` query heads of a group are folded into
+    the query-length axis, ``(batch, n_kv_heads, r * L_q, d_head)``, so each key/value head is
+    read from memory once per step, which is where MQA and GQA save time when decoding.
+    """
+    b, h, L_q, d = q.shape
+    g, L_k = k.shape[1], k.shape[2]
+    r = h // g
+    if r == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    q = q.reshape(b, g, r * L_q, d)                    # heads of group j are j*r .. j*r + r - 1
+    if mask is not None:
+        mask = mask.expand(b, h, L_q, L_k).reshape(b, g, r * L_q, L_k)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return out.view(b, h, L_q, d)
+
+
+class KVCache:
+    """The keys and values of the positions decoded so far, for one attention layer.
+
+    ``k`` and ``v`` are ``None`` while the cache is empty, then ``(batch, n_kv_heads, T,
+    d_head)``: the *un-repeated* key/value heads (for GQA/MQA that is ``n_heads / n_kv_heads``
+    times less memory than the repeated ones). :class:`MultiHeadAttention` appends to it in
+    self-attention; in cross-attention it fills an empty cache once from the source and marks
+    it ``static``, and afterwards reuses those keys and values without recomputing them.
+    """
+
+    def __init__(self, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+                 static: bool = False):
+        if (k is None) != (v is None):
+            raise ValueError("give both k and v, or neither")
+        self.k, self.v = k, v
+        self.static = static  # True once filled by cross-attention: reused, never appended to
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"KVCache(k={shape})"
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add ``k``, ``v`` ``(batch, n_kv_heads, T_new, d_head)``; return everything cached."""
+        if k.dim() != 4 or k.shape != v.shape[:3] + k.shape[3:] or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"append expects k and v of shape (batch, n_kv_heads, T_new, d_head), "
+                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if k.shape[:2] != self.k.shape[:2] or k.shape[3] != self.k.shape[3]:
+                raise ValueError(f"cannot append keys of shape {tuple(k.shape)} to a cache of shape "
+                                 f"{tuple(self.k.shape)}: batch, heads and d_head must agree")
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def reorder(self, index: torch.Tensor) -> KVCache:
+        """A new cache holding batch rows ``index`` (beam search reorders its hypotheses)."""
+        if self.k is None:
+            return KVCache(static=self.static)
+        index = index.to(self.k.device)
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static)
+
+    def nbytes(self) -> int:
+        """Bytes held by the cached keys and values."""
+        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with ``n_kv_heads`` key/value heads: MHA, GQA and MQA in one module.
+
+    ``n_kv_heads = n_heads`` (the default) is multi-head attention (Vaswani et al. 2017),
+    ``n_kv_heads = 1`` multi-query attention (Shazeer 2019), a divisor in between grouped-query
+    attention (Ainslie et al. 2023): query head ``i`` uses key/value head
+    ``i // (n_heads // n_kv_heads)``.
+
+    Sub-modules: ``q_proj`` (d_model -> d_model), ``k_proj`` and ``v_proj``
+    (d_model -> n_kv_heads * d_head), ``out_proj`` (d_model -> d_model), all ``nn.Linear``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
+                 dropout: float = 0.0):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be a positive int, got {n!r}")
+        if d_model % n_heads:
+            raise ValueError(f"n_heads={n_heads} does not divide d_model={d_model}: each head gets "
+                             "d_model / n_heads features")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each "
+                             "key/value head serves an equal group of query heads")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+
+    def _check_input(self, t, name: str) -> None:
+        if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != self.d_model:
+            raise ValueError(f"{name} must have shape (batch, seq, d_model={self.d_model}), "
+                             f"got {_shape(t)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                need_weights: bool = False, causal: bool = False,
+                bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x`` to itself (``context`` None) or to ``context``.
+
+        Args:
+            x: ``(batch, L_q, d_model)`` queries' inputs.
+            context: ``(batch, L_src, d_model)`` for cross-attention, or None.
+            mask: bool, True = may attend, broadcastable to ``(batch, n_heads, L_q, L_k)``
+                (``L_k`` counts cached positions too); a padding mask from
+                :func:`padding_mask` needs ``.unsqueeze(1)``.
+            cache: a :class:`KVCache`. Self-attention: the new keys/values are appended and
+                the queries attend over everything cached. Cross-attention: an empty cache is
+                filled from ``context`` (and marked ``static``); a static cache is reused as it
+                is, so ``context`` may then be None.
+            need_weights: also return the attention weights (uses the explicit computation;
+                otherwise PyTorch's fused kernel).
+            causal: also apply :func:`causal_mask` ``(L_q, L_k)``, aligned bottom-right so that
+                the new queries are the last ``L_q`` positions of the keys' sequence.
+            bias: float, broadcastable to ``(batch, n_heads, L_q, L_k)``, added to the scaled
+                scores.
+        Returns:
+            ``(out (batch, L_q, d_model), weights (batch, n_heads, L_q, L_k) or None)``.
+        """
+        self._check_input(x, "x")
+        if context is not None:
+            self._check_input(context, "context")
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(f"x and context must have the same batch size, got "
+                                 f"{x.shape[0]} and {context.shape[0]}")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        if cache is not None and len(cache) and cache.k.shape[0] != x.shape[0]:
+            raise ValueError(f"the cache holds a batch of {cache.k.shape[0]}, x a batch of {x.shape[0]}")
+        q = split_heads(self.q_proj(x), self.n_heads)                     # (B, H, L_q, dh)
+        if cache is not None and cache.static:
+            k, v = cache.k, cache.v                  # cross-attention: the source's K/V, computed once
+        else:
+            source = x if context is None else context
+            k = split_heads(self.k_proj(source), self.n_kv_heads)         # (B, G, L, dh)
+            v = split_heads(self.v_proj(source), self.n_kv_heads)
+            if cache is not None:
+                if context is not None:
+                    if len(cache):
+                        raise ValueError("cross-attention needs an empty KVCache to fill (or one "
+                                         "it filled before); this one holds self-attention keys")
+                    cache.static = True
+                k, v = cache.append(k, v)
+        L_q, L_k = q.shape[2], k.shape[2]
+        if causal:
+            mask = combine_masks(mask, causal_mask(L_q, L_k, device=x.device))
+        if mask is not None:
+            _check_mask(mask, torch.empty(x.shape[0], self.n_heads, L_q, L_k, device="meta"))
+        n_rep = self.n_heads // self.n_kv_heads
+        p = self.dropout if self.training else 0.0
+        if need_weights or bias is not None:
+            k_r, v_r = repeat_kv(k, n_rep), repeat_kv(v, n_rep)           # (B, H, L_k, dh)
+            scores = attention_scores(q, k_r)
+            if bias is not None:
+                _check_bias(bias, scores)
+                scores = scores + bias
+            weights = masked_softmax(scores, mask)
+            out = F.dropout(weights, p) @ v_r if p else weights @ v_r
+        else:
+            weights = None
+            out = grouped_sdpa(q, k, v, mask, dropout_p=p)
+        out = self.out_proj(merge_heads(out))
+        return out, (weights if need_weights else None)

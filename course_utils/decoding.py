@@ -26,11 +26,14 @@ StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
 def index_state(state: Any, index: torch.Tensor) -> Any:
     """Select rows ``index`` (a 1-D long tensor) of every tensor in a nested state.
 
-    Dicts, lists and tuples are walked; tensors are indexed along dimension 0; anything else
-    (``None``, ints) is returned unchanged.
+    Dicts, lists and tuples are walked; tensors are indexed along dimension 0; an object with
+    a ``reorder(index)`` method (such as :class:`course_utils.attention.KVCache`) is replaced
+    by what that returns; anything else (``None``, ints) is returned unchanged.
     """
     if isinstance(state, torch.Tensor):
         return state.index_select(0, index.to(state.device))
+    if callable(getattr(state, "reorder", None)):
+        return state.reorder(index)
     if isinstance(state, dict):
         return {k: index_state(v, index) for k, v in state.items()}
     if isinstance(state, (list, tuple)):

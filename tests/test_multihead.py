@@ -1,0 +1,212 @@
+"""MultiHeadAttention (MHA / GQA / MQA) and KVCache against PyTorch's own attention."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils import attention as A
+from course_utils import decoding
+
+D, H = 24, 6
+
+
+def _mha_pair(d=D, h=H, bias=True, seed=0):
+    """Our module and nn.MultiheadAttention holding the same weights."""
+    torch.manual_seed(seed)
+    ours = A.MultiHeadAttention(d, h, bias=bias)
+    theirs = nn.MultiheadAttention(d, h, bias=bias, batch_first=True)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        if bias:
+            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+            theirs.out_proj.bias.copy_(ours.out_proj.bias)
+    return ours, theirs
+
+
+def _grads(module):
+    return [p.grad.clone() for p in module.parameters()]
+
+
+def _their_grads_in_our_order(theirs, bias):
+    g = theirs.in_proj_weight.grad
+    out = [g[:D], g[D:2 * D], g[2 * D:]]
+    if bias:
+        gb = theirs.in_proj_bias.grad
+        out = [out[0], gb[:D], out[1], gb[D:2 * D], out[2], gb[2 * D:], theirs.out_proj.weight.grad,
+               theirs.out_proj.bias.grad]
+    else:
+        out += [theirs.out_proj.weight.grad]
+    return out
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("masks", ["none", "padding", "causal", "both"])
+def test_self_attention_equals_nn_multiheadattention(bias, need_weights, masks):
+    ours, theirs = _mha_pair(bias=bias)
+    torch.manual_seed(1)
+    x = torch.randn(3, 7, D)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    lengths = torch.tensor([7, 4, 1])
+    keep = A.padding_mask(lengths, 7).unsqueeze(1)           # (3, 1, 1, 7) True = may attend
+    causal = A.causal_mask(7)
+    mask = {"none": None, "padding": keep, "causal": causal, "both": A.combine_masks(keep, causal)}[masks]
+    kpm = ~keep[:, 0, 0] if masks in ("padding", "both") else None    # PyTorch: True = blocked
+    am = ~causal if masks in ("causal", "both") else None
+    out, w = ours(x1, mask=mask, need_weights=need_weights)
+    ref, ref_w = theirs(x2, x2, x2, key_padding_mask=kpm, attn_mask=am, need_weights=True,
+                        average_attn_weights=False)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=1e-5)
+    else:
+        assert w is None
+    (out ** 2).sum().backward()
+    (ref ** 2).sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, atol=1e-5, rtol=1e-4)
+    for g, r in zip(_grads(ours), _their_grads_in_our_order(theirs, bias)):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+
+
+def test_cross_attention_equals_nn_multiheadattention():
+    ours, theirs = _mha_pair()
+    torch.manual_seed(2)
+    x, ctx = torch.randn(2, 4, D), torch.randn(2, 9, D)
+    keep = A.padding_mask(torch.tensor([9, 5]), 9).unsqueeze(1)
+    out, w = ours(x, context=ctx, mask=keep, need_weights=True)
+    ref, ref_w = theirs(x, ctx, ctx, key_padding_mask=~keep[:, 0, 0], average_attn_weights=False)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=1e-5)
+    assert w[1, :, :, 5:].abs().max() == 0
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 3, 6])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_gqa_and_mqa_equal_sdpa_with_enable_gqa(n_kv, need_weights):
+    torch.manual_seed(3)
+    m = A.MultiHeadAttention(D, H, n_kv_heads=n_kv)
+    assert m.k_proj.out_features == n_kv * (D // H) == m.v_proj.out_features
+    x = torch.randn(2, 8, D, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    mask = A.combine_masks(A.padding_mask(torch.tensor([8, 6]), 8).unsqueeze(1), A.causal_mask(8))
+    out, _ = m(x, mask=mask, need_weights=need_weights)
+    q = m.q_proj(x2).view(2, 8, H, -1).transpose(1, 2)
+    k = m.k_proj(x2).view(2, 8, n_kv, -1).transpose(1, 2)
+    v = m.v_proj(x2).view(2, 8, n_kv, -1).transpose(1, 2)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    ref = m.out_proj(ref.transpose(1, 2).reshape(2, 8, D))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    out.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_repeat_kv_pairs_query_head_i_with_kv_head_i_div_group():
+    kv = torch.arange(3.0).view(1, 3, 1, 1).expand(1, 3, 2, 4)      # head g holds the value g
+    rep = A.repeat_kv(kv, 4)
+    assert rep.shape == (1, 12, 2, 4)
+    assert rep[0, :, 0, 0].tolist() == [i // 4 for i in range(12)]
+    wrong = kv.repeat(1, 4, 1, 1)                                     # the stacked order: i % 3
+    assert wrong[0, :, 0, 0].tolist() == [i % 3 for i in range(12)]
+    assert A.repeat_kv(kv, 1) is kv
+
+
+def test_split_merge_heads_equal_a_loop_over_heads():
+    torch.manual_seed(4)
+    x = torch.randn(2, 5, D)
+    s = A.split_heads(x, H)
+    assert s.shape == (2, H, 5, D // H)
+    for h in range(H):
+        assert torch.equal(s[:, h], x[..., h * 4:(h + 1) * 4])
+    assert torch.equal(A.merge_heads(s), x)
+
+
+@pytest.mark.parametrize("n_kv", [6, 2, 1])
+def test_cached_decoding_equals_one_causal_forward(n_kv):
+    torch.manual_seed(5)
+    m = A.MultiHeadAttention(D, H, n_kv_heads=n_kv).eval()
+    x = torch.randn(2, 10, D)
+    full, _ = m(x, causal=True)
+    cache = A.KVCache()
+    outs = [m(x[:, :4], cache=cache, causal=True)[0]]                 # prefill the prompt
+    for t in range(4, 10):                                             # then one token at a time
+        outs.append(m(x[:, t:t + 1], cache=cache, causal=True)[0])
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.k.shape == (2, n_kv, 10, D // H) and len(cache) == 10
+    assert cache.nbytes() == 2 * 2 * n_kv * 10 * (D // H) * 4
+    # without the causal mask a step would see every cached key: the same as the last full row only
+    one, _ = m(x[:, :1], cache=A.KVCache(), causal=True)
+    torch.testing.assert_close(one, full[:, :1], atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_cache_is_filled_once_and_reused():
+    torch.manual_seed(6)
+    m = A.MultiHeadAttention(D, H, n_kv_heads=2).eval()
+    x, ctx = torch.randn(2, 3, D), torch.randn(2, 7, D)
+    ref, _ = m(x, context=ctx)
+    cache = A.KVCache()
+    a, _ = m(x[:, :1], context=ctx, cache=cache)
+    assert cache.static and len(cache) == 7
+    b, _ = m(x[:, 1:], cache=cache)                                     # context not needed any more
+    torch.testing.assert_close(torch.cat([a, b], 1), ref, atol=1e-5, rtol=1e-5)
+    assert len(cache) == 7
+
+
+def test_kv_cache_reorder_is_used_by_decoding_index_state():
+    cache = A.KVCache()
+    cache.append(torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1))
+    state = {"caches": [cache], "memory": torch.arange(3.0)}
+    picked = decoding.index_state(state, torch.tensor([2, 2, 0]))
+    assert picked["caches"][0].k.flatten().tolist() == [2.0, 2.0, 0.0]
+    assert picked["memory"].tolist() == [2.0, 2.0, 0.0]
+    assert cache.k.flatten().tolist() == [0.0, 1.0, 2.0]               # the original is untouched
+
+
+def test_bias_is_added_to_the_scaled_scores():
+    torch.manual_seed(7)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    bias = torch.randn(3, 5, 6)
+    mask = A.padding_mask(torch.tensor([6, 2]), 6).unsqueeze(1)
+    out, w = A.scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    m = A.MultiHeadAttention(D, H)
+    x = torch.randn(2, 5, D)
+    zero, _ = m(x, bias=torch.zeros(H, 5, 5))
+    torch.testing.assert_close(zero, m(x)[0], atol=1e-6, rtol=1e-6)
+    with pytest.raises(TypeError, match="mask="):
+        A.scaled_dot_product_attention(q, k, v, bias=mask)
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="does not divide d_model"):
+        A.MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match="does not divide n_heads"):
+        A.MultiHeadAttention(24, 6, n_kv_heads=4)
+    m = A.MultiHeadAttention(D, H)
+    with pytest.raises(ValueError, match=r"\(batch, seq, d_model=24\)"):
+        m(torch.randn(5, D))
+    with pytest.raises(ValueError, match=r"\(batch, seq, d_model=24\)"):
+        m(torch.randn(2, 5, 12))
+    with pytest.raises(TypeError, match="bool"):
+        m(torch.randn(2, 5, D), mask=torch.ones(5, 5))
+    with pytest.raises(ValueError, match="broadcast"):
+        m(torch.randn(2, 5, D), mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="floating"):
+        m(torch.ones(2, 5, D, dtype=torch.long))
+    with pytest.raises(ValueError, match="divisible"):
+        A.split_heads(torch.randn(2, 3, 10), 4)
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 3])
+def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
+    torch.manual_seed(8)
+    q, k, v = torch.randn(2, 6, 4, 5), torch.randn(2, n_kv, 9, 5), torch.randn(2, n_kv, 9, 5)
+    mask = A.combine_masks(A.padding_mask(torch.tensor([9, 3]), 9).unsqueeze(1), A.causal_mask(4, 9))
+    r = 6 // n_kv
+    ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True), atol=1e-6, rtol=1e-5)
