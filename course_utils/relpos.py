@@ -146,19 +146,14 @@ def kernel_to_heads(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return w_val, w_out
 
 
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(batch, heads, L, d_head)`` -> ``(batch, L, heads * d_head)`` (chapter 4's merge)."""
-    b, h, n, d = x.shape
-    return x.transpose(1, 2).reshape(b, n, h * d)
-
-
 def positional_attention(x_keys: torch.Tensor, bias: torch.Tensor, w_val: torch.Tensor,
                          w_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-head self-attention whose scores are positional only (``W_qry = W_key = 0``).
 
     Each head ``h`` averages the values ``x_keys @ w_val[h]`` with ``softmax(bias[h])``; the
-    heads are concatenated and multiplied by ``w_out``. The content score ``q . k`` is zero, so
-    the scores are the bias alone.
+    heads are concatenated (chapter 4's ``merge_heads``) and multiplied by ``w_out``. Queries
+    and keys are zero (the content score ``q . k`` vanishes), so the scores are the bias alone:
+    chapter 4's ``scaled_dot_product_attention`` with its additive ``bias``.
 
     Args:
         x_keys: ``(batch, L_k, C_in)`` the key (and value) tokens.
@@ -178,9 +173,10 @@ def positional_attention(x_keys: torch.Tensor, bias: torch.Tensor, w_val: torch.
     if w_out.shape[0] != heads * w_val.shape[2]:
         raise ValueError(f"w_out must have heads * D_h = {heads * w_val.shape[2]} rows, got {tuple(w_out.shape)}")
     values = torch.einsum("blc,hcd->bhld", x_keys, w_val)          # (batch, heads, L_k, D_h)
-    weights = attention.masked_softmax(bias)                       # (heads, L_q, L_k)
-    heads_out = weights @ values                                   # (batch, heads, L_q, D_h)
-    return _merge_heads(heads_out) @ w_out, weights
+    q = x_keys.new_zeros(1, heads, bias.shape[1], 1)               # W_qry = W_key = 0
+    k = x_keys.new_zeros(1, heads, l_k, 1)
+    heads_out, weights = attention.scaled_dot_product_attention(q, k, values, bias=bias)
+    return attention.merge_heads(heads_out) @ w_out, weights[0]    # (batch, L_q, D_out), (heads, L_q, L_k)
 
 
 def conv_as_attention(image: torch.Tensor, weight: torch.Tensor, alpha: float,
