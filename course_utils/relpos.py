@@ -26,7 +26,7 @@ import torch
 from course_utils import attention
 
 __all__ = [
-    "apply_rope", "conv_as_attention", "grid_positions", "kernel_centers", "kernel_to_heads",
+    "apply_rope", "conv_as_attention", "conv_as_multihead", "grid_positions", "kernel_centers", "kernel_to_heads",
     "positional_attention", "quadratic_encoding", "quadratic_query", "quadratic_scores",
     "relative_offsets",
 ]
@@ -217,6 +217,48 @@ def conv_as_attention(image: torch.Tensor, weight: torch.Tensor, alpha: float,
     w_val, w_out = kernel_to_heads(weight)
     out, _ = positional_attention(x_keys, bias, w_val, w_out)      # (batch, L_q, C_out)
     return out.transpose(1, 2).reshape(b, -1, h, w)
+
+
+def conv_as_multihead(image: torch.Tensor, weight: torch.Tensor, alpha: float) -> torch.Tensor:
+    """:func:`conv_as_attention` with chapter 4's ``attention.MultiHeadAttention`` module.
+
+    The module gets ``K*K`` heads of width ``d_head = max(C_out, ceil(C_in / K^2))``, zero
+    query and key projections, value projections whose head ``h`` holds the tap of
+    :func:`kernel_to_heads` (in its first ``C_out`` features) and an output projection that adds
+    the heads. The tokens are the pixels of the zero-padded image (channels zero-padded to
+    ``d_model``), so the zero tokens are queries too; their outputs are cropped away. The
+    quadratic scores go in through the module's additive ``bias``.
+
+    Args:
+        image: ``(batch, C_in, H, W)``; weight: ``(C_out, C_in, K, K)``, odd ``K``; alpha > 0.
+    Returns:
+        ``(batch, C_out, H, W)``, approximately ``F.conv2d(image, weight, padding=K // 2)``.
+    """
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or not isinstance(weight, torch.Tensor) \
+            or weight.dim() != 4 or weight.shape[1] != image.shape[1]:
+        raise ValueError("expected image (batch, C_in, H, W) and weight (C_out, C_in, K, K)")
+    b, c_in, h, w = image.shape
+    c_out, _, k, _ = weight.shape
+    heads, p = k * k, k // 2
+    d_head = max(c_out, -(-c_in // heads))
+    d_model = heads * d_head
+    mha = attention.MultiHeadAttention(d_model, heads, bias=False).to(device=image.device, dtype=image.dtype)
+    w_val, w_out = kernel_to_heads(weight)                               # (K*K, C_in, C_out), (K*K*C_out, C_out)
+    with torch.no_grad():
+        for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):
+            proj.weight.zero_()                                          # W_qry = W_key = 0
+        v = mha.v_proj.weight.view(heads, d_head, d_model)              # nn.Linear: (out, in)
+        v[:, :c_out, :c_in] = w_val.transpose(1, 2)
+        o = mha.out_proj.weight.view(d_model, heads, d_head)
+        o[:c_out, :, :c_out] = w_out.view(heads, c_out, c_out).permute(2, 0, 1)
+    tokens = torch.nn.functional.pad(image, (p, p, p, p)).flatten(2).transpose(1, 2)     # (batch, L, C_in)
+    tokens = torch.nn.functional.pad(tokens, (0, d_model - c_in))                         # (batch, L, d_model)
+    centers = kernel_centers(k, image.device).to(image.dtype)
+    bias = quadratic_scores(relative_offsets(h + 2 * p, w + 2 * p, image.device), centers, alpha)
+    with torch.no_grad():
+        out, _ = mha(tokens, bias=bias[None])                            # (batch, L, d_model)
+    out = out[..., :c_out].reshape(b, h + 2 * p, w + 2 * p, c_out)[:, p:p + h, p:p + w]
+    return out.permute(0, 3, 1, 2)
 
 
 def apply_rope(x: torch.Tensor, positions, base: float = 10000.0) -> torch.Tensor:

@@ -73,6 +73,16 @@ def test_conv_as_attention_equals_conv2d_in_float64(k, c_in, c_out):
     torch.testing.assert_close(got, F.conv2d(x, w, padding=k // 2), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("k,c_in,c_out", [(1, 3, 1), (3, 3, 4), (5, 2, 2)])
+def test_chapter4_multihead_module_computes_the_convolution(k, c_in, c_out):
+    g = torch.Generator().manual_seed(k + 7 * c_in)
+    x = torch.randn(2, c_in, 6, 5, generator=g, dtype=torch.float64)
+    w = torch.randn(c_out, c_in, k, k, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(relpos.conv_as_multihead(x, w, 50.0), F.conv2d(x, w, padding=k // 2),
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(relpos.conv_as_multihead(x, w, 3.0), relpos.conv_as_attention(x, w, 3.0))
+
+
 def test_conv_as_attention_float32_and_the_error_shrinks_with_alpha():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 3, 8, 8, generator=g)
