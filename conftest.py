@@ -1,9 +1,16 @@
-"""pytest hooks for the notebooks that nbval executes (solutions/*/*.ipynb).
+"""pytest hooks: notebook time budgets, and grouping for parallel runs.
 
-Each notebook has a time budget: the cell during which a notebook's running time crosses
-NOTEBOOK_BUDGET_S fails with a message that says so. The course aims at about 90 s per
-notebook on a 2-core CPU; the budget leaves room for a slower machine. A summary of every
-notebook's time is printed at the end of the run.
+Each notebook that nbval executes (solutions/*/*.ipynb) has a time budget: the cell during
+which a notebook's running time crosses NOTEBOOK_BUDGET_S fails with a message that says so.
+The course aims at about 90 s per notebook on a 2-core CPU; the budget leaves room for a
+slower machine. A summary of every notebook's time is printed at the end of the run.
+
+`make test` runs pytest on two workers (pytest-xdist, ``--dist loadscope``, one thread
+each). Scopes keep together what must run in one process: a notebook's cells share one
+kernel (their scope is the notebook), and the grading round-trip tests of one chapter share
+one autograded course (their scope is the chapter's test class). Each worker enforces the
+budgets of the notebooks it runs; the summary is made from the reports that reach the
+main process.
 """
 import os
 from collections import defaultdict
@@ -11,7 +18,8 @@ from collections import defaultdict
 import pytest
 
 NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 150))
-_elapsed: dict[str, float] = defaultdict(float)
+_elapsed: dict[str, float] = defaultdict(float)   # per process: enforces the budget
+_totals: dict[str, float] = defaultdict(float)    # in the process that reports: the summary
 _over: set[str] = set()
 
 
@@ -34,9 +42,17 @@ def pytest_runtest_makereport(item, call):
                            f"{NOTEBOOK_BUDGET_S:.0f} s: shrink its experiments")
 
 
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        _totals[path] += report.duration
+        if "over its budget" in str(report.longrepr or ""):
+            _over.add(path)
+
+
 def pytest_terminal_summary(terminalreporter):
-    if _elapsed:
+    if _totals:
         terminalreporter.section("notebook execution times (nbval)")
-        for nb, sec in sorted(_elapsed.items()):
+        for nb, sec in sorted(_totals.items()):
             flag = "  OVER BUDGET" if nb in _over else ""
             terminalreporter.write_line(f"{sec:7.1f} s  {nb}{flag}")

@@ -5,7 +5,10 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.data` -- synthetic tasks (dates, length-graded sequences), vocabularies, batching
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
-- :mod:`course_utils.attention` -- scores, masked softmax, masks, scaled dot-product attention (chapter 3)
+- :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3); multi-head / grouped-query / multi-query attention and the KV cache (chapter 4)
+- :mod:`course_utils.attention_variants` -- cross-attention from projection matrices, sliding-window attention (mask and banded) (chapter 3)
+- :mod:`course_utils.cost` -- median time per call, bytes saved for backward, operations counted
+- :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution, RoPE (chapter 5)
 - :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps

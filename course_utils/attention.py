@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "attention_scores", "causal_mask", "combine_masks",
-    "masked_softmax", "merge_heads", "padding_mask", "repeat_kv", "scaled_dot_product_attention",
+    "KVCache", "MultiHeadAttention", "attention_scores", "cached_attention", "causal_mask",
+    "combine_masks", "convert_to_gqa", "grouped_sdpa", "kv_cache_bytes", "masked_softmax",
+    "mean_pool_kv_heads", "merge_heads", "padding_mask", "repeat_kv", "scaled_dot_product_attention",
     "split_heads",
 ]
 
@@ -262,6 +263,33 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.repeat_interleave(n_rep, dim=1)
 
 
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0) -> torch.Tensor:
+    """Fused attention of ``n_heads`` query heads over ``n_kv_heads`` key/value heads.
+
+    Args:
+        q: ``(batch, n_heads, L_q, d_head)``; k, v: ``(batch, n_kv_heads, L_k, d_head)``.
+        mask: bool, True = may attend, broadcastable to ``(batch, n_heads, L_q, L_k)``.
+    Returns:
+        ``(batch, n_heads, L_q, d_head)``, equal to ``F.scaled_dot_product_attention(q,
+        repeat_kv(k, r), repeat_kv(v, r), attn_mask=mask)`` with ``r = n_heads // n_kv_heads``.
+
+    The keys and values are never repeated: the ``r`` query heads of a group are folded into
+    the query-length axis, ``(batch, n_kv_heads, r * L_q, d_head)``, so each key/value head is
+    read from memory once per step, which is where MQA and GQA save time when decoding.
+    """
+    b, h, L_q, d = q.shape
+    g, L_k = k.shape[1], k.shape[2]
+    r = h // g
+    if r == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    q = q.reshape(b, g, r * L_q, d)                    # heads of group j are j*r .. j*r + r - 1
+    if mask is not None:
+        mask = mask.expand(b, h, L_q, L_k).reshape(b, g, r * L_q, L_k)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    return out.view(b, h, L_q, d)
+
+
 class KVCache:
     """The keys and values of the positions decoded so far, for one attention layer.
 
@@ -422,7 +450,94 @@ class MultiHeadAttention(nn.Module):
             out = F.dropout(weights, p) @ v_r if p else weights @ v_r
         else:
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                 enable_gqa=n_rep > 1)
+            out = grouped_sdpa(q, k, v, mask, dropout_p=p)
         out = self.out_proj(merge_heads(out))
         return out, (weights if need_weights else None)
+
+
+def cached_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                     cache: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One decoding step (or a prefill) of causal attention over a key/value cache.
+
+    Args:
+        q: ``(batch, n_heads, L_new, d_head)``, the queries of the ``L_new`` new positions.
+        k_new, v_new: ``(batch, n_kv_heads, L_new, d_head)``, their keys and values.
+        cache: ``(k, v)`` of shape ``(batch, n_kv_heads, T, d_head)`` for the ``T`` positions
+            before them, or None (nothing cached yet).
+    Returns:
+        ``(out (batch, n_heads, L_new, d_head), (k, v))`` where ``k, v`` are the cache with the
+        new positions appended: ``(batch, n_kv_heads, T + L_new, d_head)``, un-repeated.
+
+    The new queries are the *last* ``L_new`` of the ``T + L_new`` positions, so the causal mask
+    is :func:`causal_mask` ``(L_new, T + L_new)``, aligned bottom-right.
+    """
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    n_rep = q.shape[1] // k_new.shape[1]
+    mask = causal_mask(q.shape[2], k_new.shape[2], device=q.device)
+    out, _ = scaled_dot_product_attention(q, repeat_kv(k_new, n_rep), repeat_kv(v_new, n_rep), mask)
+    return out, (k_new, v_new)
+
+
+def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, batch: int = 1,
+                   bytes_per_value: int = 2) -> int:
+    """Bytes of the key/value cache: ``2 (K and V) * layers * kv heads * d_head * tokens * batch
+    * bytes per value`` (2 for float16/bfloat16, 4 for float32)."""
+    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_value
+
+
+def mean_pool_kv_heads(weight: torch.Tensor, n_heads: int, n_groups: int) -> torch.Tensor:
+    """Mean-pool the per-head rows of a key or value projection into ``n_groups`` heads.
+
+    Args:
+        weight: ``(n_heads * d_head, d_model)`` (an ``nn.Linear`` weight) or
+            ``(n_heads * d_head,)`` (its bias); rows ``h * d_head .. (h + 1) * d_head - 1``
+            belong to head ``h``.
+        n_groups: the number of key/value heads to keep; it divides ``n_heads``.
+    Returns:
+        ``(n_groups * d_head, ...)``: group ``j`` is the mean of heads ``j*r .. j*r + r - 1``
+        with ``r = n_heads // n_groups`` (the consecutive grouping of :func:`repeat_kv`), as in
+        Ainslie et al. (2023).
+    """
+    if n_heads % n_groups:
+        raise ValueError(f"n_groups={n_groups} does not divide n_heads={n_heads}")
+    if weight.shape[0] % n_heads:
+        raise ValueError(f"weight has {weight.shape[0]} rows, not a multiple of n_heads={n_heads}")
+    d_head = weight.shape[0] // n_heads
+    grouped = weight.reshape(n_groups, n_heads // n_groups, d_head, *weight.shape[1:])
+    return grouped.mean(dim=1).reshape(n_groups * d_head, *weight.shape[1:])
+
+
+def convert_to_gqa(mha: MultiHeadAttention, n_kv_heads: int, how: str = "mean",
+                   generator: torch.Generator | None = None) -> MultiHeadAttention:
+    """A GQA copy of ``mha`` with ``n_kv_heads`` key/value heads (Ainslie et al. 2023, §2.1).
+
+    ``how``: ``"mean"`` mean-pools each group's key and value heads; ``"first"`` keeps the first
+    head of each group; ``"random"`` initialises the key/value projections afresh (from
+    ``generator``). Query and output projections are copied unchanged.
+    """
+    if how not in ("mean", "first", "random"):
+        raise ValueError(f"how must be 'mean', 'first' or 'random', got {how!r}")
+    has_bias = mha.q_proj.bias is not None
+    new = MultiHeadAttention(mha.d_model, mha.n_heads, n_kv_heads, bias=has_bias,
+                             dropout=mha.dropout).to(mha.q_proj.weight.device, mha.q_proj.weight.dtype)
+    h, r, dh = mha.n_heads, mha.n_heads // n_kv_heads, mha.d_head
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(new, name).load_state_dict(getattr(mha, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            old, dst = getattr(mha, name), getattr(new, name)
+            for p_old, p_new in ((old.weight, dst.weight), (old.bias, dst.bias)):
+                if p_old is None:
+                    continue
+                if how == "mean":
+                    p_new.copy_(mean_pool_kv_heads(p_old, h, n_kv_heads))
+                elif how == "first":
+                    p_new.copy_(p_old.reshape(n_kv_heads, r, dh, *p_old.shape[1:])[:, 0]
+                                .reshape(p_new.shape))
+                else:
+                    bound = 1 / math.sqrt(mha.d_model)   # nn.Linear's default initialisation range
+                    p_new.copy_(torch.rand(p_new.shape, generator=generator) * 2 * bound - bound)
+    return new

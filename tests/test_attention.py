@@ -109,7 +109,8 @@ def test_attention_scores():
 
 
 def test_worked_example_of_the_notes():
-    """Seed 000's example; ERRATA.md section 1 gives the exact values."""
+    """Seed 000's example: chapter 3 section 3 (the worked example) gives the exact values and
+    finds the step where the source notes went wrong."""
     X = torch.tensor([[1., 2, 3, 4], [4, 3, 2, 1]], dtype=torch.float64)
     W_Q = W_V = torch.tensor([[1., 0], [0, 1], [0, 0], [0, 0]], dtype=torch.float64)
     W_K = torch.tensor([[0., 1], [1, 0], [0, 0], [0, 0]], dtype=torch.float64)
@@ -117,7 +118,7 @@ def test_worked_example_of_the_notes():
     torch.testing.assert_close(A.attention_scores(X @ W_Q, X @ W_K) * 2 ** 0.5,
                                torch.tensor([[4., 11], [11, 24]], dtype=torch.float64))
     torch.testing.assert_close(w[0], torch.tensor([0.007035, 0.992965], dtype=torch.float64), atol=1e-6, rtol=0)
-    # ERRATA.md's [0.00703, 0.99297] are these values cut (not rounded) to 5 decimals
+    # [0.00703, 0.99297], the exact weights cut (not rounded) to 5 decimals, as chapter 3 section 3 checks them
     torch.testing.assert_close(w[0], torch.tensor([0.00703, 0.99297], dtype=torch.float64), atol=1e-5, rtol=0)
     torch.testing.assert_close(out[0], torch.tensor([3.979, 2.993], dtype=torch.float64), atol=5e-4, rtol=0)
     torch.testing.assert_close(out[1], torch.tensor([3.9997, 2.9999], dtype=torch.float64), atol=5e-5, rtol=0)

@@ -198,3 +198,66 @@ def test_clear_errors():
         m(torch.ones(2, 5, D, dtype=torch.long))
     with pytest.raises(ValueError, match="divisible"):
         A.split_heads(torch.randn(2, 3, 10), 4)
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 3])
+def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
+    torch.manual_seed(8)
+    q, k, v = torch.randn(2, 6, 4, 5), torch.randn(2, n_kv, 9, 5), torch.randn(2, n_kv, 9, 5)
+    mask = A.combine_masks(A.padding_mask(torch.tensor([9, 3]), 9).unsqueeze(1), A.causal_mask(4, 9))
+    r = 6 // n_kv
+    ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(A.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 6])
+def test_cached_attention_prefill_chunks_and_steps_equal_full_causal_attention(n_kv):
+    torch.manual_seed(9)
+    q, k, v = torch.randn(2, 6, 9, 4), torch.randn(2, n_kv, 9, 4), torch.randn(2, n_kv, 9, 4)
+    r = 6 // n_kv
+    full, _ = A.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), A.causal_mask(9))
+    out1, cache = A.cached_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3])        # prefill 3
+    out2, cache = A.cached_attention(q[:, :, 3:7], k[:, :, 3:7], v[:, :, 3:7], cache)  # a chunk of 4
+    outs = [out1, out2]
+    for t in (7, 8):
+        o, cache = A.cached_attention(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
+        outs.append(o)
+    torch.testing.assert_close(torch.cat(outs, 2), full, atol=1e-6, rtol=1e-5)
+    assert cache[0].shape == (2, n_kv, 9, 4)
+
+
+def test_kv_cache_bytes_and_mean_pooling():
+    # Llama-2-7B-like: 32 layers, 32 heads of 128, float16: 512 KiB per token with MHA
+    assert A.kv_cache_bytes(32, 32, 128, 1) == 512 * 1024
+    assert A.kv_cache_bytes(32, 8, 128, 4096, batch=2, bytes_per_value=4) == 2 * 32 * 8 * 128 * 4096 * 2 * 4
+    w = torch.arange(24.0).view(6, 4)                       # 3 heads of d_head 2
+    pooled = A.mean_pool_kv_heads(w, n_heads=3, n_groups=1)
+    torch.testing.assert_close(pooled, (w[0:2] + w[2:4] + w[4:6]) / 3)
+    b = torch.arange(8.0)                                   # 4 heads of 2, 2 groups
+    torch.testing.assert_close(A.mean_pool_kv_heads(b, 4, 2), torch.tensor([1.0, 2.0, 5.0, 6.0]))
+    torch.testing.assert_close(A.mean_pool_kv_heads(w, 3, 3), w)
+    with pytest.raises(ValueError, match="does not divide"):
+        A.mean_pool_kv_heads(w, 3, 2)
+
+
+@pytest.mark.parametrize("how", ["mean", "first", "random"])
+def test_convert_to_gqa(how):
+    torch.manual_seed(10)
+    mha = A.MultiHeadAttention(D, H)
+    gqa = A.convert_to_gqa(mha, 2, how, generator=torch.Generator().manual_seed(0))
+    assert gqa.n_kv_heads == 2 and gqa.k_proj.weight.shape == (2 * 4, D)
+    assert torch.equal(gqa.q_proj.weight, mha.q_proj.weight)
+    assert torch.equal(gqa.out_proj.bias, mha.out_proj.bias)
+    heads = mha.k_proj.weight.view(H, 4, D)
+    if how == "mean":
+        torch.testing.assert_close(gqa.k_proj.weight[:4], heads[:3].mean(0))
+    elif how == "first":
+        assert torch.equal(gqa.v_proj.weight[4:], mha.v_proj.weight.view(H, 4, D)[3])
+    else:
+        assert not torch.allclose(gqa.k_proj.weight[:4], heads[:3].mean(0))
+    # converting to as many kv heads as query heads by mean pooling changes nothing
+    same = A.convert_to_gqa(mha, H, "mean")
+    x = torch.randn(2, 5, D)
+    torch.testing.assert_close(same(x)[0], mha(x)[0])

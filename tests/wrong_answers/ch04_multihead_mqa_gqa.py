@@ -1,0 +1,69 @@
+"""Wrong answers to chapter 4's exercises.
+
+``EXERCISE``/``SOURCE``: the causal mask of a cached step aligned top-left (what
+``is_causal=True`` does) instead of bottom-right: a single decoding step from a cache then
+sees only the first key. Visible and hidden tests catch it; the exercise loses all its points.
+
+``HIDDEN_ONLY``: for every exercise, a plausible answer that passes its visible tests and
+fails its hidden ones.
+"""
+
+EXERCISE = "ex4_cache"
+
+SOURCE = '''def attend_with_cache(q, k_new, v_new, cache=None):
+    """Wrong: the causal mask is aligned top-left, like is_causal=True."""
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    n_rep = q.shape[1] // k_new.shape[1]
+    mask = torch.ones(q.shape[2], k_new.shape[2], dtype=torch.bool).tril()
+    out, _ = attention.scaled_dot_product_attention(q, attention.repeat_kv(k_new, n_rep),
+                                                    attention.repeat_kv(v_new, n_rep), mask)
+    return out, (k_new, v_new)
+'''
+
+HIDDEN_ONLY = {
+    # merge_heads unpacks the shape in the wrong order; right only when L == n_heads
+    "ex1_split": '''def split_heads(x, n_heads):
+    b, L, d = x.shape
+    return x.view(b, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    b, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(b, h, L * d)
+''',
+    # keys and values taken from x instead of context: right for self-attention only
+    "ex2_mha": '''def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q = split_used(x @ W_q, n_heads)
+    k = split_used(x @ W_k, n_heads)
+    v = split_used(x @ W_v, n_heads)
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    return merge_used(out) @ W_o, weights
+''',
+    # T and d_head swapped in the final reshape: right only when T == d_head
+    "ex3_repeat_kv": '''def repeat_kv(x, n_rep):
+    b, g, T, d = x.shape
+    return x[:, :, None].expand(b, g, n_rep, T, d).reshape(b, g * n_rep, d, T)
+''',
+    # no causal mask: right for one new token at a time, wrong for a prompt or a chunk
+    "ex4_cache": '''def attend_with_cache(q, k_new, v_new, cache=None):
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    n_rep = q.shape[1] // k_new.shape[1]
+    out, _ = attention.scaled_dot_product_attention(q, attention.repeat_kv(k_new, n_rep),
+                                                    attention.repeat_kv(v_new, n_rep))
+    return out, (k_new, v_new)
+''',
+    # the batch argument is ignored
+    "ex5_kv_bytes": '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
+    return 2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_value
+''',
+    # works for a 2-D weight only, not for a bias
+    "ex6_mean_pool": '''def mean_pool_heads(weight, n_heads, n_groups):
+    d_head = weight.shape[0] // n_heads
+    grouped = weight.reshape(n_groups, n_heads // n_groups, d_head, weight.shape[1])
+    return grouped.mean(dim=1).reshape(n_groups * d_head, weight.shape[1])
+''',
+}
