@@ -10,6 +10,7 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.cost` -- median time per call, bytes saved for backward, operations counted
 - :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution, RoPE (chapter 5)
 - :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
+- :mod:`course_utils.transformer` -- positional encodings, encoder/decoder layers, the Transformer (chapter 6)
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises

@@ -1,0 +1,62 @@
+"""Typical wrong answers for chapter 6.
+
+``EXERCISE``/``SOURCE``: a decoder layer whose self-attention is not causal. Every position sees
+the whole target, so during training it could copy the token it is asked to predict; the visible
+tests catch it (changing the last target position changes the earlier outputs) and so do the hidden
+ones.
+
+``HIDDEN_ONLY``: for each exercise, a wrong answer that passes the visible tests and fails the
+hidden ones.
+"""
+
+EXERCISE = "ex4_decoder_layer"
+SOURCE = '''def decoder_layer_forward(layer, y, memory, memory_mask=None):
+    if layer.norm_first:
+        y = y + layer.self_attn(layer.norm1(y))[0]
+        y = y + layer.cross_attn(layer.norm2(y), context=memory, mask=memory_mask)[0]
+        return y + layer.ff(layer.norm3(y))
+    y = layer.norm1(y + layer.self_attn(y)[0])
+    y = layer.norm2(y + layer.cross_attn(y, context=memory, mask=memory_mask)[0])
+    return layer.norm3(y + layer.ff(y))
+'''
+
+HIDDEN_ONLY = {
+    # the exponent i / d_model instead of 2i / d_model: right for the first pair (i = 0) and at position 0
+    "ex1_sinusoidal": '''def sinusoidal_table(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    angle = pos / 10000 ** (i / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+''',
+    # the padding mask is never passed to the attention: right only when nothing is padded
+    "ex2_encoder_layer": '''def encoder_layer_forward(layer, x, mask=None):
+    if layer.norm_first:
+        x = x + layer.self_attn(layer.norm1(x))[0]
+        return x + layer.ff(layer.norm2(x))
+    x = layer.norm1(x + layer.self_attn(x)[0])
+    return layer.norm2(x + layer.ff(x))
+''',
+    # padding hard-coded as id 0 instead of pad_id
+    "ex3_decoder_mask": '''def decoder_mask(tgt_in, pad_id=PAD_ID):
+    T_len = tgt_in.shape[1]
+    causal = torch.ones(T_len, T_len).tril().bool()
+    return causal & (tgt_in != 0)[:, None, None, :]
+''',
+    # cross-attention without the source padding mask: right only for unpadded sources
+    "ex4_decoder_layer": '''def decoder_layer_forward(layer, y, memory, memory_mask=None):
+    if layer.norm_first:
+        y = y + layer.self_attn(layer.norm1(y), causal=True)[0]
+        y = y + layer.cross_attn(layer.norm2(y), context=memory)[0]
+        return y + layer.ff(layer.norm3(y))
+    y = layer.norm1(y + layer.self_attn(y, causal=True)[0])
+    y = layer.norm2(y + layer.cross_attn(y, context=memory)[0])
+    return layer.norm3(y + layer.ff(y))
+''',
+    # linear warmup, then held at the peak: no 1/sqrt(step) decay
+    "ex5_warmup": '''def warmup_lr(step, d_model, warmup):
+    return d_model ** -0.5 * min(step, warmup) * warmup ** -1.5
+''',
+}
