@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import nn
-# The text bar, not tqdm.auto's widget: an executed notebook stores a widget as its text
-# fallback frozen at 0%, while the text bar's carriage returns are collapsed to the finished bar.
 from tqdm.std import tqdm
 
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
@@ -55,6 +53,40 @@ def get_device(prefer: str | None = None) -> torch.device:
 def grading() -> bool:
     """True while nbgrader executes the notebook (autograde or validate): shrink experiments."""
     return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+class _DisplayLine:
+    """A file for tqdm's text bar that shows it as one notebook output updated in place.
+
+    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
+    and a text bar on stdout as one output per refresh. Updating one display (a display id)
+    keeps a single output, which ends as the finished bar.
+    """
+
+    def __init__(self):
+        from IPython.display import display
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text: str) -> None:
+        line = text.replace("\n", "\r").split("\r")
+        line = [part for part in line if part.strip()]
+        if line:
+            self.handle.update({"text/plain": line[-1]}, raw=True)
+
+    def flush(self) -> None:
+        pass
+
+
+def _progress_file(enabled: bool):
+    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
+    if enabled and "ipykernel" in sys.modules:
+        try:
+            from IPython import get_ipython
+            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
+                return _DisplayLine()
+        except ImportError:
+            pass
+    return sys.stdout
 
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
@@ -103,7 +135,8 @@ def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = History()
     start = time.perf_counter()
-    bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout, mininterval=1.0)
+    bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+               ascii=True)
     step, epoch = 0, 0
     while step < steps:
         for batch in batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch):
@@ -202,7 +235,8 @@ def count_parameters(model: nn.Module) -> int:
 __all__ = [
     "LENGTH_TASK_BUDGET", "Batch", "History", "Scores", "count_parameters", "error_by_position", "evaluate",
     "get_device", "grading", "length_task_budget", "mean_exact_match", "predict", "score_predictions",
-    "sequence_loss", "set_seed", "teacher_forced_accuracy", "train_on_length_task", "train_seq2seq",
+    "sequence_loss", "set_seed", "teacher_forced_accuracy", "teacher_forced_predictions", "train_on_length_task",
+    "train_seq2seq",
 ]
 
 
@@ -263,6 +297,23 @@ def error_by_position(predictions: Sequence[Sequence[str]], pairs: Sequence[Pair
             total[i] += 1
             wrong[i] += int(i >= len(pred) or pred[i] != tok)
     return [wrong[i] / total[i] for i in range(len(total))]
+
+
+@torch.no_grad()
+def teacher_forced_predictions(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
+                               batch_size: int = 256) -> list[list[str]]:
+    """For every target position, the model's most probable token given the *correct* previous
+    tokens (teacher forcing), as token lists as long as the targets: errors do not compound,
+    so :func:`error_by_position` on them shows what the decoder gets wrong on its own."""
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[list[str]] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = list(pairs[start:start + batch_size])
+        batch = make_batch(chunk, src_vocab, tgt_vocab).to(device)
+        pred = model(batch.src, batch.src_lengths, batch.tgt_in).argmax(-1).cpu()
+        out.extend([tgt_vocab.itos[i] for i in pred[b, : len(t)].tolist()] for b, (_, t) in enumerate(chunk))
+    return out
 
 
 @torch.no_grad()

@@ -120,3 +120,17 @@ def test_teacher_forced_accuracy_counts_eos_and_ignores_padding():
     oracle.target = data.make_batch(pairs, v, v).tgt_out
     # positions: 3 + 4 = 7 (eos included), 2 wrong (position 0 of each)
     assert train.teacher_forced_accuracy(oracle, pairs, v, v) == 5 / 7
+    assert train.teacher_forced_predictions(oracle, pairs, v, v) == [list("da"), list("dba")]
+
+
+def test_progress_bar_is_one_display_updated_in_place():
+    import sys
+    import types
+    assert train._progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
+    line = train._DisplayLine.__new__(train._DisplayLine)      # without IPython's display machinery
+    shown = []
+    line.handle = types.SimpleNamespace(update=lambda data, raw: shown.append(data["text/plain"]))
+    line.write("\rtraining:  10%|#   | 1/10")
+    line.write("\rtraining: 100%|####| 10/10\n")
+    line.write("\n")
+    assert shown == ["training:  10%|#   | 1/10", "training: 100%|####| 10/10"]
