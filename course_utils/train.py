@@ -55,40 +55,6 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-class _DisplayLine:
-    """A file for tqdm's text bar that shows it as one notebook output updated in place.
-
-    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
-    and a text bar on stdout as one output per refresh. Updating one display (a display id)
-    keeps a single output, which ends as the finished bar.
-    """
-
-    def __init__(self):
-        from IPython.display import display
-        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
-
-    def write(self, text: str) -> None:
-        line = text.replace("\n", "\r").split("\r")
-        line = [part for part in line if part.strip()]
-        if line:
-            self.handle.update({"text/plain": line[-1]}, raw=True)
-
-    def flush(self) -> None:
-        pass
-
-
-def _progress_file(enabled: bool):
-    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
-    if enabled and "ipykernel" in sys.modules:
-        try:
-            from IPython import get_ipython
-            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
-                return _DisplayLine()
-        except ImportError:
-            pass
-    return sys.stdout
-
-
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
     """Mean cross-entropy over non-pad target positions.
 
@@ -334,3 +300,41 @@ def teacher_forced_accuracy(model: nn.Module, pairs: Sequence[Pair], src_vocab: 
         right += int(((pred == batch.tgt_out) & real).sum())
         total += int(real.sum())
     return right / total
+
+
+# ----------------------------------------------------------------------------------------
+# The progress bar of train_seq2seq
+# ----------------------------------------------------------------------------------------
+
+class _DisplayLine:
+    """A file for tqdm's text bar that shows it as one notebook output updated in place.
+
+    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
+    and a text bar on stdout as one output per refresh. Updating one display (a display id)
+    keeps a single output, which ends as the finished bar.
+    """
+
+    def __init__(self):
+        from IPython.display import display
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text: str) -> None:
+        line = text.replace("\n", "\r").split("\r")
+        line = [part for part in line if part.strip()]
+        if line:
+            self.handle.update({"text/plain": line[-1]}, raw=True)
+
+    def flush(self) -> None:
+        pass
+
+
+def _progress_file(enabled: bool):
+    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
+    if enabled and "ipykernel" in sys.modules:
+        try:
+            from IPython import get_ipython
+            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
+                return _DisplayLine()
+        except ImportError:
+            pass
+    return sys.stdout
