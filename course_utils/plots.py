@@ -51,12 +51,18 @@ def plot_accuracy_by_length(results: Mapping[str, object], ax=None, metric: str 
     return ax
 
 
+def _visible(label: str) -> str:
+    return "\u2423" if label == " " else label
+
+
 def plot_attention(weights, query_labels: Sequence[str], key_labels: Sequence[str], ax=None,
-                   title: str | None = None, cmap: str = "viridis", colorbar: bool = True):
+                   title: str | None = None, cmap: str = "viridis", colorbar: bool = True,
+                   vmax: float | None = None):
     """Heat map of one attention matrix ``(len(query_labels), len(key_labels))``.
 
     Rows are queries (e.g. output tokens), columns keys (e.g. input tokens); each row of
-    softmax weights sums to one.
+    softmax weights sums to one. The colour scale runs from 0 to ``vmax`` (default: the
+    largest weight); give ``vmax=1.0`` to several maps that share one colour bar.
     """
     w = weights.detach().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
     if w.shape != (len(query_labels), len(key_labels)):
@@ -64,15 +70,17 @@ def plot_attention(weights, query_labels: Sequence[str], key_labels: Sequence[st
                          f"({len(query_labels)}, {len(key_labels)})")
     if ax is None:
         ax = plt.subplots(figsize=(0.3 * len(key_labels) + 2, 0.3 * len(query_labels) + 1))[1]
-    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(float(w.max()), 1e-9), aspect="auto")
-    ax.set_xticks(range(len(key_labels)), [repr(k)[1:-1] if k == " " else k for k in key_labels])
-    ax.set_yticks(range(len(query_labels)), list(query_labels))
+    top = vmax if vmax is not None else max(float(w.max()), 1e-9)
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=top, aspect="auto")
+    # A space would be an invisible tick label: show it as the open-box sign.
+    ax.set_xticks(range(len(key_labels)), [_visible(k) for k in key_labels])
+    ax.set_yticks(range(len(query_labels)), [_visible(q) for q in query_labels])
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
     if title:
         ax.set_title(title)
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     return ax
 
 
@@ -94,3 +102,126 @@ def plot_loglog(xs: Sequence[float], series: Mapping[str, Sequence[float]], ax=N
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax, slopes
+
+
+# ----------------------------------------------------------------------------------------
+# Diagrams drawn by code (they render offline, in JupyterLab and on a web page)
+# ----------------------------------------------------------------------------------------
+
+_COLOURS = {"enc": "#cfe2f3", "dec": "#fde9c9", "vec": "#d9ead3", "tok": "white", "att": "#ead1dc"}
+
+
+def _box(ax, x, y, text, kind="tok", w=0.8, h=0.5, fontsize=10):
+    ax.add_patch(plt.Rectangle((x - w / 2, y - h / 2), w, h, facecolor=_COLOURS[kind],
+                               edgecolor="0.3", linewidth=1))
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize)
+
+
+def _arrow(ax, start, end, colour="0.3", style="-|>", dashed=False, rad=0.0):
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops=dict(arrowstyle=style, color=colour, lw=1.2, shrinkA=14, shrinkB=14,
+                                linestyle="--" if dashed else "-", connectionstyle=f"arc3,rad={rad}"))
+
+
+def _canvas(ax, width, height):
+    ax = ax if ax is not None else plt.subplots(figsize=(width, height))[1]
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return ax
+
+
+def draw_encoder_decoder(src: Sequence[str] = ("a", "b", "c"), tgt: Sequence[str] = ("c", "b", "a"), ax=None):
+    """The chapter-1 encoder-decoder trained with teacher forcing.
+
+    Encoder cells read ``src`` left to right; the final state becomes the context ``c``; the
+    decoder starts from ``c`` and at step t reads the *correct* previous target token
+    (``<sos>`` first) and is trained to predict the next one (``<eos>`` last).
+    """
+    n, m = len(src), len(tgt)
+    ax = _canvas(ax, 1.1 * (n + m + 2), 3.6)
+    for i, tok in enumerate(src):
+        _box(ax, i, 0, tok)
+        _box(ax, i, 1.2, f"$h_{i + 1}$", "enc")
+        _arrow(ax, (i, 0), (i, 1.2))
+        if i:
+            _arrow(ax, (i - 1, 1.2), (i, 1.2))
+    cx = n + 0.2
+    _box(ax, cx, 1.2, "$c$", "vec", w=0.6)
+    _arrow(ax, (n - 1, 1.2), (cx, 1.2))
+    ins, outs = ["<sos>", *tgt], [*tgt, "<eos>"]
+    for t in range(m + 1):
+        x = n + 1.4 + t * 1.1
+        _box(ax, x, 0, ins[t], w=0.9, fontsize=9)
+        _box(ax, x, 1.2, f"$s_{t + 1}$", "dec")
+        _box(ax, x, 2.4, outs[t], w=0.9, fontsize=9)
+        _arrow(ax, (x, 0), (x, 1.2))
+        _arrow(ax, (x, 1.2), (x, 2.4))
+        _arrow(ax, (cx, 1.2) if t == 0 else (x - 1.1, 1.2), (x, 1.2))
+        if t < m:  # teacher forcing: the correct token, not the prediction, is the next input
+            _arrow(ax, (x + 0.3, 2.2), (x + 1.0, 0.2), colour="tab:red", dashed=True)
+    ax.text((n - 1) / 2, -0.75, "encoder (reads the source)", ha="center", fontsize=10)
+    ax.text(n + 1.4 + m * 0.55, -0.75, "decoder (writes the target)", ha="center", fontsize=10)
+    ax.text(n + 1.4 + m * 0.55, 3.05, "targets; red dashes: teacher forcing feeds the correct token",
+            ha="center", fontsize=9, color="tab:red")
+    ax.set_xlim(-0.7, n + 1.4 + m * 1.1 + 0.7)
+    ax.set_ylim(-1.0, 3.3)
+    return ax
+
+
+def draw_attention_decoder_steps(axes=None):
+    """One decoder step of Bahdanau et al. (2015) beside one of Luong et al. (2015).
+
+    Bahdanau: the *previous* state ``s_{i-1}`` scores the encoder states, and the context
+    ``c_i`` enters the recurrent step. Luong: the recurrent step runs first, its *new* state
+    ``h_t`` scores, and ``c_t`` only enters the output through ``h~_t``. Returns the two axes.
+    """
+    if axes is None:
+        axes = plt.subplots(1, 2, figsize=(12, 4.2))[1]
+    ax_b, ax_l = (_canvas(a, 6, 4) for a in axes)
+    for ax in (ax_b, ax_l):
+        for j in range(3):
+            _box(ax, j * 0.9, 0, f"$h_{j + 1}$", "enc", w=0.7)
+    # Bahdanau
+    _box(ax_b, 1.0 * 0.9, 1.4, r"$\alpha_{ij}$", "att", w=0.8)
+    _box(ax_b, 0.9, 2.6, "$c_i$", "vec", w=0.7)
+    _box(ax_b, 3.6, 1.4, "$s_{i-1}$", "dec", w=0.9)
+    _box(ax_b, 3.6, 2.6, "GRU", "dec", w=0.9)
+    _box(ax_b, 5.0, 2.6, "$y_{i-1}$", w=0.9)
+    _box(ax_b, 3.6, 3.8, "$s_i$", "dec", w=0.9)
+    _box(ax_b, 2.2, 4.8, r"out$([s_i; c_i])$", w=1.8)
+    for j in range(3):
+        _arrow(ax_b, (j * 0.9, 0), (0.9, 1.4))
+    _arrow(ax_b, (3.6, 1.4), (0.9, 1.4), colour="tab:purple")
+    _arrow(ax_b, (0.9, 1.4), (0.9, 2.6))
+    _arrow(ax_b, (0.9, 2.6), (3.6, 2.6), colour="tab:purple")
+    _arrow(ax_b, (3.6, 1.4), (3.6, 2.6))
+    _arrow(ax_b, (5.0, 2.6), (3.6, 2.6))
+    _arrow(ax_b, (3.6, 2.6), (3.6, 3.8))
+    _arrow(ax_b, (3.6, 3.8), (2.2, 4.8))
+    _arrow(ax_b, (0.9, 2.6), (2.2, 4.8))
+    ax_b.set_title("Bahdanau: score with $s_{i-1}$, the context enters the GRU", fontsize=10)
+    # Luong
+    _box(ax_l, 3.6, 0, "$h_{t-1}$", "dec", w=0.9)
+    _box(ax_l, 5.0, 0, "$y_{t-1}$", w=0.9)
+    _box(ax_l, 3.6, 1.2, "GRU", "dec", w=0.9)
+    _box(ax_l, 3.6, 2.4, "$h_t$", "dec", w=0.9)
+    _box(ax_l, 0.9, 1.4, r"$\alpha_{ts}$", "att", w=0.8)
+    _box(ax_l, 0.9, 2.6, "$c_t$", "vec", w=0.7)
+    _box(ax_l, 2.2, 3.8, r"$\tilde h_t = \tanh(W_c[c_t; h_t])$", w=2.6, fontsize=9)
+    _box(ax_l, 2.2, 4.8, r"out$(\tilde h_t)$", w=1.8)
+    for j in range(3):
+        _arrow(ax_l, (j * 0.9, 0), (0.9, 1.4))
+    _arrow(ax_l, (3.6, 0), (3.6, 1.2))
+    _arrow(ax_l, (5.0, 0), (3.6, 1.2))
+    _arrow(ax_l, (3.6, 1.2), (3.6, 2.4))
+    _arrow(ax_l, (3.6, 2.4), (0.9, 1.4), colour="tab:purple")
+    _arrow(ax_l, (0.9, 1.4), (0.9, 2.6))
+    _arrow(ax_l, (0.9, 2.6), (2.2, 3.8))
+    _arrow(ax_l, (3.6, 2.4), (2.2, 3.8))
+    _arrow(ax_l, (2.2, 3.8), (2.2, 4.8))
+    ax_l.set_title(r"Luong: GRU first, score with the new $h_t$, then $\tilde h_t$", fontsize=10)
+    for ax in (ax_b, ax_l):
+        ax.text(0.9, -0.75, "encoder states (keys = values)", ha="center", fontsize=9)
+        ax.set_xlim(-0.6, 5.7)
+        ax.set_ylim(-1.0, 5.3)
+    return ax_b, ax_l

@@ -1,8 +1,11 @@
 """Recurrent networks and the RNN encoder-decoder of chapter 1.
 
 Reference implementations: :func:`rnn_forward` is the vanilla recurrence written out
-(it equals ``nn.RNN`` with the same weights), :class:`Encoder`, :class:`Decoder` and
-:class:`Seq2Seq` are the chapter-1 model that later chapters compare against.
+(it equals ``nn.RNN`` with the same weights), :func:`gru_step` and :func:`lstm_step` are one
+step of the gated cells written out (equal to ``nn.GRUCell`` and ``nn.LSTMCell``;
+:func:`lstm_forward` runs :func:`lstm_step` over a sequence and equals ``nn.LSTM``),
+:class:`Encoder`, :class:`Decoder` and :class:`Seq2Seq` are the chapter-1 model that later
+chapters compare against.
 
 Every model here exposes the decoding protocol of :mod:`course_utils.decoding`:
 ``encode(src, src_lengths) -> state`` and ``decode_step(prev_tokens, state) -> (log_probs, state)``,
@@ -39,6 +42,77 @@ def rnn_forward(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: tor
         h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)
         states.append(h)
     return torch.stack(states, dim=1), h
+
+
+def gru_step(x_t: torch.Tensor, h_prev: torch.Tensor, W_ih: torch.Tensor, W_hh: torch.Tensor,
+             b_ih: torch.Tensor, b_hh: torch.Tensor) -> torch.Tensor:
+    """One GRU step, gates in PyTorch's order (reset r, update z, candidate n)::
+
+        r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+        z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+        h' = (1 - z) * n + z * h
+
+    Args:
+        x_t: ``(batch, d_in)``; h_prev: ``(batch, hidden)``.
+        W_ih: ``(3 hidden, d_in)``; W_hh: ``(3 hidden, hidden)``; b_ih, b_hh: ``(3 hidden,)``,
+            i.e. ``nn.GRUCell``'s ``weight_ih, weight_hh, bias_ih, bias_hh``.
+    Returns:
+        ``h'`` ``(batch, hidden)``, equal to ``nn.GRUCell`` with the same weights.
+    """
+    gi, gh = x_t @ W_ih.T + b_ih, h_prev @ W_hh.T + b_hh
+    i_r, i_z, i_n = gi.chunk(3, dim=-1)
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h_prev
+
+
+def lstm_step(x_t: torch.Tensor, h_prev: torch.Tensor, c_prev: torch.Tensor, W_ih: torch.Tensor,
+              W_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step (Hochreiter & Schmidhuber 1997, with the forget gate), gates in PyTorch's
+    order (input i, forget f, candidate g, output o)::
+
+        i = sigmoid(W_ii x + b_ii + W_hi h + b_hi)      what to write
+        f = sigmoid(W_if x + b_if + W_hf h + b_hf)      what to keep of the cell
+        g = tanh(W_ig x + b_ig + W_hg h + b_hg)         the candidate
+        o = sigmoid(W_io x + b_io + W_ho h + b_ho)      what to show
+        c' = f * c + i * g                              the cell state: an additive path
+        h' = o * tanh(c')
+
+    Args:
+        x_t: ``(batch, d_in)``; h_prev, c_prev: ``(batch, hidden)``.
+        W_ih: ``(4 hidden, d_in)``; W_hh: ``(4 hidden, hidden)``; b_ih, b_hh: ``(4 hidden,)``,
+            i.e. ``nn.LSTMCell``'s ``weight_ih, weight_hh, bias_ih, bias_hh``.
+    Returns:
+        ``(h', c')``, both ``(batch, hidden)``, equal to ``nn.LSTMCell`` with the same weights.
+    """
+    if x_t.dim() != 2 or h_prev.shape != c_prev.shape:
+        raise ValueError(f"x_t must be (batch, d_in) and h_prev, c_prev (batch, hidden) of one shape; "
+                         f"got {tuple(x_t.shape)}, {tuple(h_prev.shape)}, {tuple(c_prev.shape)}")
+    gates = x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def lstm_forward(x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, W_ih: torch.Tensor,
+                 W_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`lstm_step` over a sequence: ``x (batch, seq, d_in)``, ``h0, c0 (batch, hidden)``.
+
+    Returns ``(states (batch, seq, hidden), (h_T, c_T))``, equal to
+    ``nn.LSTM(d_in, hidden, batch_first=True)`` with ``weight_ih_l0, weight_hh_l0, bias_ih_l0,
+    bias_hh_l0`` (its ``h_n, c_n`` without the leading layer axis).
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d_in), got shape {tuple(x.shape)}")
+    h, c, states = h0, c0, []
+    for t in range(x.shape[1]):
+        h, c = lstm_step(x[:, t], h, c, W_ih, W_hh, b_ih, b_hh)
+        states.append(h)
+    return torch.stack(states, dim=1), (h, c)
 
 
 class Encoder(nn.Module):

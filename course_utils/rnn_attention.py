@@ -17,6 +17,8 @@ Score functions (``n`` = the decoder's hidden size, ``d`` = the encoder states' 
 * :func:`general_score` (Luong): ``h_t^T W_a h_j``.
 * :func:`concat_score` (Luong): ``v^T tanh(W_a [h_t; h_j])``; splitting ``W_a = [W1 W2]``
   shows that it is the additive score with ``W = W1``, ``U = W2``.
+* :func:`location_score` (Luong): ``a_t = softmax(W_a h_t)``, a score per source *position*
+  computed from the decoder state alone; the keys' content is never read.
 
 :func:`local_m_mask` restricts attention to Luong's local-m window ``[p_t - D, p_t + D]``
 with ``p_t = t`` (clamped to the last real source position).
@@ -146,6 +148,31 @@ def concat_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor,
                        keys.unsqueeze(1).expand(-1, T, S, d_k)], dim=-1)
     scores = torch.tanh(pairs @ W_a.T) @ v_a
     return scores.squeeze(1) if squeeze else scores
+
+
+def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torch.Tensor:
+    """Luong's location score ``e = W_a h_t``: one score per source position from the query alone.
+
+    Luong et al. (2015, section 3.1) write ``a_t = softmax(W_a h_t)``: ``W_a`` has one row per
+    source position (up to a maximum length), so the score of position j is ``h_t . W_a[j]``
+    whatever the encoder state at j holds. Positions beyond ``src_len`` are cut off; padding
+    is masked afterwards, as for the other scores.
+
+    Args:
+        query: ``(batch, d_q)`` or ``(batch, T, d_q)``; W_a: ``(max_len, d_q)``;
+        src_len: the padded source length S (at most ``max_len``).
+    Returns:
+        ``(batch, S)`` (or ``(batch, T, S)``).
+    """
+    if not isinstance(query, torch.Tensor) or query.dim() not in (2, 3):
+        got = tuple(query.shape) if isinstance(query, torch.Tensor) else type(query).__name__
+        raise ValueError(f"query must be (batch, d_q) or (batch, T, d_q), got {got}")
+    if W_a.dim() != 2 or W_a.shape[1] != query.shape[-1]:
+        raise ValueError(f"W_a must be (max_len, d_q) with d_q = {query.shape[-1]}, got {tuple(W_a.shape)}")
+    if not 0 < src_len <= W_a.shape[0]:
+        raise ValueError(f"src_len must be between 1 and W_a's {W_a.shape[0]} rows (the longest "
+                         f"source it scores), got {src_len}")
+    return query @ W_a[:src_len].T
 
 
 # ----------------------------------------------------------------------------------------
@@ -427,4 +454,5 @@ def greedy_with_attention(model: AttentionSeq2Seq, src: torch.Tensor, src_length
 
 
 __all__ = ["SCORES", "AttentionSeq2Seq", "additive_score", "attend", "concat_score",
-           "context_vector", "dot_score", "general_score", "greedy_with_attention", "local_m_mask"]
+           "context_vector", "dot_score", "general_score", "greedy_with_attention", "local_m_mask",
+           "location_score"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
@@ -122,7 +122,8 @@ def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
     history = History()
     start = time.perf_counter()
-    bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout, mininterval=1.0)
+    bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+               ascii=True)
     step, epoch = 0, 0
     while step < steps:
         for batch in batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch):
@@ -223,6 +224,142 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "LENGTH_TASK_BUDGET", "Batch", "History", "Scores", "count_parameters", "evaluate", "get_device", "grading",
-    "predict", "score_predictions", "sequence_loss", "set_seed", "train_seq2seq",
+    "LENGTH_TASK_BUDGET", "Batch", "History", "Scores", "count_parameters", "error_by_position", "evaluate",
+    "get_device", "grading", "length_task_budget", "mean_exact_match", "predict", "score_predictions",
+    "sequence_loss", "set_seed", "teacher_forced_accuracy", "teacher_forced_predictions", "train_on_length_task",
+    "train_seq2seq",
 ]
+
+
+# ----------------------------------------------------------------------------------------
+# The length-graded comparison shared by the chapters (data.length_task + LENGTH_TASK_BUDGET)
+# ----------------------------------------------------------------------------------------
+
+def length_task_budget(grading_steps: int = 20, **overrides) -> dict:
+    """:data:`LENGTH_TASK_BUDGET` with ``overrides``, shrunk to ``grading_steps`` steps while
+    nbgrader runs the notebook (:func:`grading`)."""
+    budget = {**LENGTH_TASK_BUDGET, **overrides}
+    if grading():
+        budget["steps"] = min(budget["steps"], grading_steps)
+    return budget
+
+
+def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: int = 0,
+                         **kwargs) -> tuple[nn.Module, History]:
+    """Seed, build ``make_model()`` and train it on the length task with the shared budget.
+
+    Every model of the length comparison starts from the same seed and sees the same
+    batches. ``kwargs`` go to :func:`train_seq2seq` (``device``, ``progress``, ``desc``) or
+    override the budget (``steps``, ``batch_size``, ``lr``; see :func:`length_task_budget`).
+    Returns ``(model, history)``.
+    """
+    budget_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in LENGTH_TASK_BUDGET}
+    set_seed(seed)
+    model = make_model()
+    history = train_seq2seq(model, pairs, vocab, vocab, seed=seed, **length_task_budget(**budget_keys), **kwargs)
+    return model, history
+
+
+def mean_exact_match(scores: Scores, lo: int, hi: int) -> float:
+    """Exact match averaged over the source lengths ``lo..hi`` (each length weighs the same)."""
+    missing = [L for L in range(lo, hi + 1) if L not in scores.by_length]
+    if missing:
+        raise ValueError(f"no test sentences of source length {missing}; have {sorted(scores.by_length)}")
+    return sum(scores.by_length[L][1] for L in range(lo, hi + 1)) / (hi - lo + 1)
+
+
+def error_by_position(predictions: Sequence[Sequence[str]], pairs: Sequence[Pair],
+                      lengths: Sequence[int] | None = None) -> list[float]:
+    """The share of wrong output tokens at each target position ``0, 1, ...``.
+
+    Position ``i`` counts the sentences (of source length in ``lengths``, default all) whose
+    target has a token at ``i``; a prediction is wrong there if its ``i``-th token differs or
+    is missing. The ``<eos>`` position is not counted.
+    """
+    if len(predictions) != len(pairs):
+        raise ValueError(f"{len(predictions)} predictions for {len(pairs)} pairs")
+    keep = None if lengths is None else set(lengths)
+    wrong: dict[int, int] = defaultdict(int)
+    total: dict[int, int] = defaultdict(int)
+    for pred, (src, tgt) in zip(predictions, pairs):
+        if keep is not None and len(src) not in keep:
+            continue
+        for i, tok in enumerate(tgt):
+            total[i] += 1
+            wrong[i] += int(i >= len(pred) or pred[i] != tok)
+    return [wrong[i] / total[i] for i in range(len(total))]
+
+
+@torch.no_grad()
+def teacher_forced_predictions(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
+                               batch_size: int = 256) -> list[list[str]]:
+    """For every target position, the model's most probable token given the *correct* previous
+    tokens (teacher forcing), as token lists as long as the targets: errors do not compound,
+    so :func:`error_by_position` on them shows what the decoder gets wrong on its own."""
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[list[str]] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = list(pairs[start:start + batch_size])
+        batch = make_batch(chunk, src_vocab, tgt_vocab).to(device)
+        pred = model(batch.src, batch.src_lengths, batch.tgt_in).argmax(-1).cpu()
+        out.extend([tgt_vocab.itos[i] for i in pred[b, : len(t)].tolist()] for b, (_, t) in enumerate(chunk))
+    return out
+
+
+@torch.no_grad()
+def teacher_forced_accuracy(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
+                            batch_size: int = 256) -> float:
+    """Token accuracy when the decoder is given the *correct* previous tokens (as in training).
+
+    The share of target positions (``<eos>`` included) where the teacher-forced argmax is the
+    target token; compare it with the free-running token accuracy of :func:`evaluate`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    right = total = 0
+    for start in range(0, len(pairs), batch_size):
+        batch = make_batch(list(pairs[start:start + batch_size]), src_vocab, tgt_vocab).to(device)
+        pred = model(batch.src, batch.src_lengths, batch.tgt_in).argmax(-1)
+        real = batch.tgt_out != PAD_ID
+        right += int(((pred == batch.tgt_out) & real).sum())
+        total += int(real.sum())
+    return right / total
+
+
+# ----------------------------------------------------------------------------------------
+# The progress bar of train_seq2seq
+# ----------------------------------------------------------------------------------------
+
+class _DisplayLine:
+    """A file for tqdm's text bar that shows it as one notebook output updated in place.
+
+    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
+    and a text bar on stdout as one output per refresh. Updating one display (a display id)
+    keeps a single output, which ends as the finished bar.
+    """
+
+    def __init__(self):
+        from IPython.display import display
+        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def write(self, text: str) -> None:
+        line = text.replace("\n", "\r").split("\r")
+        line = [part for part in line if part.strip()]
+        if line:
+            self.handle.update({"text/plain": line[-1]}, raw=True)
+
+    def flush(self) -> None:
+        pass
+
+
+def _progress_file(enabled: bool):
+    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
+    if enabled and "ipykernel" in sys.modules:
+        try:
+            from IPython import get_ipython
+            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
+                return _DisplayLine()
+        except ImportError:
+            pass
+    return sys.stdout

@@ -41,6 +41,25 @@ def test_greedy_follows_argmax_and_pads_after_eos():
     assert decoding.tokens_to_lists(tokens) == [[4, 3], [4, 3]]
 
 
+def test_greedy_rows_that_end_at_different_steps_are_padded_and_stop_scoring():
+    # Row 0: sos -> 4 -> eos (2 tokens); row 1: sos -> 3 -> 4 -> eos (3 tokens); each row
+    # has its own table, chosen through the state.
+    tables = torch.full((2, 5, 5), -10.0)
+    tables[0, SOS_ID, 4], tables[0, 4, EOS_ID] = 0.0, 0.0
+    tables[1, SOS_ID, 3], tables[1, 3, 4], tables[1, 4, EOS_ID] = 0.0, 0.0, 0.0
+    tables[:, EOS_ID, 4] = 0.0   # what a finished row would write next if it were not padded
+    tables = torch.log_softmax(tables, -1)
+
+    def step(prev, state):
+        return tables[state["row"], prev], state
+
+    tokens, scores = decoding.greedy_decode(step, {"row": torch.arange(2)}, max_len=6)
+    assert tokens.tolist() == [[4, EOS_ID, PAD_ID], [3, 4, EOS_ID]]
+    want = torch.stack([tables[0, SOS_ID, 4] + tables[0, 4, EOS_ID],
+                        tables[1, SOS_ID, 3] + tables[1, 3, 4] + tables[1, 4, EOS_ID]])
+    torch.testing.assert_close(scores, want)
+
+
 def test_greedy_stops_at_max_len():
     table = torch.log_softmax(torch.eye(5) * -5 + torch.tensor([0, 0, -9, 0, 3.0]), -1)
     tokens, _ = decoding.greedy_decode(markov_step(table), {"n": torch.zeros(1)}, max_len=4)
@@ -113,6 +132,20 @@ def test_beam_scores_are_the_sum_of_token_log_probs():
             prev = t
         assert h.score == pytest.approx(s, abs=1e-5)
         assert h.normalized == pytest.approx(s / len(h.tokens) ** 0.7, abs=1e-5)
+
+
+def test_beam_wider_than_the_candidates_keeps_them_all():
+    # V = 5 tokens, max_len = 2: after one step only 5 candidates exist, so a beam of 50 keeps
+    # every one of them and returns every sequence of length <= 2, never a duplicate.
+    table = random_table(5, seed=3)
+    hyps = decoding.beam_search(markov_step(table), {"n": torch.zeros(1)}, max_len=2, beam_size=50)
+    seqs = [tuple(h.tokens) for h in hyps]
+    assert len(seqs) == len(set(seqs))
+    finished = {s for s, h in zip(seqs, hyps) if h.finished}
+    assert finished == {(EOS_ID,)} | {(t, EOS_ID) for t in range(5) if t != EOS_ID}
+    assert len(hyps) == len(finished) + 4 * 4   # unfinished: two non-eos tokens
+    scores = [h.normalized for h in hyps if h.finished]
+    assert scores == sorted(scores, reverse=True)
 
 
 def test_beam_search_rejects_batches():

@@ -58,3 +58,43 @@ def test_context_every_step_changes_parameter_count():
     b = rnn.Seq2Seq(10, 10, emb_dim=8, hidden=16, context_every_step=False)
     extra = sum(p.numel() for p in a.parameters()) - sum(p.numel() for p in b.parameters())
     assert extra == 3 * 16 * 16 + 10 * 16  # GRU input weights for the context, output layer columns
+
+
+def test_gru_step_equals_nn_grucell():
+    torch.manual_seed(3)
+    cell = nn.GRUCell(5, 4)
+    x, h = torch.randn(2, 5), torch.randn(2, 4)
+    got = rnn.gru_step(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    torch.testing.assert_close(got, cell(x, h))
+
+
+def test_lstm_step_equals_nn_lstmcell():
+    torch.manual_seed(4)
+    cell = nn.LSTMCell(5, 6)
+    x, h, c = torch.randn(3, 5), torch.randn(3, 6), torch.randn(3, 6)
+    want_h, want_c = cell(x, (h, c))
+    got_h, got_c = rnn.lstm_step(x, h, c, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    torch.testing.assert_close(got_h, want_h)
+    torch.testing.assert_close(got_c, want_c)
+    # the forget gate matters: a different c_prev changes c' (not a copy of the GRU update)
+    _, other_c = rnn.lstm_step(x, h, c + 1, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    assert not torch.allclose(other_c, got_c)
+
+
+def test_lstm_forward_equals_nn_lstm():
+    torch.manual_seed(5)
+    ref = nn.LSTM(4, 7, batch_first=True)
+    x, h0, c0 = torch.randn(2, 6, 4), torch.randn(2, 7), torch.randn(2, 7)
+    want, (want_h, want_c) = ref(x, (h0[None], c0[None]))
+    got, (h, c) = rnn.lstm_forward(x, h0, c0, ref.weight_ih_l0, ref.weight_hh_l0, ref.bias_ih_l0, ref.bias_hh_l0)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(h, want_h[0])
+    torch.testing.assert_close(c, want_c[0])
+
+
+def test_lstm_rejects_bad_shapes():
+    import pytest
+    with pytest.raises(ValueError, match="batch, seq, d_in"):
+        rnn.lstm_forward(torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(4, 2), *[torch.zeros(1)] * 4)
+    with pytest.raises(ValueError, match="one shape"):
+        rnn.lstm_step(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 5), *[torch.zeros(1)] * 4)

@@ -49,6 +49,30 @@ def test_luong_scores_are_the_formulas():
     torch.testing.assert_close(cat, ra.additive_score(h, K @ Wc[:, d:].T, Wc[:, :d], va))
 
 
+def test_location_score_is_luongs_formula_and_ignores_the_keys():
+    B, S, d, max_len = 2, 4, 3, 6
+    h, Wa = _rand(B, d), _rand(max_len, d, seed=1)
+    got = ra.location_score(h, Wa, S)
+    assert got.shape == (B, S)
+    for b in range(B):
+        for j in range(S):
+            torch.testing.assert_close(got[b, j], Wa[j] @ h[b])
+    # softmax(W_a h_t) over the real positions: the weights depend on the query only
+    K1, K2 = _rand(B, S, d, seed=2), _rand(B, S, d, seed=3)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    _, w1 = ra.attend(got, K1, mask)
+    _, w2 = ra.attend(got, K2, mask)
+    torch.testing.assert_close(w1, w2)
+    torch.testing.assert_close(w1[1, :2], torch.softmax(got[1, :2], -1))
+    # several queries at once
+    h3 = _rand(B, 5, d, seed=4)
+    torch.testing.assert_close(ra.location_score(h3, Wa, S)[:, 2], ra.location_score(h3[:, 2], Wa, S))
+    with pytest.raises(ValueError, match="src_len"):
+        ra.location_score(h, Wa, 7)
+    with pytest.raises(ValueError, match="W_a must be"):
+        ra.location_score(h, _rand(6, 4), 3)
+
+
 def test_general_score_with_rectangular_matrix():
     h, K, Wa = _rand(2, 3), _rand(2, 4, 5, seed=1), _rand(3, 5, seed=2)
     got = ra.general_score(h, K, Wa)
@@ -173,16 +197,24 @@ def test_model_ignores_padding(score):
     torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
 
 
-def test_greedy_with_attention_matches_greedy_decode_and_beam_search_runs():
+@pytest.mark.parametrize("score", ["additive", "general"])
+def test_greedy_with_attention_records_the_weights_of_its_own_tokens(score):
+    # The weights greedy_with_attention records while decoding must be the weights that the
+    # teacher-forced forward (a different code path: for "general" one GRU call and one
+    # batched attention) computes when it is fed the decoded tokens.
     torch.manual_seed(2)
-    model = ra.AttentionSeq2Seq(11, 12, emb_dim=6, hidden=8, score="additive").eval()
+    model = ra.AttentionSeq2Seq(11, 12, emb_dim=6, hidden=8, score=score).eval()
     src, lengths, _ = _batch()
     toks, ws = ra.greedy_with_attention(model, src, lengths, max_len=6)
-    ref, _ = decoding.greedy_decode(model.decode_step, model.encode(src, lengths), max_len=6)
-    assert toks == decoding.tokens_to_lists(ref)
-    for b, w in enumerate(ws):
-        assert w.shape[1] == int(lengths[b])
-        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[0]))
+    for b, (t, w) in enumerate(zip(toks, ws)):
+        n = int(lengths[b])
+        tgt_in = torch.tensor([[1] + t])                   # <sos> and the decoded tokens
+        with torch.no_grad():
+            logits, want = model(src[b:b + 1, :n], lengths[b:b + 1], tgt_in, return_attention=True)
+        assert w.shape == (min(len(t) + 1, 6), n)
+        torch.testing.assert_close(w, want[0, : w.shape[0]])
+        # and the tokens are the argmax of those teacher-forced logits (greedy, checked independently)
+        assert logits[0, : len(t)].argmax(-1).tolist() == t
     hyps = decoding.beam_search(model.decode_step, model.encode(src[1:], lengths[1:]), max_len=6,
                                 beam_size=1)
     assert hyps[0].tokens[: len(toks[1])] == toks[1]

@@ -120,3 +120,66 @@ def test_schedule_and_label_smoothing():
     assert not torch.allclose(train.sequence_loss(logits, targets), want)
     with pytest.raises(ValueError, match="label_smoothing"):
         train.sequence_loss(logits, targets, label_smoothing=1.0)
+
+
+def test_mean_exact_match_and_error_by_position_by_hand():
+    pairs = [(list("ab"), list("ba")), (list("abc"), list("cba")), (list("abc"), list("cba"))]
+    preds = [list("ba"), list("cb"), list("xba")]
+    scores = train.score_predictions(preds, pairs)
+    assert train.mean_exact_match(scores, 2, 3) == (1.0 + 0.0) / 2
+    with pytest.raises(ValueError, match="source length"):
+        train.mean_exact_match(scores, 2, 4)
+    # position 0: right, right, wrong ("x"); 1: right everywhere; 2 (only the length-3 pairs):
+    # missing in "cb", right in "xba"
+    assert train.error_by_position(preds, pairs) == [1 / 3, 0.0, 1 / 2]
+    assert train.error_by_position(preds, pairs, lengths=[3]) == [1 / 2, 0.0, 1 / 2]
+
+
+def test_length_task_helpers_shrink_under_grading_and_train(monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert train.length_task_budget()["steps"] == 20
+    assert train.length_task_budget(steps=5)["steps"] == 5
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    assert train.length_task_budget() == train.LENGTH_TASK_BUDGET
+    tr, te, v = data.length_task(n_train=200, n_test=40)
+    make = lambda: rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=16)  # noqa: E731
+    m1, h1 = train.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
+    m2, h2 = train.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
+    assert len(h1.loss) == 3 and h1.loss == h2.loss            # same seed, same batches
+    acc = train.teacher_forced_accuracy(m1, te, v, v)
+    assert 0.0 <= acc <= 1.0
+
+
+def test_teacher_forced_accuracy_counts_eos_and_ignores_padding():
+    class Oracle(nn.Module):
+        """Predicts the right target token everywhere except at position 0."""
+        def __init__(self):
+            super().__init__()
+            self.p = nn.Parameter(torch.zeros(1))
+            self.target = None
+
+        def forward(self, src, src_lengths, tgt_in):
+            logits = torch.nn.functional.one_hot(self.target, 8).float()
+            logits[:, 0] = torch.nn.functional.one_hot(torch.full_like(self.target[:, 0], 7), 8).float()
+            return logits
+
+    v = data.Vocab(list("abcd"))
+    pairs = [(list("ab"), list("ba")), (list("abc"), list("cba"))]
+    oracle = Oracle()
+    oracle.target = data.make_batch(pairs, v, v).tgt_out
+    # positions: 3 + 4 = 7 (eos included), 2 wrong (position 0 of each)
+    assert train.teacher_forced_accuracy(oracle, pairs, v, v) == 5 / 7
+    assert train.teacher_forced_predictions(oracle, pairs, v, v) == [list("da"), list("dba")]
+
+
+def test_progress_bar_is_one_display_updated_in_place():
+    import sys
+    import types
+    assert train._progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
+    line = train._DisplayLine.__new__(train._DisplayLine)      # without IPython's display machinery
+    shown = []
+    line.handle = types.SimpleNamespace(update=lambda data, raw: shown.append(data["text/plain"]))
+    line.write("\rtraining:  10%|#   | 1/10")
+    line.write("\rtraining: 100%|####| 10/10\n")
+    line.write("\n")
+    assert shown == ["training:  10%|#   | 1/10", "training: 100%|####| 10/10"]
