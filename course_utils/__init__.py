@@ -6,7 +6,8 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
 - :mod:`course_utils.attention` -- scores, masked softmax, masks, scaled dot-product attention (chapter 3)
-- :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
+- :mod:`course_utils.decoding` -- greedy decoding, beam search and sampling (temperature, top-k, top-p) from a prompt, for any step function
+- :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
