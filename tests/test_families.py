@@ -210,3 +210,48 @@ def test_tied_weights_share_the_embedding():
     n_untied = sum(p.numel() for p in _lm().parameters())
     n_tied = sum(p.numel() for p in lm.parameters())
     assert n_untied - n_tied == 23 * 16 + 23
+
+
+# --- the toy language (course_utils.data) -----------------------------------------------------
+
+def test_toy_sentences_follow_the_grammar_and_labels():
+    from course_utils import data
+    sents = data.make_toy_sentences(3000, seed=0)
+    assert sents == data.make_toy_sentences(3000, seed=0)
+    assert sents != data.make_toy_sentences(3000, seed=1)
+    vocab = data.toy_language_vocab()
+    assert vocab.stoi[data.CLS] == 4 and vocab.stoi[data.MASK] == 5 and vocab.itos[data.TOY_FIRST_WORD_ID] != data.MASK
+    labels = []
+    for words, label in sents:
+        assert data.toy_grammatical(words), words
+        assert data.toy_sentiment(words) == label
+        assert data.UNK_ID not in vocab.encode(words)
+        labels.append(label)
+    assert 0.45 < sum(labels) / len(labels) < 0.55
+    assert 0.45 < sum("not" in w for w, _ in sents) / len(sents) < 0.55
+    lengths = {len(w) for w, _ in sents}
+    assert min(lengths) == 5 and max(lengths) == 13   # "a cat is sad ." .. "a cat is not very x and very y and very z ."
+
+
+def test_toy_labels_by_hand_and_ungrammatical_sentences():
+    from course_utils import data
+    ok = {"a cat is happy .": 1, "some dogs are not kind and very warm .": 0, "the owl is not rude .": 1,
+          "these bears are cold and mean .": 0}
+    for s, label in ok.items():
+        assert data.toy_grammatical(s.split()) and data.toy_sentiment(s.split()) == label
+    bad = ["a cats is happy .", "some dog are kind .", "a cat are happy .", "a cat is happy and sad .",
+           "a cat is happy", "a cat is very very happy .", "a cat is happy and .", "a cat is not .",
+           "these cat is calm .", "a cat is happy kind ."]
+    for s in bad:
+        assert not data.toy_grammatical(s.split()), s
+        assert data.toy_sentiment(s.split()) is None
+
+
+def test_toy_sentences_can_hold_adjectives_out():
+    from course_utils import data
+    seen = ["happy", "kind", "sad", "cruel"]
+    sents = data.make_toy_sentences(500, seed=0, adjectives=seen)
+    used = {w for words, _ in sents for w in words if w in data.TOY_POSITIVE + data.TOY_NEGATIVE}
+    assert used == set(seen)
+    with pytest.raises(ValueError, match="unknown"):
+        data.make_toy_sentences(5, adjectives=["purple"])
