@@ -255,3 +255,29 @@ def test_toy_sentences_can_hold_adjectives_out():
     assert used == set(seen)
     with pytest.raises(ValueError, match="unknown"):
         data.make_toy_sentences(5, adjectives=["purple"])
+
+
+def test_multitask_pairs_name_their_task():
+    from course_utils import data
+    pairs = data.make_multitask_pairs(200, seed=0)
+    assert pairs == data.make_multitask_pairs(200, seed=0) and len(pairs) == 600
+    vocab = data.multitask_vocab()
+    counts = {}
+    for src, tgt in pairs:
+        task = data.task_of((src, tgt))
+        counts[task] = counts.get(task, 0) + 1
+        body = src[1:]
+        if task == "reverse":
+            assert tgt == body[::-1]
+        elif task == "sort":
+            assert tgt == sorted(body)
+        else:
+            assert len(tgt) == 10 and tgt[4] == "-" and tgt[7] == "-"
+        assert data.UNK_ID not in vocab.encode(src) + vocab.encode(tgt)
+    assert counts == {"reverse": 200, "sort": 200, "date": 200}
+    assert [data.task_of(p) for p in pairs[:30]] != sorted(data.task_of(p) for p in pairs[:30])   # mixed
+    assert {data.task_of(p) for p in data.make_multitask_pairs(5, tasks=["date"])} == {"date"}
+    with pytest.raises(ValueError, match="tasks"):
+        data.make_multitask_pairs(5, tasks=["translate"])
+    with pytest.raises(ValueError, match="prefix"):
+        data.task_of((["a", "b"], ["b", "a"]))
