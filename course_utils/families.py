@@ -15,7 +15,9 @@ an encoder-only model over image patches, is :mod:`course_utils.vit`.)
   head on the first token (``[CLS]``).
 * :class:`DecoderOnlyLM`: the same stack with a causal mask, a language-model head, a parallel
   :meth:`~DecoderOnlyLM.prefill` of a prompt and a cached
-  :meth:`~DecoderOnlyLM.decode_step` that follows the protocol of :mod:`course_utils.decoding`.
+  :meth:`~DecoderOnlyLM.decode_step` that follows the protocol of :mod:`course_utils.decoding`;
+  :func:`lm_training_batch` and :func:`greedy_complete` pose a seq2seq task to it as
+  prompt -> completion (a seq2seq decoder is a conditional language model).
 
 A decoder-only block *is* an encoder block under a causal mask (there is no cross-attention to
 feed), so both models use :class:`~course_utils.transformer.EncoderLayer` unchanged. Shapes:
@@ -34,12 +36,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache, causal_mask, combine_masks
-from .data import PAD_ID
+from .data import EOS_ID, PAD_ID
+from .decoding import greedy_decode
 from .transformer import EncoderLayer, LearnedPositions
 
 __all__ = [
-    "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "mlm_corrupt", "mlm_loss",
-    "prefix_lm_mask",
+    "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
+    "lm_training_batch", "mlm_corrupt", "mlm_loss", "prefix_lm_mask",
 ]
 
 #: The label of positions that do not count in the loss (``F.cross_entropy``'s default ``ignore_index``).
@@ -312,3 +315,54 @@ class DecoderOnlyLM(nn.Module):
         """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), new state)``."""
         logits, state = self._run_new(prev_tokens[:, None], state)
         return torch.log_softmax(logits[:, -1], dim=-1), state
+
+
+# --- a seq2seq task as prompt -> completion, for a decoder-only model --------------------------
+
+def lm_training_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int = PAD_ID,
+                      loss_on_prompt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forcing batch for a decoder-only LM from (prompt, completion) id lists.
+
+    Each sequence is ``prompt + completion`` (put the separator at the end of the prompt and
+    ``<eos>`` at the end of the completion), right-padded. Returns ``(inputs (B, T - 1),
+    targets (B, T - 1))``: ``inputs = seq[:-1]``, ``targets = seq[1:]`` with
+    :data:`IGNORE_INDEX` at padding and, unless ``loss_on_prompt``, wherever the target is still
+    a prompt token (the model is scored on the completion only). Use with
+    ``F.cross_entropy(logits.transpose(1, 2), targets)`` (its default ``ignore_index`` is -100).
+    """
+    if len(prompts) != len(completions) or not prompts:
+        raise ValueError(f"need as many prompts as completions (and at least one), got {len(prompts)} "
+                         f"and {len(completions)}")
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    T = max(len(q) for q in seqs)
+    if T < 2:
+        raise ValueError("every sequence is shorter than 2 tokens: nothing to predict")
+    tokens = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    targets = torch.full((len(seqs), T), IGNORE_INDEX, dtype=torch.long)
+    for b, (p, q) in enumerate(zip(prompts, seqs)):
+        tokens[b, :len(q)] = torch.tensor(q)
+        first = 0 if loss_on_prompt else len(p)           # the first position whose token is scored
+        targets[b, first:len(q)] = torch.tensor(q[first:])
+    return tokens[:, :-1], targets[:, 1:]
+
+
+@torch.no_grad()
+def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
+                    eos_id: int = EOS_ID) -> list[list[int]]:
+    """Greedy completions of prompts of any lengths: the prompts of each length are decoded as one
+    batch (a parallel :meth:`DecoderOnlyLM.prefill`, then cached steps). Returns, per prompt in
+    the given order, the generated ids up to (not including) the first ``<eos>``."""
+    device = next(lm.parameters()).device
+    out: list[list[int] | None] = [None] * len(prompts)
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        if not len(p):
+            raise ValueError(f"prompt {i} is empty: a prompt needs at least one token")
+        by_length.setdefault(len(p), []).append(i)
+    for idx in by_length.values():
+        group = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long, device=device)   # (b, P)
+        state = lm.prefill(group[:, :-1])
+        tokens, _ = greedy_decode(lm.decode_step, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
+        for i, row in zip(idx, tokens.tolist()):
+            out[i] = row[:row.index(eos_id)] if eos_id in row else row
+    return out

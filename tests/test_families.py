@@ -281,3 +281,26 @@ def test_multitask_pairs_name_their_task():
         data.make_multitask_pairs(5, tasks=["translate"])
     with pytest.raises(ValueError, match="prefix"):
         data.task_of((["a", "b"], ["b", "a"]))
+
+
+# --- prompt -> completion ---------------------------------------------------------------------
+
+def test_lm_training_batch_scores_only_the_completion():
+    inputs, targets = families.lm_training_batch([[1, 7, 8, 5], [1, 9, 5]], [[10, 11, 2], [12, 2]])
+    I = families.IGNORE_INDEX
+    assert inputs.tolist() == [[1, 7, 8, 5, 10, 11], [1, 9, 5, 12, 2, PAD_ID]]
+    assert targets.tolist() == [[I, I, I, 10, 11, 2], [I, I, 12, 2, I, I]]
+    _, all_targets = families.lm_training_batch([[1, 7, 8, 5]], [[10, 2]], loss_on_prompt=True)
+    assert all_targets.tolist() == [[7, 8, 5, 10, 2]]
+    with pytest.raises(ValueError, match="as many"):
+        families.lm_training_batch([[1]], [])
+
+
+def test_greedy_complete_equals_greedy_decoding_one_prompt_at_a_time():
+    lm = _lm()
+    prompts = [[SOS_ID, 7, 9], [SOS_ID, 5], [SOS_ID, 8, 8], [SOS_ID, 4, 6, 10, 12]]
+    got = families.greedy_complete(lm, prompts, max_len=6)
+    for p, g in zip(prompts, got):
+        tokens, _ = decoding.greedy_decode(lm.decode_step, lm.init_state(1), 6, prompt=torch.tensor([p]))
+        assert g == decoding.tokens_to_lists(tokens)[0]
+    assert len({tuple(g) for g in got}) > 1
