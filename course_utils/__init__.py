@@ -6,13 +6,13 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
 - :mod:`course_utils.attention` -- scores, masked softmax, masks, scaled dot-product attention (chapter 3)
-- :mod:`course_utils.decoding` -- greedy decoding, beam search and sampling (temperature, top-k, top-p) from a prompt, for any step function
-- :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7)
-- :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
+- :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
 - :mod:`course_utils.grading` -- grade, release, autograde and execute notebooks (nbgrader)
+- :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)
+- :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
 """
 
 __version__ = "0.1.0"
