@@ -7,7 +7,8 @@
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through all layers, and
   :func:`class_token_map` lays the class token's row out on the patch grid for drawing;
 * :func:`train_classifier` and :func:`accuracy`, a plain minibatch loop for image classifiers
-  (with a time budget), and :class:`SmallCNN`, the convolutional baseline.
+  (with a time budget and optional augmentation such as :func:`random_shift`), and
+  :class:`SmallCNN`, the convolutional baseline.
 
 Shapes: images ``(batch, C, H, W)``; tokens ``(batch, 1 + n_patches, d_model)`` with the class
 token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
@@ -24,7 +25,8 @@ from torch import nn
 
 from .transformer import EncoderLayer, LearnedPositions
 
-__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "class_token_map", "patchify", "train_classifier"]
+__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "class_token_map", "patchify", "random_shift",
+           "train_classifier"]
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -148,6 +150,19 @@ def class_token_map(matrix: torch.Tensor, grid: int) -> torch.Tensor:
     return matrix[..., 0, 1:].reshape(*matrix.shape[:-2], grid, grid)
 
 
+def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Translate each image of ``(batch, C, H, W)`` by its own random offset of at most
+    ``max_shift`` pixels in each direction, filling the uncovered border with zeros (data
+    augmentation: a ViT has no built-in translation invariance, a CNN has some)."""
+    if max_shift == 0:
+        return images
+    B, _, H, W = images.shape
+    m = max_shift
+    padded = F.pad(images, (m, m, m, m))                                 # (B, C, H + 2m, W + 2m)
+    dy, dx = torch.randint(0, 2 * m + 1, (2, B), generator=generator).tolist()
+    return torch.stack([padded[b, :, dy[b]:dy[b] + H, dx[b]:dx[b] + W] for b in range(B)])
+
+
 class SmallCNN(nn.Module):
     """The baseline: two 3x3 convolutions with ReLU (padding 1), a 2x2 max-pool after each, and a
     linear layer. ``(batch, C, H, W)`` -> logits ``(batch, n_classes)``; ``H`` and ``W`` divisible by 4."""
@@ -176,14 +191,16 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 
 def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
                      lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
-                     seed: int = 0, warmup_steps: int = 0) -> dict:
+                     seed: int = 0, warmup_steps: int = 0, augment=None) -> dict:
     """Minibatch AdamW on cross-entropy, with a cosine learning-rate decay to 0 over ``epochs``
     (after ``warmup_steps`` of linear warmup).
 
     Args:
         x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
         max_seconds: stop after the first step that ends past this wall-clock budget.
-        seed: the order of the minibatches (a ``torch.Generator`` of its own).
+        seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
+        augment: ``augment(images, generator) -> images`` applied to every training minibatch,
+            e.g. :func:`random_shift`.
     Returns:
         ``{"loss": [mean training loss per epoch], "steps": int, "epochs": float, "seconds": float}``.
     """
@@ -205,7 +222,8 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
         order, total_loss, seen = torch.randperm(len(x), generator=g), 0.0, 0
         for i in range(0, len(x), batch_size):
             idx = order[i:i + batch_size]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            inputs = x[idx] if augment is None else augment(x[idx], g)
+            loss = F.cross_entropy(model(inputs), y[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -152,3 +152,17 @@ def test_training_a_tiny_vit_on_digits_learns():
 
 def test_small_cnn_shapes():
     assert vit.SmallCNN(width=8)(torch.rand(3, 1, 8, 8)).shape == (3, 10)
+
+
+def test_random_shift_moves_each_image_within_the_bound():
+    images = torch.zeros(200, 1, 6, 6)
+    images[:, 0, 2, 3] = 1.0                      # one bright pixel at (2, 3)
+    out = vit.random_shift(images, 1, generator=torch.Generator().manual_seed(0))
+    assert out.shape == images.shape and (out.sum((1, 2, 3)) == 1).all()
+    where = out[:, 0].flatten(1).argmax(1)
+    rows, cols = where // 6, where % 6
+    assert set(rows.tolist()) == {1, 2, 3} and set(cols.tolist()) == {2, 3, 4}
+    edge = torch.zeros(50, 1, 4, 4)
+    edge[:, 0, 0, 0] = 1.0                        # a corner pixel can be pushed out
+    assert (vit.random_shift(edge, 1, generator=torch.Generator().manual_seed(0)).sum((1, 2, 3)) == 0).any()
+    assert vit.random_shift(images, 0) is images
