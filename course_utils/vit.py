@@ -199,7 +199,7 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
         x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
         max_seconds: stop after the first step that ends past this wall-clock budget.
         seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
-        augment: ``augment(images, generator) -> images`` applied to every training minibatch,
+        augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
             e.g. :func:`random_shift`.
     Returns:
         ``{"loss": [mean training loss per epoch], "steps": int, "epochs": float, "seconds": float}``.
@@ -222,7 +222,7 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
         order, total_loss, seen = torch.randperm(len(x), generator=g), 0.0, 0
         for i in range(0, len(x), batch_size):
             idx = order[i:i + batch_size]
-            inputs = x[idx] if augment is None else augment(x[idx], g)
+            inputs = x[idx] if augment is None else augment(x[idx], generator=g)
             loss = F.cross_entropy(model(inputs), y[idx])
             opt.zero_grad()
             loss.backward()

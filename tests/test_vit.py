@@ -148,6 +148,15 @@ def test_training_a_tiny_vit_on_digits_learns():
     stopped = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
                                    epochs=50, max_seconds=0.0)
     assert stopped["steps"] == 1
+    calls = []
+
+    def augment(images, generator):
+        calls.append(images.shape[0])
+        return vit.random_shift(images, 1, generator=generator)
+
+    shifted = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
+                                   epochs=2, batch_size=50, augment=augment)
+    assert calls == [50, 50, 50, 50] and shifted["steps"] == 4
 
 
 def test_small_cnn_shapes():
