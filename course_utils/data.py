@@ -281,3 +281,200 @@ def length_task(n_train: int = 12000, n_test: int = 1000, seed: int = 0
     pairs = make_sequence_pairs(n_train + n_test, seed=seed, **LENGTH_TASK)
     train, test = split(pairs, n_test, seed=seed + 1)
     return train, test, sequence_vocab(LENGTH_TASK["n_symbols"])
+
+
+# ----------------------------------------------------------------------------------------
+# Images: scikit-learn's bundled 8x8 handwritten digits (chapter 7's ViT)
+# ----------------------------------------------------------------------------------------
+
+#: The digits' fixed split: this many test images, drawn per class by :func:`digits`.
+DIGITS_N_TEST = 360
+
+
+def digits(n_test: int = DIGITS_N_TEST, seed: int = 0
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scikit-learn's 1797 handwritten digits (8x8 pixels, UCI "optdigits"), shipped inside the
+    package: no download. Returns ``(x_train, y_train, x_test, y_test)``.
+
+    ``x`` is ``(n, 1, 8, 8)`` float32 in [0, 1] (the 0-16 grey levels divided by 16), ``y`` is
+    ``(n,)`` long in 0-9. The split is stratified: each class gives the same share (rounded, the
+    shares adding up to ``n_test``) of its images to the test set, chosen at random by ``seed``;
+    the defaults are the course's fixed split (1437 train, 360 test).
+    """
+    from sklearn.datasets import load_digits   # imported here: only chapter 7 needs scikit-learn
+
+    if isinstance(n_test, bool) or not isinstance(n_test, int) or not 0 < n_test < 1797:
+        raise ValueError(f"n_test must be an int between 1 and 1796, got {n_test!r}")
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0     # (1797, 1, 8, 8)
+    y = torch.tensor(bunch.target, dtype=torch.long)
+    # each class's share of n_test, rounded so that the shares add up to n_test exactly
+    share = torch.bincount(y, minlength=10).double() * n_test / len(y)
+    take = share.floor().long()
+    take[(share - take).argsort(descending=True, stable=True)[: n_test - int(take.sum())]] += 1
+    g = torch.Generator().manual_seed(seed)
+    test_idx = []
+    for c in range(10):
+        idx = (y == c).nonzero().squeeze(1)
+        test_idx.append(idx[torch.randperm(len(idx), generator=g)[: int(take[c])]])
+    test = torch.zeros(len(y), dtype=torch.bool)
+    test[torch.cat(test_idx)] = True
+    return x[~test], y[~test], x[test], y[test]
+
+
+# ----------------------------------------------------------------------------------------
+# A toy language for masked and causal language modelling (chapter 7)
+# ----------------------------------------------------------------------------------------
+
+CLS, MASK = "[CLS]", "[MASK]"
+#: Adjectives of the toy language by polarity (a sentence never mixes the two).
+TOY_POSITIVE = ("happy", "kind", "calm", "brave", "bright", "gentle", "clever", "warm")
+TOY_NEGATIVE = ("sad", "cruel", "angry", "lazy", "dull", "rude", "cold", "mean")
+TOY_NOUNS = ("cat", "dog", "bird", "horse", "frog", "owl", "bear", "duck")
+_TOY_DETS = {False: ("a", "this", "the"), True: ("some", "these", "the")}   # singular, plural
+
+
+def toy_language_vocab() -> Vocab:
+    """The toy language's vocabulary: the four specials, ``[CLS]`` = 4, ``[MASK]`` = 5, then the
+    words in sorted order (ids from :data:`TOY_FIRST_WORD_ID`)."""
+    words = {".", "and", "not", "very", "is", "are", *TOY_POSITIVE, *TOY_NEGATIVE, *TOY_NOUNS,
+             *(n + "s" for n in TOY_NOUNS), *_TOY_DETS[False], *_TOY_DETS[True]}
+    return Vocab([CLS, MASK, *sorted(words)])
+
+
+#: The first id of a word (not a special token, ``[CLS]`` or ``[MASK]``) in :func:`toy_language_vocab`.
+TOY_FIRST_WORD_ID = 6
+
+
+def make_toy_sentences(n: int, seed: int = 0, p_not: float = 0.5, max_adjectives: int = 3,
+                       adjectives: Sequence[str] | None = None) -> list[tuple[list[str], int]]:
+    """``n`` sentences of a toy language with a sentiment label, ``(words, label)``.
+
+    The grammar: ``det noun copula ["not"] ["very"] adj {"and" ["very"] adj} "."`` where
+
+    * the determiner, the noun and the copula agree in number ("a cat is", "some cats are");
+    * 1 to ``max_adjectives`` adjectives, all of the same polarity (:data:`TOY_POSITIVE` or
+      :data:`TOY_NEGATIVE`), drawn from ``adjectives`` if given (e.g. to keep some unseen);
+    * "not" (with probability ``p_not``) flips the meaning.
+
+    ``label`` is 1 when the sentence says something positive: positive adjectives without "not",
+    or negative ones with it. Masked language modelling can learn agreement, which adjectives go
+    together (and therefore their polarity) and where "not" may stand, without any label.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be an int >= 0, got {n!r}")
+    if max_adjectives < 1:
+        raise ValueError(f"max_adjectives must be >= 1, got {max_adjectives}")
+    pools = {1: list(TOY_POSITIVE), 0: list(TOY_NEGATIVE)}
+    if adjectives is not None:
+        unknown = set(adjectives) - set(TOY_POSITIVE) - set(TOY_NEGATIVE)
+        if unknown:
+            raise ValueError(f"unknown adjectives {sorted(unknown)}; choose from TOY_POSITIVE and TOY_NEGATIVE")
+        pools = {pol: [a for a in pool if a in adjectives] for pol, pool in pools.items()}
+    polarities = [pol for pol, pool in pools.items() if pool]
+    if not polarities:
+        raise ValueError("adjectives is empty")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        plural = rng.random() < 0.5
+        noun = rng.choice(TOY_NOUNS) + ("s" if plural else "")
+        words = [rng.choice(_TOY_DETS[plural]), noun, "are" if plural else "is"]
+        negated = rng.random() < p_not
+        if negated:
+            words.append("not")
+        polarity = rng.choice(sorted(polarities))
+        for i in range(rng.randint(1, max_adjectives)):
+            if i:
+                words.append("and")
+            if rng.random() < 0.25:
+                words.append("very")
+            words.append(rng.choice(pools[polarity]))
+        words.append(".")
+        out.append((words, int(polarity != negated)))
+    return out
+
+
+def toy_sentiment(words: Sequence[str]) -> int | None:
+    """The label of a toy sentence (1 positive, 0 negative), or ``None`` if it is not grammatical."""
+    if not toy_grammatical(words):
+        return None
+    positive = any(w in TOY_POSITIVE for w in words)      # a grammatical sentence has one polarity
+    return int(positive != (words[3] == "not"))
+
+
+def toy_grammatical(words: Sequence[str]) -> bool:
+    """Whether ``words`` is a sentence of :func:`make_toy_sentences`'s grammar (agreement in
+    number, one polarity, "and" between adjectives, at most one "very" before each, a final ".";
+    any number of adjectives). Used to score what a language model generates."""
+    words = list(words)
+    if len(words) < 5 or words[-1] != ".":
+        return False
+    det, noun, copula = words[:3]
+    plural = noun.endswith("s") and noun[:-1] in TOY_NOUNS
+    if not (plural or noun in TOY_NOUNS) or det not in _TOY_DETS[plural] or copula != ("are" if plural else "is"):
+        return False
+    rest = words[4:-1] if words[3] == "not" else words[3:-1]
+    groups, current = [], []
+    for w in rest:           # split the adjective phrase at "and"
+        if w == "and":
+            groups.append(current)
+            current = []
+        else:
+            current.append(w)
+    groups.append(current)
+    adjs = []
+    for g in groups:
+        if len(g) == 2 and g[0] == "very":
+            g = g[1:]
+        if len(g) != 1 or g[0] not in TOY_POSITIVE + TOY_NEGATIVE:
+            return False
+        adjs.append(g[0])
+    return all(a in TOY_POSITIVE for a in adjs) or all(a in TOY_NEGATIVE for a in adjs)
+
+
+# ----------------------------------------------------------------------------------------
+# Several tasks in one model, named by a prefix (T5-style text-to-text, chapter 7)
+# ----------------------------------------------------------------------------------------
+
+#: The task prefixes of :func:`make_multitask_pairs`: each is one source token.
+TASK_PREFIXES = {"reverse": "reverse:", "sort": "sort:", "date": "date:"}
+
+
+def make_multitask_pairs(n_per_task: int, seed: int = 0, tasks: Sequence[str] = ("reverse", "sort", "date"),
+                         min_len: int = 2, max_len: int = 10, n_symbols: int = 8) -> list[Pair]:
+    """Pairs of several tasks mixed in random order, the task named by the source's first token
+    (Raffel et al. 2020: every task is text-to-text, the model reads which one from a prefix).
+
+    ``"reverse"`` and ``"sort"`` are :func:`make_sequence_pairs` over ``n_symbols`` symbols and
+    lengths ``min_len..max_len``; ``"date"`` is :func:`make_date_pairs`. The source is
+    ``[TASK_PREFIXES[task]] + source``; the target is unchanged. One vocabulary serves all tasks
+    and both sides: :func:`multitask_vocab`. Every task gets ``n_per_task`` pairs.
+    """
+    unknown = [t for t in tasks if t not in TASK_PREFIXES]
+    if unknown or not tasks:
+        raise ValueError(f"tasks must be a non-empty subset of {sorted(TASK_PREFIXES)}, got {list(tasks)}")
+    pairs = []
+    for i, task in enumerate(tasks):
+        if task == "date":
+            task_pairs = make_date_pairs(n_per_task, seed=seed + 1000 * i)
+        else:
+            task_pairs = make_sequence_pairs(n_per_task, min_len, max_len, task=task, n_symbols=n_symbols,
+                                             seed=seed + 1000 * i)
+        pairs += [([TASK_PREFIXES[task]] + src, tgt) for src, tgt in task_pairs]
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
+def task_of(pair: Pair) -> str:
+    """The task of a :func:`make_multitask_pairs` pair, read from its prefix."""
+    names = {prefix: name for name, prefix in TASK_PREFIXES.items()}
+    if not pair[0] or pair[0][0] not in names:
+        raise ValueError(f"the source does not start with a task prefix {sorted(names)}: {pair[0][:3]}")
+    return names[pair[0][0]]
+
+
+def multitask_vocab(n_symbols: int = 8) -> Vocab:
+    """The one vocabulary of :func:`make_multitask_pairs` (sources and targets): the task
+    prefixes, the date characters and the sequence symbols."""
+    return Vocab([*TASK_PREFIXES.values(), *DATE_SRC_CHARS, *DATE_TGT_CHARS, *symbols(n_symbols)])

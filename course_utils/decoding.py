@@ -8,6 +8,12 @@ The protocol (the RNNs of chapters 1-2 and the Transformers of chapters 6-7 foll
 
 Because every tensor in ``state`` has the batch in dimension 0, beam search can copy and
 reorder hypotheses with :func:`index_state` without knowing what the state contains.
+
+Decoder-only models (chapter 7) start from a *prompt* instead of one ``<sos>``: every decoder
+here takes ``prompt`` ``(batch, P)``; its first ``P - 1`` tokens are fed by :func:`prefill`
+(their predictions are not needed) and its last token plays the part of ``<sos>``. Beside
+greedy and beam search, :func:`sample_decode` draws each token from the model's distribution,
+reshaped by a temperature and cut by :func:`filter_top_k` and :func:`filter_top_p`.
 """
 
 from __future__ import annotations
@@ -64,37 +70,88 @@ def _device_of(state: Any) -> torch.device:
     return torch.device("cpu")
 
 
+def _check_prompt(prompt: Any, batch: int) -> torch.Tensor:
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must be a (batch, P) tensor of token ids with P >= 1, got "
+                         f"{tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__}")
+    if prompt.is_floating_point() or prompt.dtype == torch.bool:
+        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt.dtype}")
+    if prompt.shape[0] != batch:
+        raise ValueError(f"the prompt has {prompt.shape[0]} rows but the state a batch of {batch}")
+    return prompt.long()
+
+
+@torch.no_grad()
+def prefill(step: StepFn, state: Any, tokens: torch.Tensor) -> tuple[torch.Tensor | None, Any]:
+    """Feed ``tokens (batch, P)`` through ``step`` one position at a time.
+
+    Returns ``(log_probs (batch, V), state)``: the prediction after the last token (``None`` when
+    ``P = 0``) and the state that has seen all of them. A model with a parallel prefill (one
+    forward pass over the whole prompt, filling its caches) must give the same state.
+    """
+    log_probs = None
+    for t in range(tokens.shape[1]):
+        log_probs, state = step(tokens[:, t], state)
+    return log_probs, state
+
+
+def _start(step: StepFn, state: Any, prompt: torch.Tensor | None, sos_id: int) -> tuple[torch.Tensor, Any]:
+    """The first token to feed and the state before it: ``<sos>``, or the prompt's last token
+    after its other tokens have been prefilled."""
+    batch = state_batch_size(state)
+    if prompt is None:
+        return torch.full((batch,), sos_id, dtype=torch.long, device=_device_of(state)), state
+    prompt = _check_prompt(prompt, batch).to(_device_of(state))
+    _, state = prefill(step, state, prompt[:, :-1])
+    return prompt[:, -1], state
+
+
+def _decode_loop(step: StepFn, state: Any, max_len: int, choose: Callable[[torch.Tensor], torch.Tensor],
+                 sos_id: int, eos_id: int, pad_id: int,
+                 prompt: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loop shared by greedy and sampled decoding: ``choose(log_probs (B, V)) -> (B,)`` ids."""
+    batch = state_batch_size(state)
+    device = _device_of(state)
+    prev, state = _start(step, state, prompt, sos_id)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    scores = torch.zeros(batch, device=device)
+    out = []
+    for _ in range(max_len):
+        log_probs, state = step(prev, state)
+        chosen = choose(log_probs)                                         # (B,)
+        logp = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
+        chosen = chosen.masked_fill(finished, pad_id)
+        scores = scores + logp.masked_fill(finished, 0.0)
+        out.append(chosen)
+        finished = finished | (chosen == eos_id)
+        prev = chosen
+        if bool(finished.all()):
+            break
+    return torch.stack(out, dim=1), scores
+
+
+def _argmax(log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs.argmax(dim=-1)
+
+
 @torch.no_grad()
 def greedy_decode(step: StepFn, state: Any, max_len: int, sos_id: int = SOS_ID,
-                  eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+                  eos_id: int = EOS_ID, pad_id: int = PAD_ID,
+                  prompt: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the most probable next token at every step, for a whole batch at once.
 
     Args:
         step: ``step(prev_tokens (B,), state) -> (log_probs (B, V), state)``.
         state: the initial decoding state (batch-first tensors).
         max_len: the most tokens to generate per sentence, ``<eos>`` included.
+        prompt: ``(B, P)`` token ids to continue instead of ``<sos>`` (``sos_id`` is then
+            unused); the prompt is not part of the returned tokens.
     Returns:
         ``(tokens, scores)``: ``tokens (B, L)`` with ``L <= max_len``, without the leading
         ``<sos>``; a sentence's ``<eos>`` is kept and everything after it is ``pad_id``.
         ``scores (B,)`` is each sentence's summed log-probability (up to and including ``<eos>``).
     """
-    batch = state_batch_size(state)
-    device = _device_of(state)
-    prev = torch.full((batch,), sos_id, dtype=torch.long, device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    scores = torch.zeros(batch, device=device)
-    out = []
-    for _ in range(max_len):
-        log_probs, state = step(prev, state)
-        best_logp, best = log_probs.max(dim=-1)
-        best = best.masked_fill(finished, pad_id)
-        scores = scores + best_logp.masked_fill(finished, 0.0)
-        out.append(best)
-        finished = finished | (best == eos_id)
-        prev = best
-        if bool(finished.all()):
-            break
-    return torch.stack(out, dim=1), scores
+    return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt)
 
 
 @dataclass
@@ -115,7 +172,8 @@ def length_normalize(score: float, length: int, alpha: float) -> float:
 
 @torch.no_grad()
 def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alpha: float = 0.0,
-                sos_id: int = SOS_ID, eos_id: int = EOS_ID) -> list[Hypothesis]:
+                sos_id: int = SOS_ID, eos_id: int = EOS_ID,
+                prompt: torch.Tensor | None = None) -> list[Hypothesis]:
     """Beam search for one source sentence.
 
     Keeps the ``beam_size`` best unfinished prefixes by summed log-probability. A prefix
@@ -127,6 +185,7 @@ def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alph
         step, state: as in :func:`greedy_decode`; ``state`` must hold one sentence (batch 1).
         alpha: length-normalisation exponent; 0 ranks by raw log-probability, which favours
             short outputs, 1 by the mean log-probability per token.
+        prompt: ``(1, P)`` token ids to continue instead of ``<sos>`` (not part of the results).
     Returns:
         Up to ``beam_size`` :class:`Hypothesis`, best first (finished ones before unfinished).
     """
@@ -137,7 +196,7 @@ def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alph
     device = _device_of(state)
     prefixes = [[]]
     scores = torch.zeros(1, device=device)
-    prev = torch.full((1,), sos_id, dtype=torch.long, device=device)
+    prev, state = _start(step, state, prompt, sos_id)
     finished: list[Hypothesis] = []
     for t in range(max_len):
         log_probs, state = step(prev, state)  # (live, V)
@@ -178,3 +237,99 @@ def tokens_to_lists(tokens: torch.Tensor, eos_id: int = EOS_ID) -> list[list[int
     for row in tokens.tolist():
         out.append(row[: row.index(eos_id)] if eos_id in row else row)
     return out
+
+
+# --- sampling ------------------------------------------------------------------------------
+
+def _check_logits(logits: Any) -> None:
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or not logits.is_floating_point():
+        raise ValueError("logits must be a floating-point tensor (..., vocab), got "
+                         f"{logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__}")
+
+
+def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits of each row, set the others to ``-inf``: ``(..., V)``.
+
+    Exactly ``k`` entries survive even when several logits tie at the boundary (the tie is
+    broken by :func:`torch.topk`). ``k >= V`` keeps everything.
+    """
+    _check_logits(logits)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {k!r}")
+    if k >= logits.shape[-1]:
+        return logits
+    idx = logits.topk(k, dim=-1).indices
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, idx, True)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of most probable tokens
+    whose probability (softmax of the row) sums to at least ``p``; the others get ``-inf``.
+
+    A token is kept when the mass of the tokens ranked strictly before it is still below ``p``,
+    so the most probable token is always kept and ``p = 1`` keeps every token. Between tokens of
+    equal probability the one with the lower id ranks first. ``logits (..., V)``; ``0 < p <= 1``.
+    """
+    _check_logits(logits)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be a probability in (0, 1], got {p!r}")
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs                      # (..., V), exclusive cumsum
+    keep_sorted = mass_before < p
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def sampling_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> torch.Tensor:
+    """The distribution :func:`sample_decode` draws from, ``(..., V)`` probabilities.
+
+    ``softmax(filter_top_p(filter_top_k(log_probs / temperature, top_k), top_p))``: the
+    temperature first (below 1 sharpens, above 1 flattens), then top-k, then top-p on what is
+    left (the order of Hugging Face's ``generate``). ``temperature = 0`` is the limit: all mass
+    on the most probable token (the first one in case of a tie), i.e. greedy decoding.
+    """
+    _check_logits(log_probs)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if temperature == 0:
+        return torch.zeros_like(log_probs).scatter_(-1, log_probs.argmax(dim=-1, keepdim=True), 1.0)
+    logits = log_probs / temperature
+    if top_k is not None:
+        logits = filter_top_k(logits, top_k)
+    if top_p is not None:
+        logits = filter_top_p(logits, top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+@torch.no_grad()
+def sample_decode(step: StepFn, state: Any, max_len: int, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, generator: torch.Generator | None = None,
+                  sos_id: int = SOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
+                  prompt: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw each next token from :func:`sampling_distribution`, for a whole batch at once.
+
+    Args:
+        step, state, max_len, sos_id, eos_id, pad_id, prompt: as in :func:`greedy_decode`.
+        temperature, top_k, top_p: see :func:`sampling_distribution`; ``temperature=0`` is
+            exactly :func:`greedy_decode` (and draws no random numbers).
+        generator: a seeded ``torch.Generator`` makes the samples reproducible (default: the
+            global generator, seeded by :func:`course_utils.train.set_seed`).
+    Returns:
+        ``(tokens (B, L), scores (B,))`` laid out as in :func:`greedy_decode`; ``scores`` sums the
+        *model's* log-probabilities of the drawn tokens (before temperature and filtering).
+    """
+    sampling_distribution(torch.zeros(1), temperature, top_k, top_p)   # bad settings fail before any step
+    if temperature == 0:
+        return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt)
+
+    def draw(log_probs: torch.Tensor) -> torch.Tensor:
+        probs = sampling_distribution(log_probs, temperature, top_k, top_p)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    return _decode_loop(step, state, max_len, draw, sos_id, eos_id, pad_id, prompt)

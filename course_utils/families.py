@@ -1,0 +1,368 @@
+"""The Transformer's families, cut from chapter 6's layers: encoder-only (BERT), decoder-only (GPT).
+
+(The encoder-decoder family is :class:`course_utils.transformer.Seq2SeqTransformer`; the ViT,
+an encoder-only model over image patches, is :mod:`course_utils.vit`.)
+
+* The three attention patterns as boolean masks (True = may attend): :func:`bidirectional_mask`
+  (encoder-only), :func:`causal_mask` (decoder-only) and :func:`prefix_lm_mask` (bidirectional
+  over a prefix, causal after it: the pattern of an encoder-decoder folded into one stack, as in
+  T5's prefix-LM variant and UniLM).
+* Masked language modelling (Devlin et al., 2019): :func:`mlm_corrupt` picks 15 % of the tokens
+  and replaces 80 % of those by ``[MASK]``, 10 % by a random token and leaves 10 % as they are;
+  :func:`mlm_loss` scores only the picked positions.
+* :class:`EncoderOnly`: token and learned position embeddings, a stack of
+  :class:`~course_utils.transformer.EncoderLayer`, an MLM head and an optional classification
+  head on the first token (``[CLS]``).
+* :class:`DecoderOnlyLM`: the same stack with a causal mask, a language-model head, a parallel
+  :meth:`~DecoderOnlyLM.prefill` of a prompt and a cached
+  :meth:`~DecoderOnlyLM.decode_step` that follows the protocol of :mod:`course_utils.decoding`;
+  :func:`lm_training_batch` and :func:`greedy_complete` pose a seq2seq task to it as
+  prompt -> completion (a seq2seq decoder is a conditional language model).
+
+A decoder-only block *is* an encoder block under a causal mask (there is no cross-attention to
+feed), so both models use :class:`~course_utils.transformer.EncoderLayer` unchanged. Shapes:
+tokens ``(batch, L)``, states ``(batch, L, d_model)``, masks ``(L_q, L_k)`` or
+``(batch, 1, L_q, L_k)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import KVCache, causal_mask, combine_masks
+from .data import EOS_ID, PAD_ID
+from .decoding import greedy_decode
+from .transformer import EncoderLayer, LearnedPositions
+
+__all__ = [
+    "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
+    "lm_training_batch", "mlm_corrupt", "mlm_loss", "prefix_lm_mask",
+]
+
+#: The label of positions that do not count in the loss (``F.cross_entropy``'s default ``ignore_index``).
+IGNORE_INDEX = -100
+
+
+# --- the three attention patterns -----------------------------------------------------------
+
+def _check_length(L) -> None:
+    if isinstance(L, bool) or not isinstance(L, int) or L < 0:
+        raise ValueError(f"L must be an int >= 0, got {L!r}")
+
+
+def bidirectional_mask(L: int, device=None) -> torch.Tensor:
+    """``(L, L)`` all True: every position attends to every position (BERT, ViT, an encoder)."""
+    _check_length(L)
+    return torch.ones(L, L, dtype=torch.bool, device=device)
+
+
+def prefix_lm_mask(L: int, prefix_len: int | torch.Tensor, device=None) -> torch.Tensor:
+    """Prefix-LM mask: query i may attend to key j when ``j < prefix_len`` (the prefix is seen
+    whole, bidirectionally) or ``j <= i`` (causal after it).
+
+    ``prefix_len`` an int gives ``(L, L)``; a ``(batch,)`` tensor gives ``(batch, 1, L, L)``, one
+    prefix length per sequence. ``prefix_len = 0`` is :func:`causal_mask`, ``prefix_len = L``
+    :func:`bidirectional_mask`.
+    """
+    _check_length(L)
+    if isinstance(prefix_len, torch.Tensor):
+        if prefix_len.dim() != 1 or prefix_len.is_floating_point() or prefix_len.dtype == torch.bool:
+            raise ValueError(f"prefix_len must be an int or a (batch,) integer tensor, got dtype "
+                             f"{prefix_len.dtype} and shape {tuple(prefix_len.shape)}")
+        if len(prefix_len) and not (0 <= int(prefix_len.min()) and int(prefix_len.max()) <= L):
+            raise ValueError(f"prefix lengths must lie in [0, L={L}], got {prefix_len.tolist()}")
+        device = prefix_len.device if device is None else device
+        keys = torch.arange(L, device=device)
+        in_prefix = keys[None, :] < prefix_len.to(device)[:, None]            # (batch, L) over keys
+        return (in_prefix[:, None, :] | causal_mask(L, device=device)).unsqueeze(1)   # (batch, 1, L, L)
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= L:
+        raise ValueError(f"prefix_len must be an int in [0, L={L}] or a (batch,) tensor, got {prefix_len!r}")
+    in_prefix = torch.arange(L, device=device) < prefix_len                    # (L,) over keys
+    return in_prefix[None, :] | causal_mask(L, device=device)
+
+
+# --- masked language modelling --------------------------------------------------------------
+
+def mlm_corrupt(tokens: torch.Tensor, mask_id: int, vocab_size: int, maskable: torch.Tensor | None = None,
+                p: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1, first_regular_id: int = 4,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption of a batch for masked language modelling (Devlin et al., 2019, §3.1).
+
+    Each maskable position is *chosen* independently with probability ``p``. Of the chosen ones,
+    a fraction ``p_mask`` becomes ``mask_id``, ``p_random`` a random regular token (drawn
+    uniformly from ``first_regular_id .. vocab_size - 1``, so it may equal the original) and the
+    rest keep their token. The model must predict the original token at every chosen position,
+    and only there; because some chosen tokens are left unchanged, it cannot tell which visible
+    tokens will be scored and must keep a good representation of every position, and because
+    ``[MASK]`` never occurs at fine-tuning time, not all chosen tokens are ``[MASK]``.
+
+    Args:
+        tokens: ``(batch, L)`` token ids.
+        maskable: bool ``(batch, L)``, where a token may be chosen (default: ``tokens >= first_regular_id``,
+            i.e. not padding, ``<sos>``, ``<eos>``, ``<unk>``, ``[CLS]``/``[MASK]`` if they sit below it).
+        generator: a seeded ``torch.Generator`` for reproducible corruption.
+    Returns:
+        ``(inputs (batch, L), labels (batch, L))``: the corrupted tokens, and the original token at
+        chosen positions, :data:`IGNORE_INDEX` elsewhere.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        raise ValueError("tokens must be a (batch, L) integer tensor")
+    for name, q in (("p", p), ("p_mask", p_mask), ("p_random", p_random)):
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {q}")
+    if p_mask + p_random > 1.0:
+        raise ValueError(f"p_mask + p_random must be <= 1 (the rest is kept), got {p_mask} + {p_random}")
+    if not first_regular_id < vocab_size:
+        raise ValueError(f"no regular token to draw: first_regular_id={first_regular_id}, vocab_size={vocab_size}")
+    maskable = tokens >= first_regular_id if maskable is None else maskable
+    if maskable.shape != tokens.shape or maskable.dtype != torch.bool:
+        raise ValueError(f"maskable must be a bool tensor of the tokens' shape {tuple(tokens.shape)}")
+
+    def uniform() -> torch.Tensor:
+        return torch.rand(tokens.shape, generator=generator, device=tokens.device)
+
+    chosen = maskable & (uniform() < p)
+    action = uniform()                                        # one draw decides mask / random / keep
+    to_mask = chosen & (action < p_mask)
+    to_random = chosen & (action >= p_mask) & (action < p_mask + p_random)
+    random_tokens = torch.randint(first_regular_id, vocab_size, tokens.shape, generator=generator,
+                                  device=tokens.device)
+    inputs = tokens.masked_fill(to_mask, mask_id)
+    inputs = torch.where(to_random, random_tokens, inputs)
+    labels = tokens.masked_fill(~chosen, IGNORE_INDEX)
+    return inputs, labels
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the chosen positions only: ``logits (batch, L, V)``, ``labels
+    (batch, L)`` with :data:`IGNORE_INDEX` at positions that do not count."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+# --- the models -----------------------------------------------------------------------------
+
+class _TokenStack(nn.Module):
+    """Token embedding (scaled by sqrt(d_model)), learned positions, a stack of
+    :class:`EncoderLayer` and a final LayerNorm (Pre-LN needs it), shared by both families."""
+
+    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, d_ff: int | None,
+                 dropout: float, norm_first: bool, max_len: int, pad_id: int):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
+        self.positions = LearnedPositions(d_model, max_len)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def embed_tokens(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``(batch, L)`` ids at positions ``offset ..`` -> ``(batch, L, d_model)``."""
+        return self.dropout(self.positions(self.embed(tokens) * math.sqrt(self.d_model), offset))
+
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None, caches: list[KVCache] | None = None,
+            need_weights: bool = False) -> tuple[torch.Tensor, list]:
+        """The layers and the final norm on ``x (batch, L, d_model)``; returns ``(states, weights per layer)``."""
+        weights = []
+        for i, layer in enumerate(self.layers):
+            with _attending_with_cache(layer, None if caches is None else caches[i]):
+                x, w = layer(x, mask=mask, need_weights=need_weights)
+            weights.append(w)
+        return self.norm(x), weights
+
+
+@contextlib.contextmanager
+def _attending_with_cache(layer: EncoderLayer, cache: KVCache | None) -> Iterator[None]:
+    """Run chapter 6's ``layer`` unchanged, but let its self-attention read and extend ``cache``
+    (``MultiHeadAttention`` accepts ``cache=``; ``EncoderLayer.forward`` does not pass one on, so it
+    is added to the attention's keyword arguments for the duration of the call)."""
+    if cache is None:
+        yield
+        return
+
+    def add_cache(module, args, kwargs):
+        return args, {**kwargs, "cache": cache}
+
+    handle = layer.self_attn.register_forward_pre_hook(add_cache, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+class EncoderOnly(nn.Module):
+    """A BERT-style encoder: bidirectional self-attention over the whole (unpadded) sequence.
+
+    Args:
+        vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id: the
+            stack (see :class:`course_utils.transformer.Seq2SeqTransformer`); Pre-LN by default.
+        n_classes: adds ``classifier``, a linear head on the first token's final state (put a
+            ``[CLS]`` token there); ``None``: no classification head.
+
+    Sub-modules: ``stack`` (embeddings, ``stack.layers``, ``stack.norm``), ``mlm_head``
+    (``nn.Linear(d_model, vocab_size)``) and ``classifier``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
+                 pad_id: int = PAD_ID, n_classes: int | None = None):
+        super().__init__()
+        self.stack = _TokenStack(vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id)
+        self.mlm_head = nn.Linear(d_model, vocab_size)
+        self.classifier = nn.Linear(d_model, n_classes) if n_classes is not None else None
+
+    def encode(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        """``tokens (batch, L)`` -> states ``(batch, L, d_model)``.
+
+        ``mask`` (default :func:`bidirectional_mask`) is combined with the padding of ``tokens``
+        (no query attends to a ``pad_id`` key). With ``need_weights`` returns ``(states, weights)``.
+        """
+        keys = (tokens != self.stack.pad_id)[:, None, None, :]                   # (batch, 1, 1, L)
+        x, weights = self.stack.run(self.stack.embed_tokens(tokens), combine_masks(keys, mask),
+                                    need_weights=need_weights)
+        return (x, weights) if need_weights else x
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """MLM logits ``(batch, L, vocab_size)``."""
+        return self.mlm_head(self.encode(tokens))
+
+    def classify(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Class logits ``(batch, n_classes)`` from the first token's (``[CLS]``) final state."""
+        if self.classifier is None:
+            raise ValueError("this EncoderOnly has no classification head: build it with n_classes=...")
+        return self.classifier(self.encode(tokens)[:, 0])
+
+
+class DecoderOnlyLM(nn.Module):
+    """A GPT-style language model: causal self-attention, next-token prediction.
+
+    Args: as :class:`EncoderOnly` (without ``n_classes``), plus ``tie_weights`` (the output layer
+    shares the token embedding's matrix, as in GPT-2) and ``use_cache`` (``decode_step`` keeps one
+    :class:`~course_utils.attention.KVCache` per layer, or recomputes the whole prefix: the same
+    result, the cache is only faster).
+
+    Decoding protocol (:mod:`course_utils.decoding`)::
+
+        state = lm.init_state(batch)                       # or lm.prefill(prompt[:, :-1])
+        log_probs, state = lm.decode_step(prev_tokens, state)
+        greedy_decode(lm.decode_step, lm.init_state(B), max_len, prompt=prompt)
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
+                 pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True):
+        super().__init__()
+        self.stack = _TokenStack(vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
+        if tie_weights:
+            self.lm_head.weight = self.stack.embed.weight
+        self.use_cache = use_cache
+
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
+        """Teacher forcing: ``tokens (batch, T)`` -> logits ``(batch, T, vocab)``, position t
+        predicting token t + 1. Padding keys are masked (pad at the end of a sequence)."""
+        T = tokens.shape[1]
+        keys = (tokens != self.stack.pad_id)[:, None, None, :]                   # (batch, 1, 1, T)
+        mask = combine_masks(keys, causal_mask(T, device=tokens.device))         # (batch, 1, T, T)
+        x, weights = self.stack.run(self.stack.embed_tokens(tokens), mask, need_weights=need_weights)
+        logits = self.lm_head(x)
+        return (logits, weights) if need_weights else logits
+
+    def init_state(self, batch: int, device=None) -> dict:
+        """An empty decoding state: ``tokens (batch, 0)`` and, with ``use_cache``, an empty
+        :class:`~course_utils.attention.KVCache` per layer."""
+        state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device)}
+        if self.use_cache:
+            state["caches"] = [KVCache() for _ in self.stack.layers]
+        return state
+
+    def _run_new(self, new: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """Feed ``new (batch, T_new)`` after ``state["tokens"]``; return the logits of the new
+        positions ``(batch, T_new, V)`` and the state that has seen them (caches extended in place)."""
+        tokens = torch.cat([state["tokens"], new], dim=1)
+        if self.use_cache:
+            t0, T_new = state["tokens"].shape[1], new.shape[1]
+            mask = causal_mask(T_new, t0 + T_new, device=new.device)   # new queries are the last positions
+            x, _ = self.stack.run(self.stack.embed_tokens(new, offset=t0), mask, caches=state["caches"])
+            logits = self.lm_head(x)
+        else:   # everything fed while decoding is a real token (even an id equal to pad_id): causal mask only
+            T = tokens.shape[1]
+            x, _ = self.stack.run(self.stack.embed_tokens(tokens), causal_mask(T, device=tokens.device))
+            logits = self.lm_head(x[:, -new.shape[1]:])
+        return logits, {**state, "tokens": tokens}
+
+    @torch.no_grad()
+    def prefill(self, prompt: torch.Tensor, state: dict | None = None) -> dict:
+        """Run the prompt ``(batch, P)`` through the model in one pass (filling the caches);
+        returns the state after it. The same state as feeding the prompt to :meth:`decode_step`
+        one token at a time (:func:`course_utils.decoding.prefill`), in one forward pass."""
+        state = self.init_state(prompt.shape[0], prompt.device) if state is None else state
+        if prompt.shape[1] == 0:
+            return state
+        return self._run_new(prompt, state)[1]
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), new state)``."""
+        logits, state = self._run_new(prev_tokens[:, None], state)
+        return torch.log_softmax(logits[:, -1], dim=-1), state
+
+
+# --- a seq2seq task as prompt -> completion, for a decoder-only model --------------------------
+
+def lm_training_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int = PAD_ID,
+                      loss_on_prompt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forcing batch for a decoder-only LM from (prompt, completion) id lists.
+
+    Each sequence is ``prompt + completion`` (put the separator at the end of the prompt and
+    ``<eos>`` at the end of the completion), right-padded. Returns ``(inputs (B, T - 1),
+    targets (B, T - 1))``: ``inputs = seq[:-1]``, ``targets = seq[1:]`` with
+    :data:`IGNORE_INDEX` at padding and, unless ``loss_on_prompt``, wherever the target is still
+    a prompt token (the model is scored on the completion only). Use with
+    ``F.cross_entropy(logits.transpose(1, 2), targets)`` (its default ``ignore_index`` is -100).
+    """
+    if len(prompts) != len(completions) or not prompts:
+        raise ValueError(f"need as many prompts as completions (and at least one), got {len(prompts)} "
+                         f"and {len(completions)}")
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    T = max(len(q) for q in seqs)
+    if T < 2:
+        raise ValueError("every sequence is shorter than 2 tokens: nothing to predict")
+    tokens = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    targets = torch.full((len(seqs), T), IGNORE_INDEX, dtype=torch.long)
+    for b, (p, q) in enumerate(zip(prompts, seqs)):
+        tokens[b, :len(q)] = torch.tensor(q)
+        first = 0 if loss_on_prompt else len(p)           # the first position whose token is scored
+        targets[b, first:len(q)] = torch.tensor(q[first:])
+    return tokens[:, :-1], targets[:, 1:]
+
+
+@torch.no_grad()
+def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
+                    eos_id: int = EOS_ID) -> list[list[int]]:
+    """Greedy completions of prompts of any lengths: the prompts of each length are decoded as one
+    batch (a parallel :meth:`DecoderOnlyLM.prefill`, then cached steps). Returns, per prompt in
+    the given order, the generated ids up to (not including) the first ``<eos>``."""
+    device = next(lm.parameters()).device
+    out: list[list[int] | None] = [None] * len(prompts)
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        if not len(p):
+            raise ValueError(f"prompt {i} is empty: a prompt needs at least one token")
+        by_length.setdefault(len(p), []).append(i)
+    for idx in by_length.values():
+        group = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long, device=device)   # (b, P)
+        state = lm.prefill(group[:, :-1])
+        tokens, _ = greedy_decode(lm.decode_step, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
+        for i, row in zip(idx, tokens.tolist()):
+            out[i] = row[:row.index(eos_id)] if eos_id in row else row
+    return out

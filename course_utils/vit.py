@@ -1,0 +1,242 @@
+"""The Vision Transformer (Dosovitskiy et al., 2021): an image read as a sequence of patches.
+
+* :func:`patchify` cuts ``(batch, C, H, W)`` images into flattened ``patch x patch`` squares;
+* :class:`ViT`: a linear patch embedding, a learned class token, learned position embeddings,
+  a stack of chapter 6's :class:`~course_utils.transformer.EncoderLayer` (Pre-LN, as in the
+  paper) and a linear classification head on the class token's final state;
+* :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through all layers, and
+  :func:`class_token_map` lays the class token's row out on the patch grid for drawing;
+* :func:`train_classifier` and :func:`accuracy`, a plain minibatch loop for image classifiers
+  (with a time budget and optional augmentation such as :func:`random_shift`), and
+  :class:`SmallCNN`, the convolutional baseline.
+
+Shapes: images ``(batch, C, H, W)``; tokens ``(batch, 1 + n_patches, d_model)`` with the class
+token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .transformer import EncoderLayer, LearnedPositions
+
+__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "class_token_map", "patchify", "random_shift",
+           "train_classifier"]
+
+
+def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """Cut images into non-overlapping ``patch x patch`` squares, flattened.
+
+    ``images (batch, C, H, W)`` -> ``(batch, (H / patch) * (W / patch), C * patch * patch)``.
+    Patches are numbered row by row (left to right, then top to bottom); inside a patch the
+    features run over channels, then rows, then columns -- the layout of
+    ``F.unfold(images, patch, stride=patch).transpose(1, 2)``.
+    """
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        raise ValueError("images must be a (batch, C, H, W) tensor, got "
+                         f"{tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__}")
+    if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1:
+        raise ValueError(f"patch must be a positive int, got {patch!r}")
+    B, C, H, W = images.shape
+    if H % patch or W % patch:
+        raise ValueError(f"patch={patch} must divide the image height and width, got {H}x{W}")
+    x = images.reshape(B, C, H // patch, patch, W // patch, patch)     # (B, C, gh, p, gw, p)
+    x = x.permute(0, 2, 4, 1, 3, 5)                                     # (B, gh, gw, C, p, p)
+    return x.reshape(B, (H // patch) * (W // patch), C * patch * patch)
+
+
+class ViT(nn.Module):
+    """A Vision Transformer classifier.
+
+    Args:
+        image_size: height = width of the input images (8 for the digits).
+        patch: side of the square patches; must divide ``image_size``.
+        channels, n_classes: input channels and output classes.
+        d_model, n_heads, n_layers, d_ff, dropout: as in :class:`course_utils.transformer.Seq2SeqTransformer`.
+        norm_first: Pre-LN (True, the paper's choice) or Post-LN.
+
+    Sub-modules: ``patch_embed`` (``nn.Linear(C * patch**2, d_model)``), ``cls_token``
+    (a ``(1, 1, d_model)`` parameter), ``positions`` (:class:`~course_utils.transformer.LearnedPositions`
+    over ``1 + n_patches`` positions), ``layers`` (``nn.ModuleList`` of encoder layers), ``norm``
+    (final LayerNorm with Pre-LN, identity with Post-LN) and ``head`` (``nn.Linear(d_model, n_classes)``).
+    """
+
+    def __init__(self, image_size: int = 8, patch: int = 2, channels: int = 1, n_classes: int = 10,
+                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2, d_ff: int | None = None,
+                 dropout: float = 0.0, norm_first: bool = True):
+        super().__init__()
+        if image_size % patch:
+            raise ValueError(f"patch={patch} must divide image_size={image_size}")
+        self.image_size, self.patch, self.channels = image_size, patch, channels
+        self.grid = image_size // patch
+        self.n_patches = self.grid ** 2
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.patch_embed = nn.Linear(channels * patch * patch, d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        nn.init.normal_(self.cls_token, std=0.02)
+        self.positions = LearnedPositions(d_model, 1 + self.n_patches)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.head = nn.Linear(d_model, n_classes)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """``(batch, C, H, W)`` -> tokens ``(batch, 1 + n_patches, d_model)``: the class token,
+        then the embedded patches, each plus its learned position."""
+        expected = (self.channels, self.image_size, self.image_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"images must have shape (batch, {', '.join(map(str, expected))}), "
+                             f"got {tuple(images.shape)}")
+        x = self.patch_embed(patchify(images, self.patch))                  # (B, N, d_model)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)                     # (B, 1, d_model)
+        return self.dropout(self.positions(torch.cat([cls, x], dim=1)))    # (B, 1 + N, d_model)
+
+    def forward(self, images: torch.Tensor, need_weights: bool = False):
+        """``images (batch, C, H, W)`` -> logits ``(batch, n_classes)``.
+
+        With ``need_weights=True`` returns ``(logits, weights)``, ``weights`` a list with one
+        ``(batch, heads, 1 + n_patches, 1 + n_patches)`` tensor per layer (row 0: the class token).
+        """
+        x, weights = self.embed(images), []
+        for layer in self.layers:
+            x, w = layer(x, need_weights=need_weights)
+            weights.append(w)
+        logits = self.head(self.norm(x)[:, 0])                              # the class token's state
+        return (logits, weights) if need_weights else logits
+
+
+def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...], residual: bool = True) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each input token flows into each
+    position after all layers, following attention through the residual connections.
+
+    Per layer the heads are averaged, ``W = mean_h A_h``; the residual connection is accounted
+    for as ``A = 0.5 * W + 0.5 * I`` (``residual=False`` uses ``W`` alone); the layers are chained
+    by matrix product, the last layer on the left: ``R = A_L @ ... @ A_2 @ A_1``.
+
+    Args:
+        weights: one ``(batch, heads, N, N)`` tensor per layer, first layer first (rows sum to 1).
+    Returns:
+        ``R (batch, N, N)``; row ``i`` sums to 1 and says how much of position ``i``'s final state
+        comes from each input token. Row 0 of a ViT is the class token's.
+    """
+    if not weights or any(not isinstance(w, torch.Tensor) or w.dim() != 4 or w.shape[-1] != w.shape[-2]
+                          for w in weights):
+        raise ValueError("weights must be a non-empty list of (batch, heads, N, N) tensors, one per layer "
+                         "(from forward(..., need_weights=True))")
+    N = weights[0].shape[-1]
+    eye = torch.eye(N, dtype=weights[0].dtype, device=weights[0].device)
+    rollout = None
+    for w in weights:
+        a = w.mean(dim=1)                                                   # (batch, N, N)
+        if residual:
+            a = 0.5 * a + 0.5 * eye
+        rollout = a if rollout is None else a @ rollout
+    return rollout
+
+
+def class_token_map(matrix: torch.Tensor, grid: int) -> torch.Tensor:
+    """The class token's row over the patches, ``(batch, N, N)`` with ``N = 1 + grid**2`` (an
+    attention matrix or a rollout; per head: ``(batch, heads, N, N)``) -> ``(batch, [heads,]
+    grid, grid)``, patch (r, c) at row r, column c, ready to draw over the image."""
+    if matrix.shape[-1] != 1 + grid * grid:
+        raise ValueError(f"a {grid}x{grid} grid needs matrices over {1 + grid * grid} tokens (class token "
+                         f"first), got {matrix.shape[-1]}")
+    return matrix[..., 0, 1:].reshape(*matrix.shape[:-2], grid, grid)
+
+
+def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Translate each image of ``(batch, C, H, W)`` by its own random offset of at most
+    ``max_shift`` pixels in each direction, filling the uncovered border with zeros (data
+    augmentation: a ViT has no built-in translation invariance, a CNN has some)."""
+    if max_shift == 0:
+        return images
+    B, _, H, W = images.shape
+    m = max_shift
+    padded = F.pad(images, (m, m, m, m))                                 # (B, C, H + 2m, W + 2m)
+    dy, dx = torch.randint(0, 2 * m + 1, (2, B), generator=generator).tolist()
+    return torch.stack([padded[b, :, dy[b]:dy[b] + H, dx[b]:dx[b] + W] for b in range(B)])
+
+
+class SmallCNN(nn.Module):
+    """The baseline: two 3x3 convolutions with ReLU (padding 1), a 2x2 max-pool after each, and a
+    linear layer. ``(batch, C, H, W)`` -> logits ``(batch, n_classes)``; ``H`` and ``W`` divisible by 4."""
+
+    def __init__(self, channels: int = 1, n_classes: int = 10, width: int = 32, image_size: int = 8):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images).flatten(1))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+    """The fraction of ``x (n, ...)`` that ``model`` (in eval mode) classifies as ``y (n,)``."""
+    was_training = model.training
+    model.eval()
+    correct = sum(int((model(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
+                  for i in range(0, len(x), batch_size))
+    model.train(was_training)
+    return correct / len(x)
+
+
+def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
+                     lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
+                     seed: int = 0, warmup_steps: int = 0, augment=None) -> dict:
+    """Minibatch AdamW on cross-entropy, with a cosine learning-rate decay to 0 over ``epochs``
+    (after ``warmup_steps`` of linear warmup).
+
+    Args:
+        x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
+        max_seconds: stop after the first step that ends past this wall-clock budget.
+        seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
+        augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
+            e.g. :func:`random_shift`.
+    Returns:
+        ``{"loss": [mean training loss per epoch], "steps": int, "epochs": float, "seconds": float}``.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    per_epoch = -(-len(x) // batch_size)
+    total = epochs * per_epoch
+
+    def lr_at(step):   # step counted from 0
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total - warmup_steps))))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    g = torch.Generator().manual_seed(seed)
+    history, step, start = {"loss": []}, 0, time.perf_counter()
+    model.train()
+    out_of_time = False
+    for _ in range(epochs):
+        order, total_loss, seen = torch.randperm(len(x), generator=g), 0.0, 0
+        for i in range(0, len(x), batch_size):
+            idx = order[i:i + batch_size]
+            inputs = x[idx] if augment is None else augment(x[idx], generator=g)
+            loss = F.cross_entropy(model(inputs), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total_loss += loss.item() * len(idx)
+            seen += len(idx)
+            step += 1
+            if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                out_of_time = True
+                break
+        history["loss"].append(total_loss / seen)
+        if out_of_time:
+            break
+    model.eval()
+    history.update(steps=step, epochs=step / per_epoch, seconds=time.perf_counter() - start)
+    return history
