@@ -525,14 +525,20 @@ def execute(path: Path, timeout: int = 600) -> None:
     The kernel is the course's own Python (``sandbox.kernel_manager``), whatever ``python3``
     kernels the machine has.
     """
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
 
     paths = sorted(Path(path).glob("*/*.ipynb")) if Path(path).is_dir() else [Path(path)]
     for p in paths:
         nb = nbformat.read(p, as_version=4)
         # No per-cell timestamps: they would change the release on every execution.
-        NotebookClient(nb, km=sandbox.kernel_manager(), timeout=timeout, record_timing=False,
-                       resources={"metadata": {"path": str(p.parent)}}).execute()
+        km = sandbox.kernel_manager()
+        try:
+            NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
+                           resources={"metadata": {"path": str(p.parent)}}).execute()
+        finally:
+            if km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
         nbformat.write(nb, p)
         print(f"executed {p}")
 

@@ -335,3 +335,22 @@ def test_notebooks_run_in_the_course_environment():
     assert "--nbval-current-env" in addopts
     km = sandbox.kernel_manager()
     assert km.kernel_spec.argv[0] == __import__("sys").executable
+
+
+def test_make_grade_explains_a_folder_that_is_not_a_chapter(tmp_path):
+    nb = tmp_path / "homework" / "mine.ipynb"
+    nb.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), nb)
+    with pytest.raises(SystemExit, match="'homework', which is not a chapter"):
+        grading.grade(nb)
+
+
+def test_make_grade_explains_a_notebook_that_is_not_json(tmp_path, monkeypatch):
+    for k, v in LIMITS.to_env().items():
+        monkeypatch.setenv(k, v)
+    nb = tmp_path / CHAPTER / f"{CHAPTER}.ipynb"
+    nb.parent.mkdir()
+    nb.write_text("{ this is not json")
+    res = grading.grade(nb)
+    assert res.auto_score == 0 and "not valid JSON" in res.reason
+    assert "fault: " in res.table()
