@@ -33,7 +33,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess

@@ -49,7 +49,6 @@ from pathlib import Path
 
 
 PACKAGE = Path(__file__).resolve().parent
-REPO = PACKAGE.parent
 KERNEL_NAME = "attention-course-sandbox"
 
 
