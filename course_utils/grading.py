@@ -612,7 +612,7 @@ class SandboxedExecute(Execute):
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error" and (out.get("ename") == "MemoryError" or
                                                          "can't allocate memory" in str(out.get("evalue"))):
-                    msg = f"ran out of memory in cell {index} (limit {sandbox.Limits.from_env().memory_mb} MiB)"
+                    msg = f"ran out of memory in cell {index + 1} (limit {sandbox.Limits.from_env().memory_mb} MiB)"
                     if msg not in self._report["faults"]:
                         self._fault(msg)
             if not _is_test(cell):
@@ -640,13 +640,14 @@ class SandboxedExecute(Execute):
             return ["the tamper guard's answer was replaced"]
 
     def preprocess_cell(self, cell, resources, index):
+        # Cells are named by their position counting from 1 (the first cell of the notebook is cell 1).
         if self._stopped:
             return cell, resources
         remaining = self._deadline - time.monotonic()
         try:
             if remaining < 1:
                 self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s "
-                           f"(stopped before cell {index})")
+                           f"(stopped before cell {index + 1})")
             self.timeout = int(max(1, min(self.limits.cell_s, remaining)))
             if not self._guarded:
                 self._guarded = True
@@ -668,16 +669,16 @@ class SandboxedExecute(Execute):
             if self.km.provisioner and getattr(self.km.provisioner, "process", None):
                 n = sandbox.descendants(self.km.provisioner.process.pid) - (1 if sandbox.isolation().unshare else 0)
                 if n > self.limits.children:
-                    self._stop(f"forked without end: {n} processes after cell {index} "
+                    self._stop(f"forked without end: {n} processes after cell {index + 1} "
                                f"(limit {self.limits.children}); stopped")
         except CellTimeoutError:
             self._run.discard(index)
-            self._stop(f"hung: cell {index} ran past the time limit of {self.timeout} s "
+            self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
                        f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
         except DeadKernelError:
             self._run.discard(index)
             code = self.km.provisioner.process.poll() if getattr(self.km.provisioner, "process", None) else None
-            self._stop(f"the kernel died in cell {index} (exit status {code}; memory limit "
+            self._stop(f"the kernel died in cell {index + 1} (exit status {code}; memory limit "
                        f"{self.limits.memory_mb} MiB)")
         return cell, resources
 
