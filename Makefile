@@ -17,8 +17,10 @@ help:
 	@echo "make test                 run every test (unit, notebooks, release sync, grading)"
 	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
 	@echo "make release              regenerate notebooks/ from solutions/"
-	@echo "make autograde            grade submitted/<student>/<chapter>/, write feedback and grades.csv"
+	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
+	@echo "make autograde FORCE=1    regrade every submission"
 	@echo "make execute              re-execute the solution notebooks in place (after editing them)"
+	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,11 +46,16 @@ grade: $(STAMP)
 release: $(STAMP)
 	$(BIN)/python -m course_utils.grading release
 
+# Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
+# (defaults in course_utils/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde
+	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force)
 
 execute: $(STAMP)
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
 
+# Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
+# gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
 clean:
-	rm -rf $(VENV) .pytest_cache gradebook.db autograded feedback grades.csv
+	rm -rf $(VENV) .pytest_cache
+	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +

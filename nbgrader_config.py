@@ -6,9 +6,13 @@ notebooks/<chapter>/ the *release* that learners open. The gradebook is never co
 import os
 import tempfile
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor, Preprocessor
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+import nbformat
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor, Preprocessor
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests, GetGrades,
+                                    IgnorePattern, LimitOutput, SaveAutoGrades)
 from traitlets import Bool
+
+from course_utils.grading import META, SandboxedExecute
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
@@ -20,8 +24,12 @@ c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(ROOT, "gradebook.db")
 c.Exchange.root = os.path.join(tempfile.gettempdir(), "attention-course-exchange")
 
-c.Execute.timeout = 300            # per cell; the default 30 s is too short for training cells
-c.Execute.kernel_name = "python3"  # ignore the kernelspec stored in a learner's notebook
+# Each submission runs in its own sandbox (course_utils.sandbox): no network, limits on time per
+# notebook and per cell, memory and processes (course_utils.sandbox.Limits, GRADING_* variables),
+# the course's own Python whatever kernelspec the notebook names, and the tamper guard.
+c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
+                                       LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+# A submission that deleted a test cell is graded with the test put back (course_utils.grading.intake).
 
 
 class ShortTracebacks(Preprocessor):
@@ -37,9 +45,27 @@ class ShortTracebacks(Preprocessor):
         return cell, resources
 
 
+class FaultNote(Preprocessor):
+    """Put the submission's faults (hang, dead kernel, tampering, ...) at the top of its feedback."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        report = nb.metadata.get(META, {})
+        lines = list(report.get("faults", []))
+        for test, what in report.get("tampering", {}).items():
+            lines.append(f"{test}: the notebook changed what the tests rely on ({'; '.join(what)[:300]}); "
+                         "this exercise gets 0")
+        if lines:
+            text = "**Grading note.** " + " ".join(f"{ln}." if not ln.endswith(".") else ln for ln in lines)
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
+        return nb, resources
+
+
 c.GenerateFeedback.preprocessors = [
     GetGrades,
     ClearHiddenTests,
     ShortTracebacks,
+    FaultNote,
     CSSHTMLHeaderPreprocessor,
 ]

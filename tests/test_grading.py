@@ -8,7 +8,13 @@ For every chapter four notebooks are submitted and autograded:
 * ``ci-wrong``: the solution with one exercise answered wrongly (``tests/wrong_answers/``)
   -> loses exactly that exercise's points;
 * ``ci-tampered``: ``ci-wrong`` whose test cells were replaced by ``pass`` -> graded by the
-  original tests all the same.
+  original tests all the same;
+* ``ci-hidden-only`` (for a chapter whose ``tests/wrong_answers/<chapter>.py`` defines
+  ``HIDDEN_ONLY = {exercise: source}``): the solution with every listed exercise answered by a
+  wrong answer that passes its visible tests -> each listed exercise keeps its visible points
+  and loses its hidden points.
+
+All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``).
 
 It also checks that the committed release equals a fresh one and that feedback never
 shows hidden tests.
@@ -32,25 +38,39 @@ CHAPTERS = grading.chapters()
 WRONG = Path(__file__).parent / "wrong_answers"
 
 
-def _wrong_answer(chapter: str) -> tuple[str, str]:
+def _wrong_module(chapter: str):
     path = WRONG / f"{chapter}.py"
     if not path.exists():
         pytest.fail(f"{chapter} needs tests/wrong_answers/{chapter}.py (EXERCISE and SOURCE)")
     spec = importlib.util.spec_from_file_location(f"wrong_{chapter}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _wrong_answer(chapter: str) -> tuple[str, str]:
+    mod = _wrong_module(chapter)
     return mod.EXERCISE, mod.SOURCE
+
+
+def _hidden_only(chapter: str) -> dict[str, str] | None:
+    """``HIDDEN_ONLY`` of the chapter's wrong answers, or None where it is not defined yet."""
+    return getattr(_wrong_module(chapter), "HIDDEN_ONLY", None)
 
 
 def _meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
 
-def _make_wrong(src: Path, exercise: str, source: str, dest: Path, tamper: bool = False) -> Path:
+def _make_wrong(src: Path, exercise: str | dict[str, str], source: str | None, dest: Path,
+                tamper: bool = False) -> Path:
+    """``src`` with ``exercise``'s answer replaced by ``source`` (or every ``{exercise: source}``)."""
     nb = nbformat.read(src, as_version=4)
-    hits = [c for c in nb.cells if _meta(c).get("grade_id") == exercise and _meta(c).get("solution")]
-    assert len(hits) == 1, f"no answer cell with grade_id {exercise!r} in {src}"
-    hits[0].source = source
+    answers = exercise if isinstance(exercise, dict) else {exercise: source}
+    for ex, text in answers.items():
+        hits = [c for c in nb.cells if _meta(c).get("grade_id") == ex and _meta(c).get("solution")]
+        assert len(hits) == 1, f"no answer cell with grade_id {ex!r} in {src}"
+        hits[0].source = text
     if tamper:
         for cell in nb.cells:
             if _meta(cell).get("grade"):
@@ -76,8 +96,12 @@ def graded(request, tmp_path_factory):
         "ci-wrong": _make_wrong(src, exercise, wrong_source, tmp / "wrong.ipynb"),
         "ci-tampered": _make_wrong(src, exercise, wrong_source, tmp / "tampered.ipynb", tamper=True),
     }
+    hidden_only = _hidden_only(chapter)
+    if hidden_only:
+        subs["ci-hidden-only"] = _make_wrong(src, hidden_only, None, tmp / "hidden_only.ipynb")
     results = grading.autograde_in(course, chapter, subs, feedback=True)
-    yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results}
+    yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results,
+           "hidden_only": hidden_only}
     shutil.rmtree(course, ignore_errors=True)
 
 
@@ -166,3 +190,38 @@ def test_feedback_never_shows_hidden_tests(graded):
         text = html.unescape(re.sub(r"<[^>]+>", "", fb.read_text()))
         leaked = [ln for ln in hidden if ln in text]
         assert not leaked, f"feedback for {student} shows hidden tests: {leaked[:3]}"
+
+
+def test_hidden_only_answers_pass_visible_and_fail_hidden(graded):
+    hidden_only = graded["hidden_only"]
+    if not hidden_only:
+        pytest.skip(f"tests/wrong_answers/{graded['chapter']}.py defines no HIDDEN_ONLY yet")
+    res = graded["results"]["ci-hidden-only"]
+    cells = {c.grade_id: c for c in res.cells}
+    for ex in hidden_only:
+        visible, hidden = cells[f"{ex}-visible"], cells[f"{ex}-hidden"]
+        assert visible.score == visible.max_score, (
+            f"{ex}: the HIDDEN_ONLY answer must pass the visible tests, but: {visible.error}")
+        assert hidden.score == 0, f"{ex}: the HIDDEN_ONLY answer passes the hidden tests too"
+    others = [c for c in res.cells if not c.manual and c.exercise not in hidden_only]
+    assert all(c.score == c.max_score for c in others), res.table()
+
+
+def _answer_cells(chapter: str) -> set[str]:
+    nb = nbformat.read(grading.chapter_notebook(chapter), as_version=4)
+    return {_meta(c)["grade_id"] for c in nb.cells
+            if _meta(c).get("solution") and not _meta(c).get("grade") and _meta(c).get("grade_id")}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_hidden_only_covers_every_exercise(request, chapter):
+    hidden_only = _hidden_only(chapter)
+    if hidden_only is None:
+        request.applymarker(pytest.mark.xfail(
+            strict=False, reason=f"tests/wrong_answers/{chapter}.py defines no HIDDEN_ONLY yet (its author adds it)"))
+    exercises = _answer_cells(chapter)
+    assert hidden_only is not None, f"tests/wrong_answers/{chapter}.py needs HIDDEN_ONLY"
+    missing = sorted(exercises - set(hidden_only))
+    unknown = sorted(set(hidden_only) - exercises)
+    assert not unknown, f"HIDDEN_ONLY names exercises {chapter} does not have: {unknown}"
+    assert not missing, f"HIDDEN_ONLY of {chapter} lacks a wrong answer for {missing}"
