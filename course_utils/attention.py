@@ -36,6 +36,14 @@ def _shape(t) -> str:
     return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
+def _broadcasts_to(t: torch.Tensor, shape: torch.Size) -> bool:
+    """True when ``t`` broadcasts to exactly ``shape`` (not to something larger)."""
+    try:
+        return torch.broadcast_shapes(t.shape, shape) == shape
+    except RuntimeError:
+        return False
+
+
 def _check_mask(mask: torch.Tensor | None, scores: torch.Tensor) -> None:
     """Fail unless ``mask`` is None or a bool tensor that broadcasts to ``scores``' shape."""
     if mask is None:
@@ -44,11 +52,7 @@ def _check_mask(mask: torch.Tensor | None, scores: torch.Tensor) -> None:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}; "
                         "convert a 0/1 mask with mask.bool() (or mask == 1)")
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
+    if not _broadcasts_to(mask, scores.shape):
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
                          f"shape {tuple(scores.shape)} (..., L_q, L_k); a padding mask for "
                          "(batch, heads, L_q, L_k) scores needs shape (batch, 1, 1, L_k)")
@@ -214,11 +218,7 @@ def _check_bias(bias, scores: torch.Tensor) -> None:
         got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise TypeError(f"bias must be a floating-point tensor added to the scores, got {got} "
                         "(a boolean tensor is a mask: pass it as mask=)")
-    try:
-        shape = torch.broadcast_shapes(bias.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
+    if not _broadcasts_to(bias, scores.shape):
         raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' "
                          f"shape {tuple(scores.shape)} (..., L_q, L_k)")
 
