@@ -2,13 +2,14 @@
 
 Each notebook that nbval executes (solutions/*/*.ipynb) has a time budget: the cell during
 which a notebook's running time crosses NOTEBOOK_BUDGET_S fails with a message that says so.
-The course aims at about 90 s per notebook on a 2-core CPU; the budget leaves room for a
-slower machine. A summary of every notebook's time is printed at the end of the run.
+The course aims at about 90 s per notebook on a 2-core CPU (chapter 6: 120 s); the budget
+leaves room for a slower or busier machine. A summary of every notebook's time is printed at
+the end of the run.
 
 `make test` runs pytest on two workers (pytest-xdist, ``--dist loadscope``, one thread
 each). Scopes keep together what must run in one process: a notebook's cells share one
-kernel (their scope is the notebook), and the grading round-trip tests of one chapter share
-one autograded course (their scope is the chapter's test class). Each worker enforces the
+kernel (their scope is the notebook), and the grading tests share module-scoped autograded
+courses (their scope is their module). Each worker enforces the
 budgets of the notebooks it runs; the summary is made from the reports that reach the
 main process.
 """
@@ -18,6 +19,14 @@ from collections import defaultdict
 import pytest
 
 NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 150))
+# Chapter 6 retrains the chapter 1-2 baselines beside its Transformer: its target is 120 s
+# instead of 90 s (DESIGN.md), so its guard is scaled by the same 120/90.
+_BUDGET_SCALE = {"ch06_transformer": 120 / 90}
+
+
+def _budget(nb: str) -> float:
+    scale = next((v for k, v in _BUDGET_SCALE.items() if k in nb), 1.0)
+    return NOTEBOOK_BUDGET_S * scale
 _elapsed: dict[str, float] = defaultdict(float)   # per process: enforces the budget
 _totals: dict[str, float] = defaultdict(float)    # in the process that reports: the summary
 _over: set[str] = set()
@@ -35,11 +44,11 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     nb = os.path.relpath(str(item.fspath))
     _elapsed[nb] += call.duration
-    if report.when == "call" and _elapsed[nb] > NOTEBOOK_BUDGET_S and nb not in _over:
+    if report.when == "call" and _elapsed[nb] > _budget(nb) and nb not in _over:
         _over.add(nb)
         report.outcome = "failed"
         report.longrepr = (f"{nb} has run for {_elapsed[nb]:.0f} s, over its budget of "
-                           f"{NOTEBOOK_BUDGET_S:.0f} s: shrink its experiments")
+                           f"{_budget(nb):.0f} s: shrink its experiments")
 
 
 def pytest_runtest_logreport(report):
