@@ -10,7 +10,19 @@ export PYTHONHASHSEED := 0
 
 JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: help install lab test grade release autograde execute clean
+# The one thread setting for everything that executes the chapters: make execute (the stored
+# outputs), make test and make test-portable (nbval), make grade and make autograde. One thread per
+# process: float sums then round the same way in every run, and two test workers fill 2 cores.
+# (make lab leaves the learner's default alone.)
+THREADS ?= 1
+RUNS_CHAPTERS := execute sync test test-portable grade autograde
+$(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
+$(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
+
+# Each chapter's text source (jupytext percent format), the file people edit and review.
+SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
+
+.PHONY: help install lab lint test test-portable grade release autograde sync execute clean
 
 help:
 	@echo "make lab                  open JupyterLab on the student notebooks"
@@ -19,13 +31,19 @@ help:
 	@echo "make release              regenerate notebooks/ from solutions/"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
-	@echo "make execute              re-execute the solution notebooks in place (after editing them)"
+	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
+	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
+	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
+	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
 	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
 
+# Installing also configures nbdime's notebook diffs for this clone (its .git/config only; see
+# .gitattributes); outside a git clone that step is skipped.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	-git rev-parse --git-dir >/dev/null 2>&1 && $(BIN)/nbdime config-git --enable >/dev/null
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,11 +51,20 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(JUPYTER_ROOT_FLAG)
 
+lint: $(STAMP)
+	$(BIN)/ruff check course_utils tests tools conftest.py nbgrader_config.py solutions
+
 # Two workers with one thread each: on a 2-core machine that is faster than one worker with
 # two threads (the notebooks' small tensors gain little from a second thread).
 TEST_WORKERS ?= 2
-test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+
+# The notebooks once more under another of PyTorch's CPU kernels, which rounds floats the way
+# another machine does: every experiment claim must hold there too (CI runs it after make test).
+PORTABLE_KERNEL ?= default
+test-portable: $(STAMP)
+	ATEN_CPU_CAPABILITY=$(PORTABLE_KERNEL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
 
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
@@ -51,7 +78,13 @@ release: $(STAMP)
 autograde: $(STAMP)
 	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force)
 
-execute: $(STAMP)
+# The text sources are what people edit: sync brings each .ipynb's cells up to date from its
+# .py and keeps the outputs of unchanged cells; execute then runs them. Commit a re-execution on
+# its own, apart from the change to the chapter.
+sync: $(STAMP)
+	$(BIN)/jupytext --quiet --update --to ipynb $(SOURCES)
+
+execute: sync
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
 
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps

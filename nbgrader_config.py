@@ -22,6 +22,10 @@ c.CourseDirectory.root = ROOT
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(ROOT, "gradebook.db")
+# A chapter's text source (solutions/chNN/chNN.py, jupytext) holds the solutions and hidden tests:
+# it never goes into the release or a submission's copy (tests/test_sources.py checks the release).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py", "*.md",
+                            "jupytext.toml"]
 c.Exchange.root = os.path.join(tempfile.gettempdir(), "attention-course-exchange")
 
 # Each submission runs in its own sandbox (course_utils.sandbox): no network, limits on time per

@@ -301,7 +301,7 @@ def digits(n_test: int = DIGITS_N_TEST, seed: int = 0
     shares adding up to ``n_test``) of its images to the test set, chosen at random by ``seed``;
     the defaults are the course's fixed split (1437 train, 360 test).
     """
-    from sklearn.datasets import load_digits   # imported here: only chapter 7 needs scikit-learn
+    from sklearn.datasets import load_digits  # imported here: only chapter 7 needs scikit-learn
 
     if isinstance(n_test, bool) or not isinstance(n_test, int) or not 0 < n_test < 1797:
         raise ValueError(f"n_test must be an int between 1 and 1796, got {n_test!r}")

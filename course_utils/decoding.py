@@ -198,7 +198,7 @@ def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alph
     scores = torch.zeros(1, device=device)
     prev, state = _start(step, state, prompt, sos_id)
     finished: list[Hypothesis] = []
-    for t in range(max_len):
+    for _ in range(max_len):
         log_probs, state = step(prev, state)  # (live, V)
         vocab = log_probs.shape[-1]
         cand = (scores[:, None] + log_probs).reshape(-1)

@@ -23,7 +23,6 @@ from tqdm.std import tqdm
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
-
 #: The training budget of the length-graded comparison (:func:`course_utils.data.length_task`):
 #: every chapter trains its model with these settings so that accuracies are comparable.
 LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)

@@ -5,7 +5,6 @@ from course_utils import attention, decoding, families
 from course_utils.data import PAD_ID, SOS_ID
 from course_utils.transformer import EncoderLayer
 
-
 # --- masks ------------------------------------------------------------------------------------
 
 def test_the_three_patterns_by_hand():

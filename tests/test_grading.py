@@ -127,6 +127,15 @@ def test_release_has_no_solutions_or_hidden_tests(graded):
         assert marker not in text
 
 
+def test_fresh_release_holds_the_notebook_only(graded):
+    # nbgrader copies every file of solutions/<chapter>/ unless nbgrader_config.py ignores it: the
+    # chapter's text source (the solutions and hidden tests in plain text) must never be released.
+    ch, src = graded["chapter"], graded["src"]
+    assert src.with_suffix(".py").exists(), f"solutions/{ch} has no text source to keep out of the release"
+    fresh = sorted(p.name for p in (graded["course"] / "notebooks" / ch).iterdir())
+    assert fresh == [src.name], f"a fresh release of {ch} holds {fresh}, not only {src.name}"
+
+
 def test_solution_scores_full_marks(graded):
     res = graded["results"]["ci-solution"]
     assert res.auto_max > 0

@@ -1,0 +1,1248 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: all
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 1 — Sequence to sequence with recurrent networks
+#
+# *Attention, from Seq2Seq to Transformers* starts before attention exists. This chapter
+# builds the model that attention was invented to repair: an **encoder-decoder** made of two
+# recurrent networks, joined by one vector. By the end you will have trained it, decoded with
+# it greedily and with beam search, and measured exactly where it breaks.
+#
+# **You will write** (graded automatically; run the test cell under each exercise):
+#
+# | # | function | idea | points |
+# |---|---|---|---|
+# | 1 | `rnn_forward` | the recurrence $h_t = \tanh(W_{xh}x_t + W_{hh}h_{t-1} + b)$ | 3 |
+# | 2 | `make_decoder_io` | the `<sos>` / `<eos>` offset of teacher forcing | 2 |
+# | 3 | `encode` | a bidirectional encoder that ignores padding, and its context vector | 3 |
+# | 4 | `decoder_step` | one decoder step that sees the context at every step | 2 |
+# | 5 | `greedy_decode` | autoregressive decoding of a batch, stopping at `<eos>` | 4 |
+# | 6 | `beam_search` | keeping the *k* best prefixes instead of one | 5 |
+#
+# and answer two written questions (graded by your instructor). If you get stuck, skip an
+# exercise: every experiment below falls back to the reference in `course_utils` and says so.
+
+# %%
+import copy
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from course_utils import checks, claims, data, decoding, plots, rnn, train
+from course_utils.data import EOS_ID, PAD_ID, SOS_ID
+
+train.set_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+device = train.get_device()
+GRADING = train.grading()  # True while nbgrader runs this notebook: experiments shrink
+print("device:", device)
+
+# %% [markdown]
+# ## 1. Why sequence to sequence?
+#
+# Many problems map one sequence to another of a *different length*, with no position-by-position
+# correspondence: translation ("非常感谢" → "thank you very much"), summarisation, question
+# answering. A network that emits one output per input (tagging, say) cannot even represent
+# these. The seq2seq answer is to split the work in two:
+#
+# * an **encoder** reads the whole input and summarises it;
+# * a **decoder** writes the output one token at a time, each token conditioned on the summary
+#   and on the tokens written so far — an *autoregressive* model,
+#   $P(y \mid x) = \prod_t P(y_t \mid y_{<t}, x)$.
+#
+# This is the architecture of Sutskever, Vinyals and Le (2014) and Cho et al. (2014); the
+# references are at the end of the chapter.
+#
+# Our running example is a small "translation" task whose data `course_utils.data` generates from
+# a seed, so every learner sees the same sentences: human ways of writing a date on the left, the
+# ISO form on the right. Source and target lengths differ, and the order of the parts differs too.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+date_pairs = data.make_date_pairs(6, seed=1)
+for src, tgt in date_pairs:
+    print(f"{''.join(src):>28}  ->  {''.join(tgt)}   ({len(src)} -> {len(tgt)} characters)")
+
+# %% [markdown]
+# The second task is made to be *hard in a controlled way*: reverse a string of symbols. Its
+# difficulty is set by one number, the length, so we can plot how a model copes as the input
+# grows. Every model of the course is compared on this task with the same training budget
+# (`data.length_task()` and `train.LENGTH_TASK_BUDGET`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+len_train, len_test, len_vocab = data.length_task()
+print(len(len_train), "training and", len(len_test), "test pairs; source lengths",
+      data.LENGTH_TASK["min_len"], "to", data.LENGTH_TASK["max_len"])
+print(len_vocab)
+for src, tgt in len_test[:3]:
+    print(" ".join(src), " -> ", " ".join(tgt))
+
+
+# %% [markdown]
+# ## 2. The recurrent network
+#
+# A recurrent network reads a sequence one element at a time and keeps a *hidden state*
+# $h_t \in \mathbb{R}^H$, its memory of everything read so far:
+#
+# $$h_t = \tanh\left(W_{xh}\,x_t + W_{hh}\,h_{t-1} + b_h\right), \qquad t = 1, \dots, T.$$
+#
+# The same weights are used at every step, so the network handles any length. In code the
+# batch comes first and vectors are rows, so $W x$ becomes `x @ W.T`.
+#
+# ### Exercise 1 — the recurrence (3 points)
+#
+# Write `rnn_forward`. It must return **every** hidden state (the encoder will need them in
+# chapter 2) and the last one. It must equal `torch.nn.RNN` with the same weights (the test
+# loads them), where PyTorch splits the bias into `bias_ih_l0 + bias_hh_l0`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_rnn_forward", "locked": false, "schema_version": 3, "solution": true}
+def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    """Run a vanilla RNN over a batch of sequences.
+
+    Args:
+        x: (batch, seq, d_in) inputs.
+        h0: (batch, hidden) initial state.
+        W_xh: (hidden, d_in); W_hh: (hidden, hidden); b_h: (hidden,).
+    Returns:
+        (states, h_last): states (batch, seq, hidden) holds h_1 ... h_T; h_last (batch, hidden) is h_T.
+    """
+    ### BEGIN SOLUTION
+    h = h0
+    states = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)
+        states.append(h)
+    return torch.stack(states, dim=1), h
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_rnn_forward-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_rnn_by_hand():
+    # One input unit, one hidden unit: h1 = tanh(1), h2 = tanh(0.5 h1), h3 = tanh(0.5 h2).
+    x = torch.tensor([[[1.0], [0.0], [0.0]]])
+    states, last = checks.call(rnn_forward, x, torch.zeros(1, 1), torch.tensor([[1.0]]),
+                               torch.tensor([[0.5]]), torch.zeros(1))
+    h1 = math.tanh(1.0); h2 = math.tanh(0.5 * h1); h3 = math.tanh(0.5 * h2)
+    checks.expect_close(states, torch.tensor([[[h1], [h2], [h3]]]), "states")
+    checks.expect_close(last, torch.tensor([[h3]]), "h_last")
+
+def _check_rnn_against_pytorch():
+    torch.manual_seed(1)
+    ref = nn.RNN(3, 4, batch_first=True)
+    x, h0 = torch.randn(2, 5, 3), torch.randn(2, 4)
+    want, want_last = ref(x, h0[None])
+    states, last = checks.call(rnn_forward, x, h0, ref.weight_ih_l0, ref.weight_hh_l0,
+                               ref.bias_ih_l0 + ref.bias_hh_l0)
+    checks.expect_shape(states, (2, 5, 4), "states")
+    checks.expect_close(states, want, "states compared with nn.RNN")
+    checks.expect_close(last, want_last[0], "h_last compared with nn.RNN")
+
+checks.run_checks("rnn_forward", [("a 1-unit RNN computed by hand", _check_rnn_by_hand),
+                                  ("equal to nn.RNN with the same weights", _check_rnn_against_pytorch)])
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_rnn_forward-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: other sizes, and the answer must not call a ready-made RNN.
+### BEGIN HIDDEN TESTS
+torch.manual_seed(7)
+_ref = nn.RNN(6, 5, batch_first=True)
+_x, _h0 = torch.randn(3, 9, 6), torch.randn(3, 5)
+_want, _want_last = _ref(_x, _h0[None])
+with checks.forbid(rnn.rnn_forward, nn.RNN.forward, nn.RNNCell.forward):
+    _states, _last = rnn_forward(_x, _h0, _ref.weight_ih_l0, _ref.weight_hh_l0, _ref.bias_ih_l0 + _ref.bias_hh_l0)
+checks.expect_close(_states, _want, "states (3, 9, 5)")
+checks.expect_close(_last, _want_last[0], "h_last")
+_s1, _l1 = rnn_forward(_x[:, :1], _h0, _ref.weight_ih_l0, _ref.weight_hh_l0, _ref.bias_ih_l0 + _ref.bias_hh_l0)
+checks.expect_close(_s1, _want[:, :1], "a sequence of length 1")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Why plain RNNs forget: vanishing gradients
+#
+# Training adjusts the weights by the gradient of the loss, and the gradient reaching an early
+# step $t$ from the last step $T$ is a product of $T - t$ Jacobians
+# $\partial h_{s}/\partial h_{s-1} = \operatorname{diag}(1 - h_s^2)\, W_{hh}$. A product of many
+# such matrices shrinks (or explodes) geometrically, so the first words of a long sentence barely
+# influence learning (Hochreiter 1991; Bengio, Simard and Frasconi 1994; Pascanu, Mikolov and
+# Bengio 2013). Let us measure it. The quantity plotted is the norm of
+# $\partial\big(\sum_k h_{T,k}\big) / \partial x_t$ — the gradient that the sum of the last
+# state's units sends back to the input at step $t$ — for every step $t$ of a 60-step sequence,
+# through *your* `rnn_forward` with the weights of a fresh `nn.RNN`, and through PyTorch's GRU and
+# LSTM of the same size.
+
+# %%
+def _probe_rnn(fn):
+    torch.manual_seed(0)
+    x, h0 = torch.randn(2, 3, 2), torch.randn(2, 3)
+    return fn(x, h0, torch.randn(3, 2), torch.randn(3, 3) / 2, torch.randn(3))  # compared with the reference
+
+rnn_forward_used = checks.learner_or_reference(rnn_forward, rnn.rnn_forward, _probe_rnn, "rnn_forward")
+
+
+def gradient_reaching_each_step(net, T=60, d_in=16):
+    # Norm of d(sum_k h_T[k]) / d x_t for t = 0..T-1, for one random sequence.
+    torch.manual_seed(0)
+    x = torch.randn(1, T, d_in, requires_grad=True)
+    if isinstance(net, nn.RNN):  # through the recurrence written out
+        states, _ = rnn_forward_used(x, torch.zeros(1, net.hidden_size), net.weight_ih_l0,
+                                     net.weight_hh_l0, net.bias_ih_l0 + net.bias_hh_l0)
+    else:
+        states, _ = net(x)
+    states[0, -1].sum().backward()
+    return x.grad[0].norm(dim=-1)
+
+
+nets = {}
+for label, kind in (("vanilla RNN", nn.RNN), ("GRU (random init)", nn.GRU), ("LSTM (random init)", nn.LSTM),
+                    ("GRU, update gate biased to keep", nn.GRU), ("LSTM, forget gate biased to keep", nn.LSTM)):
+    torch.manual_seed(0)
+    nets[label] = kind(16, 64, batch_first=True)
+with torch.no_grad():  # PyTorch orders the GRU's gates (reset, update, new), the LSTM's (input, forget, cell, output)
+    nets["GRU, update gate biased to keep"].bias_ih_l0[64:128] += 4.0
+    nets["LSTM, forget gate biased to keep"].bias_ih_l0[64:128] += 4.0
+
+grads = {label: gradient_reaching_each_step(net) for label, net in nets.items()}
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for label, g in grads.items():
+    ax.semilogy(g.detach(), label=label)
+ax.set_xlabel("input step t"); ax.set_ylabel(r"$\|\partial (\sum_k h_{T,k}) / \partial x_t\|$")
+ax.legend(fontsize=8)
+plt.show()
+
+# %%
+for label, g in grads.items():
+    print(f"{label:>33}: gradient norm {g[0]:.1e} at t=0, {g[-1]:.1e} at t=59")
+if not GRADING:  # the vanilla curve went through rnn_forward_used, which may be yours
+    claims.check("ch01: the vanilla RNN's gradient vanishes over 60 steps (log10 |grad t=0| / |grad t=59|)",
+                 math.log10(grads["vanilla RNN"][0] / grads["vanilla RNN"][-1]), below=-10)
+    for cell in ("GRU, update gate biased to keep", "LSTM, forget gate biased to keep"):
+        claims.check(f"ch01: {cell} keeps 8+ orders of magnitude more gradient at t=0 than the RNN (log10 ratio)",
+                     math.log10(grads[cell][0] / grads["vanilla RNN"][0]), above=8)
+
+# %% [markdown]
+# The vanilla RNN's gradient at the first step is some fifteen orders of magnitude below the one at
+# the last step (the numbers above): nothing learned at the end of the sentence reaches its
+# beginning. The gated cells change the update into an interpolation controlled by *gates*. Side
+# by side, the **GRU** (Cho et al. 2014) and the **LSTM** (Hochreiter and Schmidhuber 1997, with
+# the forget gate that Gers, Schmidhuber and Cummins added in 2000), in PyTorch's notation:
+#
+# $$
+# \begin{aligned}
+# &\textbf{GRU} && && \textbf{LSTM}\\
+# r_t &= \sigma(W_{ir}x_t + b_{ir} + W_{hr}h_{t-1} + b_{hr}) &&\text{reset} &
+# i_t &= \sigma(W_{ii}x_t + b_{ii} + W_{hi}h_{t-1} + b_{hi}) &&\text{input}\\
+# z_t &= \sigma(W_{iz}x_t + b_{iz} + W_{hz}h_{t-1} + b_{hz}) &&\text{update} &
+# f_t &= \sigma(W_{if}x_t + b_{if} + W_{hf}h_{t-1} + b_{hf}) &&\text{forget}\\
+# n_t &= \tanh\big(W_{in}x_t + b_{in} + r_t \odot (W_{hn}h_{t-1} + b_{hn})\big) &&\text{candidate} &
+# g_t &= \tanh(W_{ig}x_t + b_{ig} + W_{hg}h_{t-1} + b_{hg}) &&\text{candidate}\\
+# h_t &= (1 - z_t) \odot n_t + z_t \odot h_{t-1} && &
+# o_t &= \sigma(W_{io}x_t + b_{io} + W_{ho}h_{t-1} + b_{ho}) &&\text{output}\\
+# & && & c_t &= f_t \odot c_{t-1} + i_t \odot g_t &&\text{cell state}\\
+# & && & h_t &= o_t \odot \tanh(c_t) &&
+# \end{aligned}
+# $$
+#
+# The LSTM keeps a separate **cell state** $c_t$, updated *additively*: where the forget gate is
+# open ($f_t \approx 1$) the cell is carried over unchanged and so is the gradient along it, and
+# the output gate decides how much of it the rest of the network sees. The GRU merges the
+# LSTM's forget and input gates into one update gate — what it keeps ($z_t$) and what it writes
+# ($1 - z_t$) add up to one — and has no separate cell or output gate. When $z_t \approx 1$ the
+# state is copied ($h_t \approx h_{t-1}$) and the Jacobian is close to the identity instead of a
+# squashing matrix.
+#
+# At random initialisation the gates sit near $\sigma(0) = 0.5$ and both gated cells forget
+# almost as fast as the RNN (the curves "random init"); what they gain is the *ability* to keep a
+# path open, which training can learn. The curves "biased to keep" show the same cells with the
+# update gate (GRU) or the forget gate (LSTM) pushed towards "keep" by a bias of 4, and a gradient
+# at $t = 0$ more than eight orders of magnitude larger than the RNN's (the asserts check it).
+# Initialising the LSTM's forget-gate bias to a positive value is a common practice for this reason.
+#
+# The equations are exactly what PyTorch computes; the next cells check the GRU's by hand, and the
+# LSTM's with the reference step `rnn.lstm_step` (unit-tested against `nn.LSTMCell` and `nn.LSTM`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(3)
+cell = nn.GRUCell(5, 4)
+x_t, h_prev = torch.randn(2, 5), torch.randn(2, 4)
+Wi_r, Wi_z, Wi_n = cell.weight_ih.chunk(3)
+Wh_r, Wh_z, Wh_n = cell.weight_hh.chunk(3)
+bi_r, bi_z, bi_n = cell.bias_ih.chunk(3)
+bh_r, bh_z, bh_n = cell.bias_hh.chunk(3)
+r = torch.sigmoid(x_t @ Wi_r.T + bi_r + h_prev @ Wh_r.T + bh_r)
+z = torch.sigmoid(x_t @ Wi_z.T + bi_z + h_prev @ Wh_z.T + bh_z)
+n = torch.tanh(x_t @ Wi_n.T + bi_n + r * (h_prev @ Wh_n.T + bh_n))
+h_by_hand = (1 - z) * n + z * h_prev
+print("GRU equations equal nn.GRUCell:", torch.allclose(h_by_hand, cell(x_t, h_prev), atol=1e-6))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(3)
+lstm_cell = nn.LSTMCell(5, 4)
+c_prev = torch.randn(2, 4)
+Wi_i, Wi_f, Wi_g, Wi_o = lstm_cell.weight_ih.chunk(4)
+Wh_i, Wh_f, Wh_g, Wh_o = lstm_cell.weight_hh.chunk(4)
+b_i, b_f, b_g, b_o = (lstm_cell.bias_ih + lstm_cell.bias_hh).chunk(4)
+i_t = torch.sigmoid(x_t @ Wi_i.T + h_prev @ Wh_i.T + b_i)
+f_t = torch.sigmoid(x_t @ Wi_f.T + h_prev @ Wh_f.T + b_f)
+g_t = torch.tanh(x_t @ Wi_g.T + h_prev @ Wh_g.T + b_g)
+o_t = torch.sigmoid(x_t @ Wi_o.T + h_prev @ Wh_o.T + b_o)
+c_by_hand = f_t * c_prev + i_t * g_t
+h_lstm = o_t * torch.tanh(c_by_hand)
+want_h, want_c = lstm_cell(x_t, (h_prev, c_prev))
+ref_h, ref_c = rnn.lstm_step(x_t, h_prev, c_prev, lstm_cell.weight_ih, lstm_cell.weight_hh,
+                             lstm_cell.bias_ih, lstm_cell.bias_hh)
+print("LSTM equations equal nn.LSTMCell:", torch.allclose(h_lstm, want_h, atol=1e-6)
+      and torch.allclose(c_by_hand, want_c, atol=1e-6))
+print("rnn.lstm_step equals nn.LSTMCell: ", torch.allclose(ref_h, want_h, atol=1e-6)
+      and torch.allclose(ref_c, want_c, atol=1e-6))
+
+# %% [markdown]
+# What the gates cost: per layer of input size $d$ and state size $H$, a vanilla RNN has one
+# $H \times (d + H)$ block of weights and two bias vectors (PyTorch keeps $b_{ih}$ and $b_{hh}$
+# apart), the GRU three such blocks and the LSTM four: $k\,(H d + H^2 + 2H)$ with $k = 1, 3, 4$.
+# Counted on PyTorch's layers of the sizes used above:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d_in, H = 16, 64
+for name, k, layer in (("RNN", 1, nn.RNN(d_in, H)), ("GRU", 3, nn.GRU(d_in, H)), ("LSTM", 4, nn.LSTM(d_in, H))):
+    n = train.count_parameters(layer)
+    print(f"{name:>4}: {n:6,d} parameters = {k} x (H*d + H^2 + 2H) = {k * (H * d_in + H * H + 2 * H):,}")
+    assert n == k * (H * d_in + H * H + 2 * H)
+
+# %% [markdown]
+# ### Exploding gradients, and clipping
+#
+# The same product of Jacobians can also **grow**. Pascanu, Mikolov and Bengio (2013) made the
+# criterion precise: ignore the $\tanh$ for a moment and the gradient from step $T$ to step $t$
+# scales like $\rho(W_{hh})^{T-t}$, where the **spectral radius** $\rho$ is the largest absolute
+# eigenvalue of $W_{hh}$. Below 1 is *sufficient* for vanishing ($|\tanh'| \le 1$ can only shrink
+# it further); above 1 is *necessary* for exploding, not sufficient, since a saturated $\tanh$
+# multiplies by almost 0. (The fresh `nn.RNN` of the plot above has $\rho$ below 1, printed
+# under the next cell, which is why its curve falls.)
+#
+# The measurement: $W_{hh} = \rho\,Q$ for a random orthogonal $Q$ (every eigenvalue has modulus
+# $\rho$), inputs small enough to keep the $\tanh$ nearly linear, $T = 40$ steps, through your
+# `rnn_forward`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+T, H = 40, 64
+torch.manual_seed(0)
+Q, _ = torch.linalg.qr(torch.randn(H, H))
+x_small = torch.randn(1, T, H) * 1e-3
+explode = {}
+for rho in (0.5, 0.9, 1.0, 1.1, 1.3):
+    x = x_small.clone().requires_grad_()
+    states, _ = rnn_forward_used(x, torch.zeros(1, H), torch.eye(H), rho * Q, torch.zeros(H))
+    states[0, -1].sum().backward()
+    g = x.grad[0].norm(dim=-1)
+    radius = torch.linalg.eigvals(rho * Q).abs().max().item()
+    explode[rho] = (g[0] / g[-1]).item()
+    print(f"spectral radius {radius:.2f}: |grad at t=0| / |grad at t=39| = {explode[rho]:9.2e} "
+          f"(rho^39 = {rho ** 39:9.2e}); largest |h| {states.abs().max():.2f}")
+fresh_radius = torch.linalg.eigvals(nets["vanilla RNN"].weight_hh_l0.detach()).abs().max().item()
+print(f"(the fresh nn.RNN of the first plot: spectral radius {fresh_radius:.2f})")
+if not GRADING:  # computed with rnn_forward_used, which may be yours
+    claims.check("ch01: spectral radius 0.5 vanishes (log10 gradient ratio)", math.log10(explode[0.5]), below=-9)
+    claims.check("ch01: spectral radius 1.1 explodes (log10 gradient ratio)", math.log10(explode[1.1]), above=1)
+    claims.check("ch01: radius 1.3 explodes more than 1.1 (log10 of the ratio of ratios)",
+                 math.log10(explode[1.3] / explode[1.1]), above=0)
+    claims.check("ch01: saturation caps the growth at radius 1.3 (ratio / 1.3^39)", explode[1.3] / 1.3 ** 39, below=0.1)
+    claims.check("ch01: PyTorch's fresh nn.RNN starts with spectral radius below 1", fresh_radius, below=1)
+
+# %% [markdown]
+# Below 1 the gradient of the first step vanishes as $\rho^{39}$ exactly; at 1 it is preserved;
+# above 1 it explodes — 40 times larger at $t = 0$ than at the last step for $\rho = 1.1$, which
+# is $\rho^{39}$ again. At $\rho = 1.3$ the states grow until the $\tanh$ saturates (largest
+# $|h|$ near 1), and the growth stops far short of $\rho^{39}$: the "necessary, not sufficient"
+# of Pascanu et al.
+#
+# An exploding gradient makes one update step huge and can throw the weights far away. The cure
+# Pascanu et al. proposed, and the course's training loop uses, is **gradient-norm clipping**:
+# when the norm $\|g\|$ of the whole gradient exceeds a threshold $\theta$, rescale it to
+# $g\,\theta / \|g\|$. The direction is kept, only the step is shortened. Section 4 shows the
+# norms measured while training this chapter's model, and how often clipping acts.
+
+# %% [markdown]
+# ## 3. The encoder-decoder
+#
+# The encoder is a GRU that reads the source; its final state, the
+# **context vector** $c$, is all the decoder will ever know about the source. The decoder is a second
+# GRU — a *conditional language model* — that starts from $c$ and writes the target one token
+# at a time.
+#
+# ### Autoregression, and teacher forcing
+#
+# The decoder models the target one token at a time, each conditioned on the source and on the
+# tokens before it:
+#
+# $$P(y_1, \dots, y_n \mid x) = \prod_{t=1}^{n+1} P(y_t \mid y_{<t}, x), \qquad y_{n+1} = \texttt{<eos>}.$$
+#
+# Training maximises this likelihood, i.e. minimises $-\sum_t \log P(y_t \mid y_{<t}, x)$: the
+# cross-entropy of every target token given the correct tokens before it. So during training we
+# feed the decoder the **correct previous token** at every step, not its own (at first random)
+# guess: *teacher forcing*. Learning is faster, and since every decoder input is known in
+# advance, the input embeddings and the output layer can process all positions in one call. The
+# recurrence itself is still sequential — $s_t$ needs $s_{t-1}$, so `nn.GRU` walks the $T$ steps
+# one after another even under teacher forcing. Removing that sequential chain from training is
+# what the Transformer gains (chapter 3 shows the idea; chapter 6 builds it). Take
+# the encoder away and what remains, $P(y) = \prod_t P(y_t \mid y_{<t})$, is a plain language
+# model: a decoder-only model such as GPT is exactly this decoder without an encoder (chapter 7,
+# upcoming).
+#
+# The decoder's input is the target shifted right by one, starting with `<sos>`; what it must
+# predict is the target followed by `<eos>`, so that it also learns when to stop:
+#
+# | position | 0 | 1 | 2 | 3 |
+# |---|---|---|---|---|
+# | decoder input | `<sos>` | A | B | C |
+# | decoder target | A | B | C | `<eos>` |
+#
+# At inference time there is no teacher: the decoder feeds back its own output
+# (*autoregressive* decoding) until it writes `<eos>` or reaches a length limit.
+
+# %%
+_ = plots.draw_encoder_decoder(list("abc"), list("cba"))
+plt.show()
+
+
+# %% [markdown]
+# ### Exercise 2 — the offset (2 points)
+#
+# Given a batch of target id lists (without special tokens), build the padded decoder input and
+# target. Both have shape `(batch, longest + 1)` and dtype `torch.long`, padded with `pad_id`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_decoder_io", "locked": false, "schema_version": 3, "solution": true}
+def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    """Teacher-forcing input and target for a batch.
+
+    Args:
+        targets: list of `batch` lists of token ids (no <sos>/<eos>).
+    Returns:
+        (decoder_input, decoder_target), both (batch, max_len + 1) long tensors:
+        decoder_input[b] = [sos, y_1, ..., y_n, pad...], decoder_target[b] = [y_1, ..., y_n, eos, pad...].
+    """
+    ### BEGIN SOLUTION
+    width = max(len(t) for t in targets) + 1
+    dec_in = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    dec_out = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    for b, t in enumerate(targets):
+        dec_in[b, : len(t) + 1] = torch.tensor([sos_id, *t])
+        dec_out[b, : len(t) + 1] = torch.tensor([*t, eos_id])
+    return dec_in, dec_out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_decoder_io-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_offset_example():
+    dec_in, dec_out = checks.call(make_decoder_io, [[7, 8, 9], [5]])
+    checks.expect_dtype(dec_in, torch.long, "decoder_input")
+    checks.expect_equal(dec_in, torch.tensor([[1, 7, 8, 9], [1, 5, 0, 0]]), "decoder_input")
+    checks.expect_equal(dec_out, torch.tensor([[7, 8, 9, 2], [5, 2, 0, 0]]), "decoder_target")
+
+checks.run_checks("make_decoder_io", [("the table's example, with padding", _check_offset_example)])
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_decoder_io-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests: other special ids, an empty target, and no call of the reference.
+### BEGIN HIDDEN TESTS
+with checks.forbid(data.shift_targets):
+    _in, _out = make_decoder_io([[4], [], [6, 6, 4, 5]], sos_id=11, eos_id=12, pad_id=13)
+checks.expect_equal(_in, torch.tensor([[11, 4, 13, 13, 13], [11, 13, 13, 13, 13], [11, 6, 6, 4, 5]]), "decoder_input")
+checks.expect_equal(_out, torch.tensor([[4, 12, 13, 13, 13], [12, 13, 13, 13, 13], [6, 6, 4, 5, 12]]), "decoder_target")
+_in, _out = make_decoder_io([[9, 8]])
+assert _in.dtype == torch.long and _out.dtype == torch.long, "both tensors must be torch.long"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The training loop in `course_utils.train` builds its batches with the same offset; with your
+# function the batch below is identical to the one it trains on.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+make_decoder_io_used = checks.learner_or_reference(make_decoder_io, data.shift_targets,
+                                                   lambda f: f([[4, 5]]), "make_decoder_io")
+batch = data.make_batch(len_test[:3], len_vocab, len_vocab)
+mine_in, mine_out = make_decoder_io_used([len_vocab.encode(t) for _, t in len_test[:3]])
+print("decoder input:\n", batch.tgt_in, "\ndecoder target:\n", batch.tgt_out)
+print("same as make_decoder_io:", torch.equal(mine_in, batch.tgt_in) and torch.equal(mine_out, batch.tgt_out))
+
+# %% [markdown]
+# ### A bidirectional encoder, and the bridge from 2h to h
+#
+# A left-to-right GRU's last state has seen the last tokens most recently; the first tokens are
+# far behind it. A **bidirectional** encoder runs a second GRU right-to-left and keeps both final
+# states: the forward one ends at the last token, the backward one at the first, so both ends of
+# the sentence are close to the summary. The encoder may do this because it sees the whole input
+# at once (the decoder cannot: it writes left to right).
+#
+# The two final states make a vector of size $2H$, but the decoder's state has size $H$. We
+# **project** it: $c = \tanh(W_b [\overrightarrow{h}_T ; \overleftarrow{h}_1] + b_b)$. The
+# alternative, a decoder of size $2H$, would quadruple the decoder's recurrent weights; the
+# projection keeps the decoder the same whatever the encoder is, and costs one $2H \times H$ matrix.
+#
+# **Padding.** Sentences in a batch have different lengths, so shorter ones are padded with
+# `<pad>`. A GRU that simply ran over the padding would fold those steps into its final state,
+# and the backward direction would even *start* on padding. PyTorch's
+# `nn.utils.rnn.pack_padded_sequence` tells the GRU each sentence's true length, so each
+# direction starts and stops at the right place; `pad_packed_sequence` turns the result back
+# into a padded tensor (zeros at padded positions).
+#
+# ### Exercise 3 — the encoder (3 points)
+#
+# Write the forward pass of `rnn.Encoder` as a function of its parts: `encoder.embedding`
+# (`nn.Embedding`), `encoder.rnn` (`nn.GRU(batch_first=True)`, bidirectional when
+# `encoder.directions == 2`) and `encoder.bridge` (`nn.Linear(directions * H, H)`). The GRU's
+# final states `h_n` have shape `(directions, batch, H)`: forward is `h_n[0]`, backward `h_n[1]`.
+# A sentence's states and context must not depend on how much padding it was given.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_encode", "locked": false, "schema_version": 3, "solution": true}
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def encode(encoder, src, src_lengths):
+    """Encode a padded batch with the parts of `encoder` (an rnn.Encoder).
+
+    Args:
+        src: (batch, src_len) token ids, right-padded; src_lengths: (batch,) true lengths.
+    Returns:
+        (states, context): states (batch, src_len, directions * H), zero at padded positions;
+        context (batch, H) = tanh(bridge(concatenated final states)).
+    """
+    ### BEGIN SOLUTION
+    emb = encoder.embedding(src)
+    packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, h_n = encoder.rnn(packed)
+    states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+    last = torch.cat([h_n[0], h_n[1]], dim=-1) if encoder.directions == 2 else h_n[0]
+    return states, torch.tanh(encoder.bridge(last))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_encode-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_encode_shapes_and_values():
+    torch.manual_seed(2)
+    enc = rnn.Encoder(vocab_size=12, emb_dim=6, hidden=8, bidirectional=True)
+    src, lengths = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    states, context = checks.call(encode, enc, src, lengths)
+    checks.expect_shape(states, (2, 4, 16), "states")
+    checks.expect_shape(context, (2, 8), "context")
+    want_states, want_context = enc(src, lengths)
+    checks.expect_close(context, want_context, "context")
+    checks.expect_close(states, want_states, "states")
+
+def _check_encode_ignores_padding():
+    torch.manual_seed(2)
+    enc = rnn.Encoder(vocab_size=12, emb_dim=6, hidden=8, bidirectional=True)
+    _, alone = checks.call(encode, enc, torch.tensor([[8, 9]]), torch.tensor([2]))
+    _, padded = checks.call(encode, enc, torch.tensor([[8, 9, 0, 0, 0]]), torch.tensor([2]))
+    checks.expect_close(padded, alone, "context of [8, 9] with 3 pads vs without (padding must be ignored)")
+
+checks.run_checks("encode", [("shapes and values", _check_encode_shapes_and_values),
+                             ("padding is ignored", _check_encode_ignores_padding)])
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_encode-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: a one-directional encoder, other sizes, no call of the reference forward.
+### BEGIN HIDDEN TESTS
+torch.manual_seed(5)
+for _bi in (False, True):
+    _enc = rnn.Encoder(vocab_size=15, emb_dim=7, hidden=5, bidirectional=_bi)
+    _src = torch.tensor([[4, 5, 6], [7, 0, 0], [8, 9, 10]])
+    _len = torch.tensor([3, 1, 3])
+    _ws, _wc = _enc(_src, _len)
+    with checks.forbid(rnn.Encoder.forward):
+        _s, _c = encode(_enc, _src, _len)
+    checks.expect_close(_c, _wc, f"context (bidirectional={_bi})")
+    checks.expect_close(_s, _ws, f"states (bidirectional={_bi})")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Two ways to hand the context to the decoder
+#
+# The simplest decoder uses $c$ only as its initial state $s_0 = c$. After a few steps the state
+# has been rewritten by the decoder's own inputs and the source is "diluted". The alternative is
+# to **feed $c$ at every step**: concatenate it to each input embedding, and to the output
+# layer's input, so the source is re-stated at every step:
+#
+# $$s_t = \mathrm{GRU}\big([e(y_{t-1}); c],\ s_{t-1}\big), \qquad
+# P(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(W_o [s_t; c] + b_o\big).$$
+#
+# It costs extra weights (the GRU's input grows by $H$, the output layer too) and $c$ is still
+# the same fixed vector at every step. `rnn.Decoder(context_every_step=True)` does this; we will
+# measure both variants below.
+#
+# ### Exercise 4 — one decoder step (2 points)
+#
+# Write one autoregressive step of an `rnn.Decoder` built with `context_every_step=True`. Its
+# parts: `decoder.embedding`, `decoder.rnn` (an `nn.GRU(batch_first=True)` whose input is the
+# embedding concatenated with the context; run it on a sequence of length 1, with the state
+# shaped `(1, batch, H)`) and `decoder.out` (a linear layer on `[s_t; c]`). Return
+# **log**-probabilities (`torch.log_softmax`).
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_decoder_step", "locked": false, "schema_version": 3, "solution": true}
+def decoder_step(decoder, prev_tokens, hidden, context):
+    """One step of a decoder that sees the context at every step.
+
+    Args:
+        prev_tokens: (batch,) the previous output tokens (<sos> at the first step).
+        hidden: (batch, H) the decoder state s_{t-1}; context: (batch, H) the context c.
+    Returns:
+        (log_probs, hidden): log_probs (batch, vocab) for the next token, hidden (batch, H) = s_t.
+    """
+    ### BEGIN SOLUTION
+    emb = decoder.embedding(prev_tokens)                       # (batch, emb)
+    rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)    # (batch, 1, emb + H)
+    out, h = decoder.rnn(rnn_in, hidden.unsqueeze(0).contiguous())
+    logits = decoder.out(torch.cat([out[:, 0], context], dim=-1))
+    return torch.log_softmax(logits, dim=-1), h[0]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_step-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_decoder_step():
+    torch.manual_seed(4)
+    model = rnn.Seq2Seq(src_vocab=10, tgt_vocab=9, emb_dim=6, hidden=8, context_every_step=True)
+    ctx = torch.randn(3, 8)
+    prev = torch.tensor([SOS_ID, 5, 6])
+    logp, h = checks.call(decoder_step, model.decoder, prev, ctx.tanh(), ctx)
+    checks.expect_shape(logp, (3, 9), "log_probs")
+    checks.expect_shape(h, (3, 8), "hidden")
+    checks.expect_close(logp.exp().sum(-1), torch.ones(3), "probabilities of each row (must sum to 1)")
+    want_logp, want_state = model.decode_step(prev, {"hidden": ctx.tanh(), "context": ctx})
+    checks.expect_close(h, want_state["hidden"], "hidden")
+    checks.expect_close(logp, want_logp, "log_probs")
+
+checks.run_checks("decoder_step", [("shapes, normalisation and values", _check_decoder_step)])
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_step-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests: the context must matter, several steps in a row, no call of the reference.
+### BEGIN HIDDEN TESTS
+torch.manual_seed(9)
+_m = rnn.Seq2Seq(src_vocab=10, tgt_vocab=7, emb_dim=5, hidden=6, context_every_step=True)
+_ctx = torch.randn(2, 6)
+_state = {"hidden": torch.randn(2, 6), "context": _ctx}
+_h = _state["hidden"]
+for _tok in ([1, 1], [4, 5], [6, 2]):
+    _want, _state = _m.decode_step(torch.tensor(_tok), _state)
+    with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
+        _got, _h = decoder_step(_m.decoder, torch.tensor(_tok), _h, _ctx)
+    checks.expect_close(_got, _want, "log_probs over three steps")
+    checks.expect_close(_h, _state["hidden"], "hidden over three steps")
+_a, _ = decoder_step(_m.decoder, torch.tensor([4, 4]), _h, _ctx)
+_b, _ = decoder_step(_m.decoder, torch.tensor([4, 4]), _h, -_ctx)
+assert not torch.allclose(_a, _b), "the context must change the output at every step"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Training
+#
+# `train.train_seq2seq` runs the loop you would write yourself: batches with the offset above,
+# teacher-forced logits, cross-entropy averaged over non-pad target positions, Adam, and
+# **gradient-norm clipping** (the total gradient norm is scaled down to at most 1, section 2).
+#
+# First the date task, to see the encoder-decoder "translate". Every cell that trains is
+# shortened when nbgrader grades the notebook, so grading takes seconds.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+date_train, date_test = data.split(data.make_date_pairs(8000, seed=0), 300, seed=1)
+date_src_vocab, date_tgt_vocab = data.date_vocabs()
+train.set_seed(0)
+date_model = rnn.Seq2Seq(len(date_src_vocab), len(date_tgt_vocab), emb_dim=32, hidden=64)
+date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab,
+                                steps=20 if GRADING else 300, batch_size=64, lr=3e-3,
+                                device=device, desc="dates")
+date_scores = train.evaluate(date_model, date_test, date_src_vocab, date_tgt_vocab)
+print(f"{date_hist.seconds:.1f} s; test {date_scores}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import datetime
+
+examples = [list(data.format_date(datetime.date(y, m, d), style))
+            for (y, m, d), style in (((2021, 3, 3), 1), ((2029, 3, 3), 0), ((1969, 7, 1), 6), ((2000, 12, 25), 3))]
+for src, pred in zip(examples, train.predict(date_model, examples, date_src_vocab, date_tgt_vocab, max_len=12)):
+    print(f"{''.join(src):>26} -> {''.join(pred)}")
+if not GRADING:
+    claims.check("ch01: the GRU encoder-decoder learns the date task (token accuracy)",
+                 date_scores.token_accuracy, above=0.8)
+
+# %% [markdown]
+# After 300 steps of training (the time is printed above) most characters are right (the token
+# accuracy above), though not every date: look at which characters the model gets wrong — usually
+# a digit of the day or of the year, the parts it must copy rather than look up. Now the
+# length-graded task, twice: once with the context only as the decoder's initial state, once fed
+# at every step — same data, same seed, same budget (`train.train_on_length_task`).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+models, histories = {}, {}
+for label, every in (("context at start only", False), ("context at every step", True)):
+    models[label], histories[label] = train.train_on_length_task(
+        lambda: rnn.Seq2Seq(len(len_vocab), len(len_vocab), emb_dim=32, hidden=64, context_every_step=every),
+        len_train, len_vocab, device=device, desc=label)
+    print(f"{label}: {train.count_parameters(models[label]):,} parameters, {histories[label].seconds:.1f} s")
+_ = plots.plot_loss(histories)
+plt.show()
+
+# %% [markdown]
+# The gradient norms measured during those two runs (before clipping), against the threshold
+# of 1 the loop clips to:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for label, h in histories.items():
+    norms = torch.tensor(h.grad_norm)
+    print(f"{label:>22}: gradient norm median {norms.median():.2f}, largest {norms.max():.2f}; "
+          f"clipped (norm > 1) in {(norms > 1).float().mean():.0%} of the steps")
+
+
+# %% [markdown]
+# Clipping acts at most steps here, but it does not rescue anything dramatic: the norms stay within a
+# small factor of the threshold, so it mostly shortens ordinary steps, somewhat like a lower
+# learning rate. Its real job is the rare step whose gradient is orders of magnitude larger (the
+# $\rho > 1$ case of section 2), which would otherwise undo many steps of training at once.
+
+# %% [markdown]
+# ## 5. Decoding: greedy search
+#
+# A trained decoder gives $P(y_t \mid y_{<t}, x)$. The simplest way to write an output is to take
+# the most probable token at every step and feed it back, until `<eos>`. This works for any model
+# that exposes one step — `log_probs, state = step(prev_tokens, state)` — which is how the RNNs of
+# these chapters and the Transformers of chapter 6 will share the same decoders.
+#
+# ### Exercise 5 — greedy decoding (4 points)
+#
+# Decode a whole batch at once. Sentences finish at different steps: once a sentence has written
+# `<eos>`, write `pad_id` for it from then on and stop adding to its score; stop early when every
+# sentence has finished, and never write more than `max_len` tokens.
+# `decoding.state_batch_size(state)` gives the batch size of a state.
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_greedy", "locked": false, "schema_version": 3, "solution": true}
+def greedy_decode(step, state, max_len, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    """Greedy decoding for a batch.
+
+    Args:
+        step: function (prev_tokens (batch,), state) -> (log_probs (batch, vocab), new_state).
+        state: the initial decoding state.
+        max_len: the most tokens to write per sentence (<eos> included).
+    Returns:
+        (tokens, scores): tokens (batch, L) long with L <= max_len, without <sos>, each row's
+        <eos> kept and followed by pad_id; scores (batch,) summed log-probabilities of the
+        written tokens (up to and including <eos>).
+    """
+    ### BEGIN SOLUTION
+    batch = decoding.state_batch_size(state)
+    prev = torch.full((batch,), sos_id, dtype=torch.long)
+    done = torch.zeros(batch, dtype=torch.bool)
+    scores = torch.zeros(batch)
+    written = []
+    for _ in range(max_len):
+        log_probs, state = step(prev, state)
+        best_logp, best = log_probs.max(dim=-1)
+        best = torch.where(done, torch.full_like(best, pad_id), best)
+        scores = scores + torch.where(done, torch.zeros_like(best_logp), best_logp)
+        written.append(best)
+        done = done | (best == eos_id)
+        prev = best
+        if done.all():
+            break
+    return torch.stack(written, dim=1), scores
+    ### END SOLUTION
+
+
+# %% [markdown]
+# The tests use a tiny "language model" whose next-token distribution depends only on the
+# previous token: a table `table[prev]` of log-probabilities. It is enough to check a decoder,
+# and you can work out its answers by hand.
+
+# %%
+def markov_step(table):
+    """A step function whose log-probabilities depend only on the previous token."""
+    def step(prev_tokens, state):
+        return table[prev_tokens], {"t": state["t"] + 1}
+    return step
+
+
+def chain_table(V=6):
+    """A table whose most probable chain is <sos> -> 4 -> 5 -> <eos> (after 5, <eos> beats 4)."""
+    logits = torch.full((V, V), -8.0)
+    logits[SOS_ID, 4] = 0.0
+    logits[4, 5] = 0.0
+    logits[5, EOS_ID], logits[5, 4] = 0.0, -0.5
+    return torch.log_softmax(logits, dim=-1)
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_greedy-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+def _check_greedy_chain():
+    table = chain_table()
+    tokens, scores = checks.call(greedy_decode, markov_step(table), {"t": torch.zeros(2)}, max_len=10)
+    checks.expect_equal(tokens, torch.tensor([[4, 5, EOS_ID]] * 2), "tokens (sos -> 4 -> 5 -> eos)")
+    want = table[SOS_ID, 4] + table[4, 5] + table[5, EOS_ID]
+    checks.expect_close(scores, want.repeat(2), "scores (sum of the three log-probabilities)")
+
+def _check_greedy_max_len():
+    tokens, _ = checks.call(greedy_decode, markov_step(chain_table()), {"t": torch.zeros(1)}, max_len=2)
+    checks.expect_equal(tokens, torch.tensor([[4, 5]]), "tokens with max_len=2 (stop before <eos>)")
+
+def _check_greedy_different_ends():
+    # Row 0 follows the chain (3 tokens); row 1 has its own table: sos -> 3 -> 4 -> 5 -> eos.
+    tables = torch.stack([chain_table(), chain_table()])
+    tables[1, SOS_ID] = tables[0, SOS_ID].roll(-1)  # from <sos> the most likely token is 3 ...
+    tables[1, 3] = tables[0, SOS_ID]               # ... then 3 -> 4, and the chain goes on
+    def step(prev, state):
+        return tables[state["row"], prev], state
+    tokens, _ = checks.call(greedy_decode, step, {"row": torch.arange(2)}, max_len=10)
+    checks.expect_equal(tokens, torch.tensor([[4, 5, EOS_ID, PAD_ID], [3, 4, 5, EOS_ID]]),
+                        "tokens of two sentences that end at different steps (pad_id after <eos>)")
+
+checks.run_checks("greedy_decode", [("follows the most probable chain to <eos>", _check_greedy_chain),
+                                    ("respects max_len", _check_greedy_max_len),
+                                    ("pads a sentence that ended while another goes on",
+                                     _check_greedy_different_ends)])
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_greedy-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: sentences finishing at different steps, random tables, no call of the reference.
+### BEGIN HIDDEN TESTS
+def _hidden_step(table):
+    def step(prev, state):
+        rows = table[state["row"], prev]
+        return rows, state
+    return step
+_g = torch.Generator().manual_seed(0)
+for _trial in range(5):
+    _table = torch.log_softmax(torch.randn(3, 7, 7, generator=_g) * 2, dim=-1)
+    _state = {"row": torch.arange(3)}
+    _want_tok, _want_sc = decoding.greedy_decode(_hidden_step(_table), _state, max_len=8)
+    with checks.forbid(decoding.greedy_decode):
+        _tok, _sc = greedy_decode(_hidden_step(_table), _state, max_len=8)
+    checks.expect_equal(_tok, _want_tok, "tokens of a batch whose sentences end at different steps")
+    checks.expect_close(_sc, _want_sc, "scores")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. Beam search
+#
+# Greedy decoding is short-sighted: a token that looks best now can lead only to unlikely
+# continuations. **Beam search** keeps the `beam_size` most probable *prefixes* at every step:
+# extend each by every token, score each extension by its total log-probability, keep the best
+# `beam_size`. A prefix that chooses `<eos>` is set aside as a finished hypothesis; the search
+# ends when `beam_size` hypotheses have finished or after `max_len` steps.
+#
+# Summed log-probabilities favour short outputs (every token adds a negative number), so
+# finished hypotheses are ranked by a **length-normalised** score
+# $\text{score} / |y|^{\alpha}$ ($|y|$ counts `<eos>`): $\alpha = 0$ is the raw sum, $\alpha = 1$
+# the mean log-probability per token. Google's translation system used a softer penalty,
+# $\text{score} / \big((5 + |y|)^{\alpha} / 6^{\alpha}\big)$ with $\alpha$ between 0.6 and 0.7
+# (Wu et al. 2016); the idea is the same. With `beam_size = 1`, beam search *is* greedy decoding.
+#
+# ### Exercise 6 — beam search (5 points)
+#
+# Decode **one** sentence (`state` has batch size 1). At each step, run `step` on all live
+# prefixes at once (a batch of `live` rows), add each row's score to its log-probabilities, and
+# take the best candidates over the flattened `(live * vocab)` scores (`torch.topk`). A candidate
+# whose token is `eos_id` becomes finished; otherwise it stays live, until `beam_size` are live.
+# Use `decoding.index_state(state, rows)` to copy the state rows that the surviving prefixes came
+# from. Return `decoding.Hypothesis(tokens, score, normalized, finished)` objects, best first
+# (finished before unfinished, each by `normalized`); `tokens` excludes `<sos>` and ends with
+# `<eos>` when finished. A beam wider than the number of candidates (a small vocabulary, the
+# first steps) keeps every candidate, so fewer than `beam_size` hypotheses may come back; never
+# return the same token sequence twice.
+
+# %% nbgrader={"grade": false, "grade_id": "ex6_beam", "locked": false, "schema_version": 3, "solution": true}
+def beam_search(step, state, max_len, beam_size=4, alpha=0.0, sos_id=SOS_ID, eos_id=EOS_ID):
+    """Beam search for one sentence; returns up to beam_size decoding.Hypothesis, best first."""
+    ### BEGIN SOLUTION
+    prefixes, scores = [[]], torch.zeros(1)
+    prev = torch.tensor([sos_id])
+    finished = []
+    for _ in range(max_len):
+        log_probs, state = step(prev, state)
+        vocab = log_probs.shape[-1]
+        flat = (scores[:, None] + log_probs).reshape(-1)
+        top_scores, top_idx = flat.topk(min(2 * beam_size, flat.numel()))
+        rows, toks, new_scores = [], [], []
+        for s, i in zip(top_scores.tolist(), top_idx.tolist()):
+            row, tok = divmod(i, vocab)
+            if tok == eos_id:
+                seq = prefixes[row] + [tok]
+                finished.append(decoding.Hypothesis(seq, s, s / len(seq) ** alpha, True))
+                if len(finished) == beam_size:
+                    break
+            else:
+                rows.append(row); toks.append(tok); new_scores.append(s)
+                if len(rows) == beam_size:
+                    break
+        if len(finished) >= beam_size or not rows:
+            prefixes = []
+            break
+        prefixes = [prefixes[r] + [t] for r, t in zip(rows, toks)]
+        state = decoding.index_state(state, torch.tensor(rows))
+        scores, prev = torch.tensor(new_scores), torch.tensor(toks)
+    live = [decoding.Hypothesis(p, s, s / len(p) ** alpha, False) for p, s in zip(prefixes, scores.tolist())]
+    best = sorted(finished, key=lambda h: -h.normalized) + sorted(live, key=lambda h: -h.normalized)
+    return best[:beam_size]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex6_beam-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+def trap_table(V=6):
+    """From <sos>, token 4 (p=0.6) beats token 3 (p=0.4); but after 4 every token is equally
+    likely (p=1/6 each) while after 3, <eos> is certain."""
+    probs = torch.full((V, V), 1e-9)
+    probs[SOS_ID, 4], probs[SOS_ID, 3] = 0.6, 0.4
+    probs[4, :] = 1.0 / V
+    probs[3, EOS_ID] = 1.0
+    return torch.log(probs / probs.sum(-1, keepdim=True))
+
+def _check_beam_one_is_greedy():
+    step = markov_step(chain_table())
+    hyps = checks.call(beam_search, step, {"t": torch.zeros(1)}, max_len=10, beam_size=1)
+    checks.expect_equal(len(hyps), 1, "number of hypotheses with beam_size=1")
+    tokens, score = decoding.greedy_decode(step, {"t": torch.zeros(1)}, max_len=10)
+    checks.expect_equal(hyps[0].tokens, tokens[0].tolist(), "tokens of beam_size=1 vs greedy")
+    checks.expect_close(torch.tensor(hyps[0].score), score[0], "score of beam_size=1 vs greedy")
+
+def _check_beam_escapes_trap():
+    hyps = checks.call(beam_search, markov_step(trap_table()), {"t": torch.zeros(1)}, max_len=3, beam_size=2)
+    checks.expect_equal(hyps[0].tokens, [3, EOS_ID], "best hypothesis on the trap table (greedy picks 4 first)")
+    checks.expect_close(torch.tensor(hyps[0].score), torch.tensor(math.log(0.4)), "its score log(0.4)", atol=1e-4)
+    assert hyps[0].finished, "a hypothesis that ends with <eos> is finished"
+
+def _check_beam_wider_than_candidates():
+    # 6 tokens and max_len=2: only 6 prefixes after one step, so a beam of 100 keeps all of them.
+    table = torch.log_softmax(torch.randn(6, 6, generator=torch.Generator().manual_seed(0)), -1)
+    hyps = checks.call(beam_search, markov_step(table), {"t": torch.zeros(1)}, max_len=2, beam_size=100)
+    seqs = [tuple(h.tokens) for h in hyps]
+    checks.expect_equal(len(seqs), len(set(seqs)), "number of distinct hypotheses (no duplicates)")
+    finished = sorted(s for s, h in zip(seqs, hyps) if h.finished)
+    checks.expect_equal(finished, sorted([(EOS_ID,)] + [(t, EOS_ID) for t in range(6) if t != EOS_ID]),
+                        "the finished hypotheses of a beam wider than the candidates (all of them)")
+    checks.expect_equal(len(hyps), 6 + 5 * 5, "number of hypotheses (6 finished, 25 unfinished of length 2)")
+
+checks.run_checks("beam_search", [("beam_size=1 is greedy decoding", _check_beam_one_is_greedy),
+                                  ("a beam of 2 finds the better sentence greedy misses", _check_beam_escapes_trap),
+                                  ("a beam wider than the candidates keeps them all", _check_beam_wider_than_candidates)])
+
+# %% nbgrader={"grade": true, "grade_id": "ex6_beam-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# Hidden tests: a wide beam finds the exact best sentence; scores add up; no call of the reference.
+### BEGIN HIDDEN TESTS
+import itertools as _it
+
+_g = torch.Generator().manual_seed(1)
+for _alpha in (0.0, 1.0):
+    _table = torch.log_softmax(torch.randn(5, 5, generator=_g) / 0.7, dim=-1)
+    _best = None
+    for _L in range(1, 5):
+        for _body in _it.product([0, 1, 3, 4], repeat=_L - 1):
+            _seq = list(_body) + [EOS_ID]
+            _prev, _s = SOS_ID, 0.0
+            for _t in _seq:
+                _s += float(_table[_prev, _t]); _prev = _t
+            if _best is None or _s / len(_seq) ** _alpha > _best[0]:
+                _best = (_s / len(_seq) ** _alpha, _seq)
+    with checks.forbid(decoding.beam_search):
+        _hyps = beam_search(markov_step(_table), {"t": torch.zeros(1)}, max_len=4, beam_size=625, alpha=_alpha)
+    checks.expect_equal(_hyps[0].tokens, _best[1], f"a beam wide enough for every sentence (alpha={_alpha})")
+    for _h in _hyps[:5]:
+        _prev, _s = SOS_ID, 0.0
+        for _t in _h.tokens:
+            _s += float(_table[_prev, _t]); _prev = _t
+        assert abs(_h.score - _s) < 1e-4, "a hypothesis's score must be the sum of its tokens' log-probabilities"
+        assert abs(_h.normalized - _s / len(_h.tokens) ** _alpha) < 1e-4, "normalized = score / len ** alpha"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 7. Experiment: accuracy against length, and what limits it
+#
+# Both length-task models are trained. We decode the test set greedily — with your
+# `greedy_decode` if it passed — and break exact match (the whole output right) down by source
+# length.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+greedy_decode_used = checks.learner_or_reference(
+    greedy_decode, decoding.greedy_decode,
+    lambda f: f(markov_step(chain_table()), {"t": torch.zeros(3)}, max_len=4), "greedy_decode")
+for m in models.values():  # decode on the CPU, where the exercises' tensors live
+    m.cpu()
+
+results = {label: train.evaluate(m, len_test, len_vocab, len_vocab, decode=greedy_decode_used)
+           for label, m in models.items()}
+for label, s in results.items():
+    print(f"{label:>22}: {s}")
+    print(" " * 24 + "exact match by length: " + " ".join(f"{L}:{e:.2f}" for L, (_, e) in s.by_length.items()))
+_ = plots.plot_accuracy_by_length(results)
+plt.show()
+
+# %%
+for label, s in results.items():
+    acc_short, acc_long = train.mean_exact_match(s, 2, 5), train.mean_exact_match(s, 12, 14)
+    print(f"{label:>22}: exact match {acc_short:.2f} for lengths 2-5, {acc_long:.2f} for lengths 12-14")
+    if not GRADING:
+        claims.check(f"ch01: {label} handles short inputs (exact match, lengths 2-5)", acc_short, above=0.85)
+        claims.check(f"ch01: {label} fails on long inputs (exact match, lengths 12-14)", acc_long, below=0.25)
+
+# %% [markdown]
+# Both models reverse short strings almost perfectly and fail on long ones, although every
+# length from 2 to 14 is in the training data. How much of each length did they see? The training
+# set holds about 900 strings of each length from 5 on (fewer short ones: there are few distinct
+# short strings), and 700 steps of 64 sentences are about four passes over it:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+per_length = {L: sum(1 for s, _ in len_train if len(s) == L) for L in range(2, 15)}
+distinct = {L: len({tuple(s) for s, _ in len_train if len(s) == L}) for L in range(2, 15)}
+print("training pairs by length:   ", per_length)
+print("distinct sources by length: ", distinct)
+steps, bs = train.LENGTH_TASK_BUDGET["steps"], train.LENGTH_TASK_BUDGET["batch_size"]
+print(f"{steps} steps x {bs} sentences = {steps * bs / len(len_train):.1f} passes over {len(len_train)} pairs")
+print(f"a string of 14 symbols from 8: {14 * math.log2(8):.0f} bits; the context vector: 64 floats")
+
+# %% [markdown]
+# Is the fall with length a **capacity** limit of the context vector? Not as such: 14 symbols of
+# an 8-letter alphabet are 42 bits, which 64 floating-point numbers can hold many times over. The
+# experiment shows what *this model learns with this budget*, and both loss curves above are
+# still falling at step 700. Two controls tell us more:
+#
+# * **a longer budget**: the same "context at every step" model trained for 700 more steps
+#   (twice the budget; a copy, so the rest of the chapter keeps the 700-step model). Does the
+#   curve of exact match against length shift, and does the fall with length remain?
+# * **errors by output position**: on the long strings, at which output positions does the
+#   model go wrong? With teacher forcing (the correct previous tokens given) errors cannot
+#   compound, so this isolates what the decoder can read from the context at each position.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+longer = copy.deepcopy(models["context at every step"]).to(device)
+longer_hist = train.train_seq2seq(longer, len_train, len_vocab, len_vocab, device=device, seed=1000,
+                                  desc="700 more steps", **train.length_task_budget())
+longer.cpu()
+results["context at every step, 2x budget"] = train.evaluate(longer, len_test, len_vocab, len_vocab)
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+_ = plots.plot_accuracy_by_length({k: results[k] for k in ("context at every step",
+                                                            "context at every step, 2x budget")}, ax=axes[0])
+h700 = histories["context at every step"]
+axes[1].plot(h700.smoothed(), label="first 700 steps")
+axes[1].plot(range(len(h700.loss), len(h700.loss) + len(longer_hist.loss)), longer_hist.smoothed(),
+             label="700 more steps")
+axes[1].set_yscale("log"); axes[1].set_xlabel("training step"); axes[1].set_ylabel("loss (mean of 20 steps)")
+axes[1].legend()
+plt.tight_layout()
+plt.show()
+for label in ("context at every step", "context at every step, 2x budget"):
+    s = results[label]
+    print(f"{label:>33}: {s}; exact match 2-5: {train.mean_exact_match(s, 2, 5):.2f}, "
+          f"8-11: {train.mean_exact_match(s, 8, 11):.2f}, 12-14: {train.mean_exact_match(s, 12, 14):.2f}")
+    print(" " * 35 + "by length: " + " ".join(f"{L}:{e:.2f}" for L, (_, e) in s.by_length.items()))
+if not GRADING:
+    two = results["context at every step, 2x budget"]
+    claims.check("ch01: twice the budget still handles short inputs (exact match, lengths 2-5)",
+                 train.mean_exact_match(two, 2, 5), above=0.85)
+    claims.check("ch01: twice the budget still fails on long inputs (exact match, lengths 12-14)",
+                 train.mean_exact_match(two, 12, 14), below=0.25)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+long_pairs = [(s, t) for s, t in len_test if len(s) >= 12]
+fig, ax = plt.subplots(figsize=(7, 3.5))
+position_errors = {}
+for label, m in (("700 steps", models["context at every step"]), ("1400 steps", longer)):
+    free = train.predict(m, [s for s, _ in long_pairs], len_vocab, len_vocab, max_len=19, decode=greedy_decode_used)
+    forced = train.teacher_forced_predictions(m, long_pairs, len_vocab, len_vocab)
+    for how, preds_ in (("free-running", free), ("teacher-forced", forced)):
+        err = train.error_by_position(preds_, long_pairs)
+        position_errors[label, how] = err
+        ax.plot(err, marker="o", linestyle="-" if how == "free-running" else "--", label=f"{label}, {how}")
+ax.set_xlabel("output position (0 = the last input symbol)")
+ax.set_ylabel("share of wrong tokens")
+ax.set_title("sources of length 12-14")
+ax.legend(fontsize=8)
+plt.show()
+for (label, how), err in position_errors.items():
+    print(f"{label:>10}, {how:>14}: " + " ".join(f"{e:.2f}" for e in err))
+for label, m in (("700 steps", models["context at every step"]), ("1400 steps", longer)):
+    free_acc = results["context at every step" if label == "700 steps" else "context at every step, 2x budget"]
+    print(f"{label:>10}: token accuracy teacher-forced {train.teacher_forced_accuracy(m, len_test, len_vocab, len_vocab):.3f},"
+          f" free-running {free_acc.token_accuracy:.3f}")
+if not GRADING:
+    for key, err in position_errors.items():
+        claims.check(f"ch01: errors grow along the output ({', '.join(key)}: mean error of the last 4 "
+                     "positions minus the first 2)", sum(err[-4:]) / 4 - sum(err[:2]) / 2, above=0.1)
+
+
+# %% [markdown]
+# **What the controls show.** Twice the budget lowers the loss and shifts the curve to the
+# right (exact match rises at lengths 6–11), but the fall with length remains: the long strings
+# stay almost entirely wrong. (The 700 extra steps start a fresh Adam optimizer, hence the jump of
+# the loss at step 700; within about a hundred steps it is below where it stopped.) On those, the errors are not spread evenly. The first output
+# positions — the *last* input symbols, which the forward encoder read most recently — are the
+# most often right; the errors grow along the output, towards the *first* input symbols, and they
+# do so with teacher forcing too, so this is not only errors compounding during free-running
+# decoding (free-running makes it worse). The backward half of the bidirectional encoder ends at
+# the first input symbol, yet the last output positions, which must write those first symbols,
+# are among the worst: being next to the summary does not make a symbol easy to read out of it.
+# The errors grow with the number of symbols the decoder has already had to unpack from the same
+# vector.
+#
+# So the claim the evidence supports is this: **with this budget, and with twice it, a model that
+# must pass the whole source through one fixed vector learns short strings and fails on long
+# ones, and its errors grow along the output.** It is not a proof that 64 numbers cannot hold 14
+# symbols; it shows that this architecture makes holding and reading them out *hard to learn*.
+# Chapter 2 gives the decisive control: the same sizes, data and budget, plus attention, and the
+# long strings come out right.
+#
+# Feeding the context at every step changes little (the first table of this section): the
+# decoder is reminded of the source at every step, but what it is reminded of is the same 64
+# numbers, computed before the first output is written. This is the **information bottleneck** of
+# **information bottleneck** of
+# the encoder-decoder.
+#
+# ### Does beam search help?
+#
+# Beam search can only find outputs the model already considers likely; it cannot recover
+# information the context vector lost. We compare greedy decoding with a beam of 4 on a sample
+# of test sentences — using your `beam_search` if it agrees with the reference.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def _probe_beam(f):
+    table = torch.log_softmax(torch.randn(6, 6, generator=torch.Generator().manual_seed(2)), -1)
+    return f(markov_step(table), {"t": torch.zeros(1)}, max_len=4, beam_size=3, alpha=1.0)  # compared with the reference
+beam_search_used = checks.learner_or_reference(beam_search, decoding.beam_search, _probe_beam, "beam_search")
+
+model = models["context at every step"]
+sample = len_test[: 20 if GRADING else 60]
+preds = {"greedy": [], "beam 4, alpha=0": [], "beam 4, alpha=1": []}
+beam_not_worse = 0
+with torch.no_grad():
+    for src, tgt in sample:
+        b = data.make_batch([(src, tgt)], len_vocab, len_vocab)
+        state = model.encode(b.src, b.src_lengths)
+        g_tokens, g_score = decoding.greedy_decode(model.decode_step, state, max_len=len(tgt) + 3)
+        preds["greedy"].append(len_vocab.decode(g_tokens[0].tolist()))
+        for alpha in (0.0, 1.0):
+            hyps = beam_search_used(model.decode_step, state, max_len=len(tgt) + 3, beam_size=4, alpha=alpha)
+            preds[f"beam 4, alpha={alpha:g}"].append(len_vocab.decode(hyps[0].tokens))
+            if alpha == 0.0:
+                beam_not_worse += hyps[0].score >= float(g_score[0]) - 1e-5
+for label, p in preds.items():
+    mean_len = sum(map(len, p)) / len(p)
+    print(f"{label:>16}: {train.score_predictions(p, sample)}, mean output length {mean_len:.2f}")
+print(f"{'target':>16}: mean length {sum(len(t) for _, t in sample) / len(sample):.2f}")
+print(f"the beam's best log-probability (alpha=0) >= greedy's in {beam_not_worse} of {len(sample)} sentences")
+if not GRADING:
+    claims.check("ch01: the beam's best log-probability is at least greedy's (share of sentences)",
+                 beam_not_worse / len(sample), above=0.9 - 1e-9)
+
+# %% [markdown]
+# Beam search does its job — its best hypothesis is at least as probable as greedy's in all or
+# almost all sentences of the sample (the last line above counts them; not necessarily in all,
+# since a narrow beam can drop the greedy prefix and never find anything better) — yet exact
+# match barely moves, and may even drop. On the long strings
+# the *model* is wrong: its most probable output is not the right one, and a better search
+# only finds the model's mistakes more reliably. Length normalisation hardly matters here:
+# without it ($\alpha = 0$) a search leans towards ending early, since every extra token lowers
+# the summed log-probability, but this model is confident about where a string ends, and the
+# mean output lengths above barely differ. Beam search pays off when
+# the model is good and greedy's early choices are the problem (the trap table in exercise 6),
+# not when the information is missing.
+#
+# ### Written questions
+#
+# **Question 1 (2 points).** The models above were trained on every length from 2 to 14, yet
+# exact match falls from almost 1 to almost 0 as the source grows. Explain why, using what the
+# decoder receives from the encoder. Then say what you would change in the *architecture* (not
+# the training budget) so that the decoder could get at the symbol it needs to write at each step.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q1_bottleneck", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# The decoder sees the source only through the context vector c: 64 numbers computed once,
+# before any output is written (fed at the start or at every step, it is the same vector).
+# To reverse a string of n symbols the decoder must read n symbols, in order, out of c. Those
+# 64 floats could hold 14 symbols in principle (42 bits), but the encoder has to learn to pack
+# them and the decoder to unpack them through one vector, and with this budget (and twice it) it
+# learns that only for short strings. The per-position errors show where it fails: the first
+# outputs (the last input symbols, read most recently by the forward encoder) are mostly right,
+# and the errors grow towards the end of the output, even with teacher forcing, so the model
+# cannot recover from c the symbols written into it long before, not only compounding its own
+# mistakes (which free-running decoding adds, and which make exact match fall faster still).
+# A better architecture lets the decoder look at all encoder states h_1..h_n at every step and
+# choose (with weights computed from its current state) which to read, e.g. the state of the
+# symbol it must write now: attention (chapter 2).
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2 (2 points).** With teacher forcing the decoder is always given the *correct*
+# previous token during training, but at test time it is given its *own* previous output.
+# What can go wrong because of this mismatch, and how would you see it in the numbers of this
+# chapter?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q2_teacher_forcing", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# The decoder never sees its own mistakes during training ("exposure bias"): once it writes a
+# wrong token at test time, it is in a situation it was not trained on, and errors can cascade.
+# Teacher-forced accuracy, the per-token accuracy when the correct previous tokens are given
+# (what the training loss measures), therefore overestimates free-running accuracy. In this
+# chapter's numbers: the teacher-forced token accuracy printed in section 7 is well above the
+# free-running token accuracy of greedy decoding, and on long strings the free-running errors
+# by position rise above the teacher-forced ones, more so towards the end of the output (errors
+# cluster after the first wrong token); exact match falls faster with length than token
+# accuracy. Remedies include scheduled sampling (sometimes feeding the model's own prediction
+# during training) and sequence-level training.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 8. What is still missing
+#
+# * **One vector for any length.** The encoder compresses the whole source into $c$ before the
+#   decoder starts; accuracy collapses as the source grows, and more training shifts the collapse
+#   only a little. Feeding $c$ at every step does not help because $c$ does not change: the
+#   decoder cannot ask *which part* of the source it needs now.
+# * **A recurrent chain everywhere.** Information from the first symbol reaches the decoder
+#   through every step of the encoder; gradients shrink (or explode) along that chain (section 2).
+# * **Sequential computation.** Neither network can process step $t$ before step $t-1$, not even
+#   under teacher forcing.
+#
+# Chapter 2 keeps the RNNs but removes the first problem: instead of one context vector, the
+# decoder computes a *new* context at every step, as a weighted average of **all** encoder states,
+# with weights that say where to look — **attention**.
+#
+# ## References
+#
+# * Sutskever, Vinyals, Le (2014). *Sequence to Sequence Learning with Neural Networks.* NeurIPS.
+#   [arXiv:1409.3215](https://arxiv.org/abs/1409.3215) — the LSTM encoder-decoder, beam search,
+#   and reversing the source to shorten dependencies.
+# * Cho, van Merriënboer, Gulcehre, Bahdanau, Bougares, Schwenk, Bengio (2014). *Learning Phrase
+#   Representations using RNN Encoder-Decoder for Statistical Machine Translation.* EMNLP.
+#   [arXiv:1406.1078](https://arxiv.org/abs/1406.1078) — the encoder-decoder with the context at
+#   every step, and the GRU.
+# * Hochreiter, Schmidhuber (1997). *Long Short-Term Memory.* Neural Computation 9(8).
+#   [doi:10.1162/neco.1997.9.8.1735](https://doi.org/10.1162/neco.1997.9.8.1735); the forget gate:
+#   Gers, Schmidhuber, Cummins (2000), *Learning to Forget*, Neural Computation 12(10),
+#   [doi:10.1162/089976600300015015](https://doi.org/10.1162/089976600300015015).
+# * Pascanu, Mikolov, Bengio (2013). *On the difficulty of training recurrent neural networks.*
+#   ICML. [arXiv:1211.5063](https://arxiv.org/abs/1211.5063) — vanishing and exploding gradients,
+#   the spectral-radius criterion, gradient-norm clipping.
+# * Bengio, Simard, Frasconi (1994). *Learning long-term dependencies with gradient descent is
+#   difficult.* IEEE Transactions on Neural Networks 5(2).
+#   [doi:10.1109/72.279181](https://doi.org/10.1109/72.279181).
+# * Wu et al. (2016). *Google's Neural Machine Translation System.*
+#   [arXiv:1609.08144](https://arxiv.org/abs/1609.08144) — the length penalty of beam search.

@@ -1,0 +1,1113 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: all
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 5: Relative positions, and attention as convolution
+#
+# *Attention, from Seq2Seq to Transformers*: scores that depend on where a key stands
+# *relative* to the query; the quadratic encoding, in which one number $\alpha$ sets how wide
+# a head looks; a proof by code, on a real photograph, that a multi-head self-attention layer
+# with $K^2$ heads computes exactly a $K\times K$ convolution (Cordonnier, Loukas and Jaggi,
+# 2020); heads that find the convolution's grid by gradient descent; and rotary embeddings
+# (RoPE), the relative positions of today's language models.
+#
+# **What you will build**: the grid of offsets key − query, the quadratic score of a head,
+# one head's attention map, the per-head value and output weights that turn a kernel into
+# attention heads, and the RoPE rotation. The reference versions live in
+# `course_utils.relpos`, so the experiments run even before you have written yours.
+#
+# **Exercises** (graded by the test cells below each one): 1 `relative_offsets`,
+# 2 `quadratic_scores`, 3 `head_attention_map`, 4 `kernel_to_heads`, 5 `apply_rope`, and one
+# written question.
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib import cbook
+
+from course_utils import checks, claims, relpos, train
+
+train.set_seed(0)
+GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+
+# %% [markdown]
+# ## 1. What the previous chapters left open
+#
+# Chapter 3 ended on a symmetry: shuffle the tokens and self-attention shuffles its outputs
+# the same way. The scores $q_i\cdot k_j$ only compare *contents*; nothing in them says
+# whether key $j$ stands just before the query, far behind it, or above it in an image. The
+# previous chapter's multi-head attention runs several such comparisons side by side, and
+# inherits the same blindness.
+#
+# There are two ways to tell attention where things are:
+#
+# * **absolute positions**: add a vector that encodes "position 7" to token 7's input
+#   (the sinusoidal or learned encodings of chapter 6). The model must then
+#   *learn* that positions 7 and 8 are neighbours, and again that 107 and 108 are;
+# * **relative positions**: let the score of query $i$ and key $j$ depend on the offset
+#   $\delta = j - i$ (key minus query). "The previous token" is then one and the same thing
+#   at every position, as a convolution's kernel is the same at every pixel.
+#
+# The simplest relative scheme adds a bias $b(\delta)$ to the score:
+# $s_{ij} = q_i\cdot k_j/\sqrt{d_k} + b(j - i)$. On a sequence the bias matrix is constant
+# along each diagonal (a Toeplitz matrix), which is what "depends only on the offset" means:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+L = 6
+offsets_1d = torch.arange(L)[None, :] - torch.arange(L)[:, None]      # [i, j] = j - i
+b = torch.tensor([0.0, -1.0, 2.0, 0.5, -0.5, 1.5, 3.0, -2.0, 1.0, 0.25, -1.5])   # b(-5) ... b(5)
+bias_1d = b[offsets_1d + L - 1]
+print("offsets j - i:\n", offsets_1d)
+print("bias constant along every diagonal:",
+      all(torch.unique(torch.diagonal(bias_1d, k)).numel() == 1 for k in range(-L + 1, L)))
+
+
+# %% [markdown]
+# In two dimensions (pixels of an image, numbered row by row) the offset is a vector
+# $\delta = (\delta_1, \delta_2)$: rows down, columns right. The first exercise builds all
+# of them at once.
+#
+# ### Exercise 1: the grid of offsets (1 + 2 points)
+#
+# Write `relative_offsets(height, width)` returning an integer tensor of shape
+# `(height*width, height*width, 2)` whose entry `[i, j]` is the position of cell `j` minus
+# the position of cell `i`, as (row, column), with cells numbered in **row-major** order
+# (cell `n` is at row `n // width`, column `n % width`). `i` is the query, `j` the key.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_offsets", "locked": false, "schema_version": 3, "solution": true}
+def relative_offsets(height, width):
+    """Offsets key - query on a ``height x width`` grid.
+
+    Returns:
+        ``(height*width, height*width, 2)`` int64; ``[i, j]`` is ``pos[j] - pos[i]`` with
+        ``pos[n] = (n // width, n % width)``.
+    """
+    ### BEGIN SOLUTION
+    rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    pos = torch.stack([rows.reshape(-1), cols.reshape(-1)], dim=-1)
+    return pos[None, :, :] - pos[:, None, :]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_offsets-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_cells_3x3():
+    got = checks.call(relative_offsets, 3, 3)
+    for i, j, want in [(0, 1, [0, 1]), (0, 3, [1, 0]), (4, 0, [-1, -1]), (8, 2, [-2, 0])]:
+        if got[i, j].tolist() != want:
+            raise checks.CheckFailed(f"[{i}, {j}] is {got[i, j].tolist()}, expected {want} (row, column) of "
+                                     f"key {j} minus query {i}; cells are numbered row by row")
+
+
+checks.run_checks("relative_offsets", [
+    ("shape (9, 9, 2) on a 3 x 3 grid", lambda: checks.expect_shape(checks.call(relative_offsets, 3, 3), (9, 9, 2), "offsets")),
+    ("integer offsets", lambda: checks.expect_equal(checks.call(relative_offsets, 3, 3).is_floating_point(), False,
+                                                    "offsets are floating point")),
+    ("zero offset from a cell to itself", lambda: checks.expect_equal(
+        checks.call(relative_offsets, 3, 3)[torch.arange(9), torch.arange(9)], torch.zeros(9, 2, dtype=torch.long), "diagonal")),
+    ("four cells of the 3 x 3 grid", _check_cells_3x3),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_offsets-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: grids that are not square, a single row, no ready-made function.
+### BEGIN HIDDEN TESTS
+with checks.forbid(relpos.relative_offsets, relpos.grid_positions):
+    _got = {hw: checks.call(relative_offsets, *hw) for hw in [(2, 5), (4, 3), (1, 4)]}
+
+
+def _want_offsets(h, w):
+    n = torch.arange(h * w)
+    pos = torch.stack([n // w, n % w], dim=-1)
+    return pos[None] - pos[:, None]
+
+
+checks.run_checks("relative_offsets (hidden)", [
+    (f"{h} x {w} grid", (lambda h=h, w=w: checks.expect_equal(_got[(h, w)], _want_offsets(h, w), "offsets")))
+    for (h, w) in _got
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. The quadratic encoding, in one dimension
+#
+# The source notes of this course (seed 002) follow the construction of Cordonnier, Loukas and
+# Jaggi (2020) in a stripped-down setting: the contents are switched off ($W_{qry} = W_{key} = 0$,
+# so $q_i\cdot k_j = 0$) and the score is a dot product of two small vectors,
+#
+# * $r_\delta$, an encoding of the offset, **shared by all heads**;
+# * $v^{(h)}$, a learned vector **per head**.
+#
+# The paper's choice is
+#
+# $$r_\delta = (\delta^2,\ \delta),\qquad v^{(h)} = -\alpha^{(h)}\,(1,\ -2\Delta^{(h)}),$$
+#
+# with two different symbols: $\delta = k - q$ is the offset of the key being scored, and
+# $\Delta^{(h)}$ is the head's learned **centre**, a constant. The score is then
+#
+# $$v^{(h)}\cdot r_\delta = -\alpha\,(\delta^2 - 2\Delta\delta) = -\alpha\big((\delta - \Delta)^2 - \Delta^2\big),$$
+#
+# a downward parabola in $\delta$ with its top at $\delta = \Delta$. The $\Delta^2$ term is
+# the same for every key, and a softmax does not change when a constant is added to all its
+# inputs, so the head's attention is $\operatorname{softmax}_\delta\big(-\alpha(\delta - \Delta)^2\big)$:
+# a bell centred on the key $q + \Delta$.
+#
+# **The notes' version is wrong.** They write $V = -\alpha[1, -2\delta]$ with the *same*
+# $\delta$ as in $R = [\delta^2, \delta]$, and conclude $A = -\alpha\delta^2$. With one symbol
+# for both, the product is $-\alpha(\delta^2 - 2\delta^2) = +\alpha\delta^2$: an *upward*
+# parabola that peaks at the keys farthest away. (And $-\alpha\delta^2$, their stated result,
+# would peak at $\delta = 0$ for every head, so heads could not look in different
+# directions.) The next cell evaluates both products for every offset of a 9-token window.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+alpha_demo, Delta = 1.5, 2.0
+deltas = torch.arange(-4, 5, dtype=torch.float64)
+r = torch.stack([deltas**2, deltas], dim=-1)                               # (9, 2): r_delta
+v_paper = -alpha_demo * torch.tensor([1.0, -2 * Delta], dtype=torch.float64)   # one head's v
+score_paper = r @ v_paper
+v_notes = -alpha_demo * torch.stack([torch.ones_like(deltas), -2 * deltas], dim=-1)   # delta twice
+score_notes = (v_notes * r).sum(-1)
+print("delta:            ", deltas.tolist())
+print("paper, v . r:     ", score_paper.tolist())
+print("-a((d-D)^2 - D^2):", (-alpha_demo * ((deltas - Delta) ** 2 - Delta**2)).tolist())
+print("notes, v . r:     ", score_notes.tolist())
+print("+a d^2:           ", (alpha_demo * deltas**2).tolist())
+assert torch.equal(score_paper, -alpha_demo * ((deltas - Delta) ** 2 - Delta**2))
+assert torch.equal(score_notes, alpha_demo * deltas**2)
+print("paper's scores peak at delta =", deltas[score_paper.argmax()].item(),
+      "| notes' scores peak at delta =", deltas[score_notes.argmax()].tolist(), "(the window's ends)")
+
+
+# %% [markdown]
+# In two dimensions everything is the same with vectors: $\delta = (\delta_1, \delta_2)$,
+# $\Delta = (\Delta_1, \Delta_2)$,
+#
+# $$r_\delta = (\lVert\delta\rVert^2,\ \delta_1,\ \delta_2),\qquad
+#   v^{(h)} = -\alpha^{(h)}(1,\ -2\Delta_1,\ -2\Delta_2),\qquad
+#   v^{(h)}\cdot r_\delta = -\alpha\big(\lVert\delta - \Delta\rVert^2 - \lVert\Delta\rVert^2\big)$$
+#
+# (the paper's Lemma 2; the notes' 2-D line "$A = \alpha\lVert\delta\rVert^2$" repeats the
+# 1-D mistake). Three numbers per offset suffice, whatever the size of the image.
+#
+# ### Exercise 2: the quadratic score (1 + 2 points)
+#
+# Write `quadratic_scores(offsets, center, alpha)`:
+#
+# * `offsets`: `(L_q, L_k, D)` offsets key − query (from exercise 1, `D = 2`; `D = 1` works too);
+# * `center`: `(D,)` for one head, or `(heads, D)` for several;
+# * `alpha`: a number, or a tensor `(heads,)`;
+# * returns $-\alpha(\lVert\delta - \Delta\rVert^2 - \lVert\Delta\rVert^2)$ as a float tensor
+#   `(L_q, L_k)` for one head or `(heads, L_q, L_k)` for several, in `center`'s dtype.
+#
+# Compute it as the dot product $v^{(h)}\cdot r_\delta$ or directly from the formula; both are
+# fine. Keep the $\lVert\Delta\rVert^2$ term: the softmax ignores it, but it is part of the score.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_quadratic", "locked": false, "schema_version": 3, "solution": true}
+def quadratic_scores(offsets, center, alpha):
+    """Quadratic relative scores ``-alpha (||delta - Delta||^2 - ||Delta||^2)``.
+
+    Args:
+        offsets: ``(L_q, L_k, D)`` integer or float offsets key - query.
+        center: ``(D,)`` or ``(heads, D)`` float centres; alpha: a number or ``(heads,)``.
+    Returns:
+        ``(L_q, L_k)`` or ``(heads, L_q, L_k)``, in ``center``'s dtype.
+    """
+    ### BEGIN SOLUTION
+    center = torch.as_tensor(center)
+    d = offsets.to(center.dtype)
+    r = torch.cat([(d * d).sum(-1, keepdim=True), d], dim=-1)                # (L_q, L_k, 1 + D)
+    alpha = torch.as_tensor(alpha, dtype=center.dtype)
+    if center.dim() == 1:
+        v = -alpha * torch.cat([torch.ones(1, dtype=center.dtype), -2 * center])
+        return r @ v
+    v = -alpha.expand(center.shape[0])[:, None] * torch.cat(
+        [torch.ones(center.shape[0], 1, dtype=center.dtype), -2 * center], dim=-1)   # (heads, 1 + D)
+    return torch.einsum("qkp,hp->hqk", r, v)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_quadratic-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+_off33 = relpos.relative_offsets(3, 3)
+
+
+def _check_centre_zero():
+    got = checks.call(quadratic_scores, _off33, torch.zeros(2), 2.0)
+    checks.expect_close(got, -2.0 * (_off33**2).sum(-1).float(), "scores of a head centred at (0, 0) with alpha = 2")
+
+
+def _check_peak():
+    got = checks.call(quadratic_scores, relpos.relative_offsets(5, 5), torch.tensor([1.0, -1.0]), 3.0)
+    best = got[12].argmax().item()                  # query: the middle cell (2, 2)
+    if best != 16:
+        raise checks.CheckFailed(f"for the middle query of a 5 x 5 grid and centre (1, -1) the highest score "
+                                 f"is at key {best} = cell {divmod(best, 5)}, expected cell (3, 1) = query + centre")
+
+
+checks.run_checks("quadratic_scores", [
+    ("one head: shape (9, 9)", lambda: checks.expect_shape(checks.call(quadratic_scores, _off33, torch.zeros(2), 1.0), (9, 9), "scores")),
+    ("centre (0, 0): -alpha ||delta||^2", _check_centre_zero),
+    ("the highest score is at query + centre", _check_peak),
+    ("four heads: shape (4, 9, 9)", lambda: checks.expect_shape(
+        checks.call(quadratic_scores, _off33, torch.zeros(4, 2), torch.ones(4)), (4, 9, 9), "scores")),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_quadratic-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: exact values with centres away from 0 (the ||Delta||^2 term), per-head alphas,
+# float64, a 1-D grid; no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(102)
+_off = relpos.relative_offsets(4, 5)
+_c = torch.randn(3, 2, generator=_g, dtype=torch.float64) * 2
+_a = torch.rand(3, generator=_g, dtype=torch.float64) * 5
+_d = _off.double()
+_want = torch.stack([-_a[h] * (((_d - _c[h]) ** 2).sum(-1) - (_c[h] ** 2).sum()) for h in range(3)])
+with checks.forbid(relpos.quadratic_scores, relpos.quadratic_query, relpos.quadratic_encoding):
+    _got3 = checks.call(quadratic_scores, _off, _c, _a)
+    _got1 = checks.call(quadratic_scores, _off, _c[1], _a[1].item())
+    _off1d = (torch.arange(6)[None, :] - torch.arange(6)[:, None])[..., None]
+    _got1d = checks.call(quadratic_scores, _off1d, torch.tensor([2.0], dtype=torch.float64), 1.5)
+checks.run_checks("quadratic_scores (hidden)", [
+    ("three heads, centres away from 0, one alpha each", lambda: checks.expect_close(_got3, _want, "scores")),
+    ("one head, alpha a number", lambda: checks.expect_close(_got1, _want[1], "scores")),
+    ("float64 in, float64 out", lambda: checks.expect_dtype(_got3, torch.float64, "scores")),
+    ("1-D offsets (L, L, 1)", lambda: checks.expect_close(
+        _got1d, -1.5 * ((_off1d[..., 0].double() - 2.0) ** 2 - 4.0), "1-D scores")),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The experiments below use your function if it agrees with the reference on a probe. A head
+# of the 1-D setting, centred at $\Delta = 2$, for the query at position 7 of 15:
+
+# %%
+def _probe_quadratic(fn):
+    g = torch.Generator().manual_seed(7)
+    return fn(relpos.relative_offsets(3, 4), torch.randn(3, 2, generator=g), torch.rand(3, generator=g) + 0.5)
+
+
+quad_scores = checks.learner_or_reference(quadratic_scores, relpos.quadratic_scores, _probe_quadratic,
+                                          name="quadratic_scores")
+offsets_seq = (torch.arange(15)[None, :] - torch.arange(15)[:, None])[..., None]     # (15, 15, 1)
+fig, ax = plt.subplots(figsize=(8, 3))
+for a in [0.1, 0.5, 2.0]:
+    w = torch.softmax(quad_scores(offsets_seq, torch.tensor([2.0]), a)[7], dim=-1)
+    ax.plot(range(15), w.numpy(), marker="o", label=f"alpha = {a}")
+ax.axvline(7, color="grey", ls=":", label="query (position 7)")
+ax.set_xlabel("key position")
+ax.set_ylabel("attention weight of query 7")
+ax.set_title("one head, centre Delta = +2: the attention peaks at key 7 + 2 = 9")
+ax.legend()
+plt.show()
+
+
+# %% [markdown]
+# ## 3. $\alpha$ is the width
+#
+# Large $\alpha$ makes the parabola steep: the key at $q + \Delta$ wins by a margin
+# $\alpha\cdot 1$ over its nearest neighbours (whose $\lVert\delta - \Delta\rVert^2$ is 1),
+# then $2\alpha$ over the diagonal ones, and so on. As $\alpha \to \infty$ the softmax becomes
+# one-hot: the head copies exactly one pixel. Small $\alpha$ spreads the weight over a wide
+# window, like a blur. On a $7\times 7$ grid, for the middle pixel and a head centred on it,
+# the paper reports the peak probability $0.16, 0.62, 0.9998, 1.0$ for
+# $\alpha = 0.5, 2, 10, 50$. The peak is $1/\big(\sum_{\delta_1=-3}^{3} e^{-\alpha\delta_1^2}\big)^2$,
+# because the score separates into rows and columns.
+#
+# ### Exercise 3: one head's attention map (1 + 2 points)
+#
+# Write `head_attention_map(height, width, query, center, alpha)`: the attention weights of
+# the query cell `query = (row, column)` over every key of a `height x width` grid, for one
+# head with centre `center` (a `(2,)` tensor) and width `alpha`, as a `(height, width)` map
+# that sums to one. Use your `relative_offsets` and `quadratic_scores` (or `torch.softmax`
+# on the scores you compute).
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_head_map", "locked": false, "schema_version": 3, "solution": true}
+def head_attention_map(height, width, query, center, alpha):
+    """Attention of one query cell over a grid, for one quadratic head.
+
+    Args:
+        query: ``(row, column)`` of the query; center: ``(2,)`` float tensor; alpha: a number.
+    Returns:
+        ``(height, width)`` weights (sum 1); ``[r, c]`` is the weight of the key at (r, c).
+    """
+    ### BEGIN SOLUTION
+    offsets = relative_offsets(height, width)
+    scores = quadratic_scores(offsets, center, alpha)              # (L, L)
+    row = scores[query[0] * width + query[1]]
+    return torch.softmax(row, dim=-1).reshape(height, width)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_head_map-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+def _check_sums_to_one():
+    got = checks.call(head_attention_map, 7, 7, (3, 3), torch.zeros(2), 2.0)
+    checks.expect_close(got.sum(), torch.tensor(1.0), "sum of the map")
+
+
+def _check_peak_at(centre, want):
+    got = checks.call(head_attention_map, 7, 7, (3, 3), torch.tensor(centre), 5.0)
+    best = divmod(int(got.argmax()), 7)
+    if best != want:
+        raise checks.CheckFailed(f"centre {centre}: the map peaks at (row, column) {best}, expected {want} "
+                                 "= query (3, 3) + centre")
+
+
+checks.run_checks("head_attention_map", [
+    ("shape (7, 7)", lambda: checks.expect_shape(checks.call(head_attention_map, 7, 7, (3, 3), torch.zeros(2), 2.0), (7, 7), "map")),
+    ("the map sums to one", _check_sums_to_one),
+    ("alpha = 2, centre (0, 0): peak 0.62 (the paper's value)", lambda: checks.expect_close(
+        checks.call(head_attention_map, 7, 7, (3, 3), torch.zeros(2), 2.0).max(), torch.tensor(0.6187), "peak", atol=1e-4)),
+    ("centre (0, 0) peaks on the query", lambda: _check_peak_at([0.0, 0.0], (3, 3))),
+    ("centre (1, 1) peaks at (4, 4)", lambda: _check_peak_at([1.0, 1.0], (4, 4))),
+])
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_head_map-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: a grid that is not square, a query off the diagonal, a centre that is not
+# symmetric, a query on the border; compared with a direct computation.
+### BEGIN HIDDEN TESTS
+def _direct_map(h, w, query, centre, alpha):
+    rr, cc = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    d1, d2 = rr - query[0] - centre[0], cc - query[1] - centre[1]
+    return torch.softmax((-alpha * (d1**2 + d2**2)).flatten().double(), -1).reshape(h, w)
+
+
+_cases = [(5, 8, (1, 6), [-1.0, 2.0], 1.3), (6, 4, (5, 0), [1.0, -1.0], 0.7), (3, 9, (2, 4), [0.5, -2.5], 2.0)]
+with checks.forbid(relpos.quadratic_scores, relpos.relative_offsets):
+    _maps = [checks.call(head_attention_map, h, w, q, torch.tensor(c, dtype=torch.float64), a) for h, w, q, c, a in _cases]
+checks.run_checks("head_attention_map (hidden)", [
+    (f"{h} x {w} grid, query {q}, centre {c}", (lambda m=m, h=h, w=w, q=q, c=c, a=a: checks.expect_close(m, _direct_map(h, w, q, c, a), "map")))
+    for m, (h, w, q, c, a) in zip(_maps, _cases)
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The paper's numbers, reproduced (with the learner's function if it passed its probe):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_map(fn):
+    return fn(4, 6, (1, 4), torch.tensor([1.0, -2.0]), 0.8)
+
+
+head_map = checks.learner_or_reference(
+    head_attention_map,
+    lambda h, w, q, c, a: torch.softmax(relpos.quadratic_scores(relpos.relative_offsets(h, w), c, a)[q[0] * w + q[1]], -1).reshape(h, w),
+    _probe_map, name="head_attention_map")
+alphas_paper = [0.5, 2.0, 10.0, 50.0]
+maps = {a: head_map(7, 7, (3, 3), torch.zeros(2, dtype=torch.float64), a) for a in alphas_paper}
+for a in alphas_paper:
+    closed_form = 1 / sum(math.exp(-a * d * d) for d in range(-3, 4)) ** 2
+    print(f"alpha = {a:4}: peak probability {maps[a].max().item():.4f} (closed form {closed_form:.4f})")
+assert [round(maps[a].max().item(), n) for a, n in zip(alphas_paper, [2, 2, 4, 1])] == [0.16, 0.62, 0.9998, 1.0]
+
+# %%
+fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+for ax, a in zip(axes, alphas_paper):
+    im = ax.imshow(maps[a].numpy(), cmap="viridis", vmin=0, vmax=1)
+    ax.plot(3, 3, "r+", ms=12)
+    ax.set_title(f"alpha = {a}: peak {maps[a].max().item():.4f}")
+    ax.set_xlabel("key column")
+    ax.set_ylabel("key row")
+fig.colorbar(im, ax=axes, fraction=0.015, label="attention weight of the middle query (+)")
+plt.show()
+
+# %% [markdown]
+# ## 4. Nine heads, one $3\times 3$ receptive field
+#
+# Give a layer nine heads with the centres
+# $\Delta^{(h)} \in \{-1, 0, 1\}^2$, numbered row by row like the taps of a $3\times 3$
+# kernel: head $h = 3i + j$ looks at offset $(i - 1, j - 1)$. With a large $\alpha$, head $h$
+# of every query pixel copies one neighbour, and together the nine heads see exactly the
+# $3\times 3$ window around the pixel. The maps below are the nine heads' attention for one
+# query pixel, drawn where the heads sit in the kernel ($\alpha = 2$ so that the bells are
+# visible; $\alpha = 50$ would make each one a single bright pixel).
+
+# %%
+centers9 = relpos.kernel_centers(3).to(torch.float64)                      # (9, 2), row-major taps
+print("head centres (row, column):", centers9.long().tolist())
+fig, axes = plt.subplots(3, 3, figsize=(7.5, 7))
+for h, ax in enumerate(axes.flat):
+    m = head_map(9, 9, (4, 4), centers9[h], 2.0)
+    im = ax.imshow(m.numpy(), cmap="viridis", vmin=0, vmax=0.62)
+    ax.plot(4, 4, "r+", ms=10)
+    ax.set_title(f"head {h}: Delta = ({int(centers9[h, 0])}, {int(centers9[h, 1])})", fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+fig.colorbar(im, ax=axes, fraction=0.03, label="weight of the query pixel (+) on each key")
+fig.suptitle("nine quadratic heads, alpha = 2, one query pixel of a 9 x 9 image")
+plt.show()
+
+
+# %% [markdown]
+# ## 5. From heads to a convolution: the value and output weights
+#
+# A convolution with kernel $W \in \mathbb{R}^{C_\text{out}\times C_\text{in}\times K\times K}$
+# (PyTorch's `conv2d` computes a cross-correlation, with no flip) gives, at pixel $q$,
+#
+# $$\text{out}_q = \sum_{i,j} W[:, :, i, j]\; x_{q + (i - p,\ j - p)},\qquad p = K // 2 .$$
+#
+# Multi-head attention gives, at query $q$ (previous chapter; $W_\text{val}^{(h)}$ is head
+# $h$'s value projection and $W_\text{out}$ the output projection, cut into one block of rows
+# per head):
+#
+# $$\text{MHSA}(X)_q = \sum_h \Big(\sum_k a^{(h)}_{qk}\, x_k\Big) W_\text{val}^{(h)}\, W_\text{out}[\text{block } h].$$
+#
+# If head $h$'s weights $a^{(h)}_{q\cdot}$ are one-hot on the key $q + \Delta^{(h)}$ (large
+# $\alpha$), the inner sum is $x_{q+\Delta^{(h)}}$, and the two sums agree as soon as
+#
+# $$W_\text{val}^{(h)}\, W_\text{out}[\text{block } h] = W[:, :, i, j]^\top \quad\text{for the tap } (i, j) \text{ with } \Delta^{(h)} = (i - p, j - p)$$
+#
+# (Lemma 1 of the paper). One simple choice: $W_\text{val}^{(h)} = W[:, :, i, j]^\top$, of shape
+# $(C_\text{in}, C_\text{out})$, and $W_\text{out}$ made of $K^2$ identity blocks stacked, so
+# that the output projection *adds* the heads. That is the notes' "concatenate and apply a
+# $1\times 1$ convolution": the output projection is a $1\times 1$ convolution over the
+# $K^2 C_\text{out}$ concatenated channels.
+#
+# ### Exercise 4: a kernel as per-head weights (2 + 2 points)
+#
+# Write `kernel_to_heads(weight)` for `weight` of shape `(C_out, C_in, K, K)`, returning
+#
+# * `w_val`, shape `(K*K, C_in, C_out)`: `w_val[i*K + j]` is `weight[:, :, i, j]` transposed;
+# * `w_out`, shape `(K*K*C_out, C_out)`: `K*K` identity matrices `(C_out, C_out)` stacked.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_kernel_heads", "locked": false, "schema_version": 3, "solution": true}
+def kernel_to_heads(weight):
+    """Per-head value matrices and a summing output projection from a conv kernel.
+
+    Args:
+        weight: ``(C_out, C_in, K, K)``.
+    Returns:
+        ``w_val (K*K, C_in, C_out)`` with ``w_val[i*K + j] = weight[:, :, i, j].T``;
+        ``w_out (K*K*C_out, C_out)``: identity blocks stacked.
+    """
+    ### BEGIN SOLUTION
+    c_out, c_in, k, _ = weight.shape
+    w_val = weight.permute(2, 3, 1, 0).reshape(k * k, c_in, c_out)
+    w_out = torch.eye(c_out, dtype=weight.dtype).repeat(k * k, 1)
+    return w_val, w_out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_kernel_heads-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+_g = torch.Generator().manual_seed(4)
+_w = torch.randn(5, 2, 3, 3, generator=_g)
+
+
+def _check_sum_of_heads():
+    _, w_out = checks.call(kernel_to_heads, _w)
+    heads = torch.randn(4, 9 * 5, generator=_g)                   # 4 tokens, 9 heads of 5 channels
+    checks.expect_close(heads @ w_out, heads.reshape(4, 9, 5).sum(1), "concatenated heads @ w_out (should add the heads)")
+
+
+checks.run_checks("kernel_to_heads", [
+    ("w_val has shape (9, C_in=2, C_out=5)", lambda: checks.expect_shape(checks.call(kernel_to_heads, _w)[0], (9, 2, 5), "w_val")),
+    ("w_out has shape (45, 5)", lambda: checks.expect_shape(checks.call(kernel_to_heads, _w)[1], (45, 5), "w_out")),
+    ("the output projection adds the heads", _check_sum_of_heads),
+    ("head 4 (centre (0, 0)) is the middle tap, transposed", lambda: checks.expect_close(
+        checks.call(kernel_to_heads, _w)[0][4], _w[:, :, 1, 1].T, "w_val[4]")),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_kernel_heads-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: every head against its tap (row-major order) for K = 3 and 5, and the product
+# w_val[h] @ w_out[block h] (Lemma 1); no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(104)
+with checks.forbid(relpos.kernel_to_heads):
+    _res = {k: (w, checks.call(kernel_to_heads, w)) for k, w in
+            [(3, torch.randn(4, 3, 3, 3, generator=_g)), (5, torch.randn(2, 1, 5, 5, generator=_g, dtype=torch.float64))]}
+
+
+def _check_taps(k):
+    w, (w_val, w_out) = _res[k]
+    c_out = w.shape[0]
+    for h in range(k * k):
+        i, j = divmod(h, k)
+        checks.expect_close(w_val[h] @ w_out[h * c_out:(h + 1) * c_out], w[:, :, i, j].T,
+                            f"K = {k}, head {h} (tap ({i}, {j})): w_val[h] @ w_out[block h]")
+
+
+checks.run_checks("kernel_to_heads (hidden)", [
+    ("K = 3: every head is its tap", lambda: _check_taps(3)),
+    ("K = 5, float64: every head is its tap", lambda: _check_taps(5)),
+    ("float64 stays float64", lambda: checks.expect_dtype(_res[5][1][1], torch.float64, "w_out")),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. The theorem, on a real photograph
+#
+# Now everything together. The photograph of Grace Hopper that ships with matplotlib (its
+# sample data, no download), shrunk to $32\times 28$ pixels with its three colour channels,
+# and a kernel with four output channels:
+#
+# * 0: the Sobel filter along columns (horizontal gradient) of the grey image,
+# * 1: the Sobel filter along rows (vertical gradient),
+# * 2: a $3\times 3$ box blur of the grey image,
+# * 3: a random $3\times 3\times 3$ filter.
+#
+# The attention layer: keys and values are the pixels, with a border of **zero tokens** added
+# around the image as extra keys (as `conv2d(padding=1)` pads with zeros), queries are the
+# image's own pixels, nine heads with the centres above and a common $\alpha$, scores from
+# your `quadratic_scores`, values and output projection from your `kernel_to_heads`, and the
+# attention itself from the previous chapter: `attention.scaled_dot_product_attention` with
+# queries and keys set to zero ($W_{qry} = W_{key} = 0$) and the positional scores passed as
+# its additive `bias` (`relpos.positional_attention` wraps that call). No `conv2d` anywhere.
+
+# %%
+img = plt.imread(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))     # (600, 512, 3) uint8
+photo = F.adaptive_avg_pool2d(torch.tensor(img, dtype=torch.float64).permute(2, 0, 1)[None] / 255, (32, 28))
+print("original", img.shape, img.dtype, "-> image tensor", tuple(photo.shape), photo.dtype)
+
+sobel = torch.tensor([[-1.0, 0, 1], [-2, 0, 2], [-1, 0, 1]], dtype=torch.float64)
+kernel = torch.empty(4, 3, 3, 3, dtype=torch.float64)
+kernel[0] = sobel / 3                     # the grey image is the mean of the channels
+kernel[1] = sobel.T / 3
+kernel[2] = 1 / 27
+kernel[3] = torch.randn(3, 3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64) / 3
+
+
+def _probe_offsets(fn):
+    return fn(3, 4)
+
+
+def _probe_kernel(fn):
+    return fn(torch.randn(3, 2, 3, 3, generator=torch.Generator().manual_seed(8)))
+
+
+offsets_fn = checks.learner_or_reference(relative_offsets, relpos.relative_offsets, _probe_offsets, name="relative_offsets")
+heads_fn = checks.learner_or_reference(kernel_to_heads, relpos.kernel_to_heads, _probe_kernel, name="kernel_to_heads")
+
+
+def attention_conv(image, weight, alpha, zero_padding=True):
+    """``F.conv2d(image, weight, padding=K // 2)`` as K*K-head self-attention (see the text)."""
+    b, _, h, w = image.shape
+    k = weight.shape[-1]
+    p = k // 2 if zero_padding else 0
+    keys = F.pad(image, (p, p, p, p)).flatten(2).transpose(1, 2)          # (batch, L_k, C_in)
+    offsets = offsets_fn(h + 2 * p, w + 2 * p)                             # every cell of the padded grid
+    inside = torch.arange((h + 2 * p) * (w + 2 * p)).reshape(h + 2 * p, w + 2 * p)[p:p + h, p:p + w].reshape(-1)
+    bias = quad_scores(offsets[inside], relpos.kernel_centers(k).to(image.dtype), alpha)   # (K*K, L_q, L_k)
+    w_val, w_out = heads_fn(weight)
+    out, _ = relpos.positional_attention(keys, bias, w_val, w_out)          # (batch, L_q, C_out)
+    return out.transpose(1, 2).reshape(b, -1, h, w)
+
+
+reference_conv = F.conv2d(photo, kernel, padding=1)
+att_conv = attention_conv(photo, kernel, alpha=100.0)
+print(f"alpha = 100, float64: max |attention - conv2d| = {(att_conv - reference_conv).abs().max().item():.1e}")
+assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), atol=1e-12)
+
+# %% [markdown]
+# The previous chapter's `attention.MultiHeadAttention` module computes the same thing once its
+# weights are set: `relpos.conv_as_multihead` gives it nine heads, zero query and key
+# projections, the taps in its value projection, an output projection that adds the heads, and
+# the quadratic scores as its additive `bias`. (Its tokens are all the cells of the padded
+# image, so the zero tokens are queries too; their outputs are cropped away.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+mha_conv = relpos.conv_as_multihead(photo, kernel, alpha=100.0)
+print("attention.MultiHeadAttention vs F.conv2d, alpha = 100, float64: max error below 1e-12?",
+      (mha_conv - reference_conv).abs().max().item() < 1e-12)
+
+# %%
+names = ["Sobel, columns", "Sobel, rows", "box blur", "random filter"]
+fig, axes = plt.subplots(3, 5, figsize=(15, 9.5))
+axes[0, 0].imshow(photo[0].permute(1, 2, 0).numpy())
+axes[0, 0].set_title("input, 32 x 28 x 3")
+axes[1, 0].imshow(img)
+axes[1, 0].set_title("the original, 600 x 512")
+axes[2, 0].axis("off")
+for c in range(4):
+    for row, (t, what) in enumerate([(reference_conv, "F.conv2d"), (att_conv, "attention")]):
+        im = axes[row, c + 1].imshow(t[0, c].numpy(), cmap="gray")
+        axes[row, c + 1].set_title(f"{names[c]}: {what}", fontsize=9)
+        fig.colorbar(im, ax=axes[row, c + 1], fraction=0.046)
+    diff = (att_conv - reference_conv)[0, c].abs().numpy()
+    im = axes[2, c + 1].imshow(diff, cmap="magma")
+    axes[2, c + 1].set_title(f"|difference|, max {diff.max():.0e}", fontsize=9)
+    fig.colorbar(im, ax=axes[2, c + 1], fraction=0.046)
+for ax in axes.flat:
+    ax.set_xticks([])
+    ax.set_yticks([])
+plt.show()
+
+# %% [markdown]
+# How large must $\alpha$ be? A head's weight on each wrong neighbour is about $e^{-\alpha}$
+# relative to the right key (the nearest wrong keys score $\alpha$ lower), so the error should
+# fall like $e^{-\alpha}$ until it reaches the rounding error of the arithmetic: about
+# $10^{-16}$ in float64, about $10^{-7}$ (relative) in float32. The sweep below measures the
+# largest difference from `F.conv2d` over all pixels and channels, in both precisions.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+alpha_grid = [0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 1024, 10000]
+errors = {torch.float64: [], torch.float32: []}
+for dtype in errors:
+    x_d, w_d = photo.to(dtype), kernel.to(dtype)
+    ref_d = F.conv2d(x_d, w_d, padding=1)
+    for a in alpha_grid:
+        errors[dtype].append((attention_conv(x_d, w_d, float(a)) - ref_d).abs().max().item())
+print("alpha     float64    float32")
+for a, e64, e32 in zip(alpha_grid, errors[torch.float64], errors[torch.float32]):
+    print(f"{a:7g}   {e64:8.1e}   {e32:8.1e}")
+print(f"largest |conv2d output|: {reference_conv.abs().max().item():.2f}")
+assert max(errors[torch.float64][alpha_grid.index(32):]) < 1e-5
+assert max(errors[torch.float64][alpha_grid.index(64):]) < 1e-12
+assert max(errors[torch.float32][alpha_grid.index(32):]) < 1e-5
+assert errors[torch.float64][0] > 0.1
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.loglog(alpha_grid, errors[torch.float64], "o-", label="float64")
+ax.loglog(alpha_grid, errors[torch.float32], "s-", label="float32")
+a_line = np.array([4, 8, 16, 32])
+ax.loglog(a_line, 8 * np.exp(-a_line), "k:", label="8 exp(-alpha)")
+ax.axhline(1e-5, color="grey", lw=0.8)
+ax.set_xlabel("alpha (the width parameter of every head)")
+ax.set_ylabel("max |attention - conv2d| over the image")
+ax.set_title("9-head attention vs F.conv2d on the photo")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# The error falls like $e^{-\alpha}$ (the dotted line), is below $10^{-5}$ from
+# $\alpha = 16$ in both precisions, and from $\alpha \approx 64$ it is rounding error only:
+# about $10^{-15}$ in float64 and below $10^{-6}$ in float32 (the outputs are of order 1, and
+# a float32 number carries about 7 significant digits). Nothing goes wrong at very large
+# $\alpha$: the softmax subtracts the largest score before exponentiating (chapter 3), so
+# scores of $-10^{7}$ are harmless.
+#
+# ## 7. The border
+#
+# Without the zero tokens the keys are only the image's pixels. A head whose target
+# $q + \Delta$ falls outside the image then attends to the key *nearest* to the target; as the
+# quadratic score separates into a row part and a column part, that is the target with its row
+# and column clipped into the image. The attention layer then computes a convolution of the
+# image padded by **repeating** its border pixels (`padding_mode="replicate"`), not by zeros.
+# The cell measures where it differs from `conv2d(padding=1)`, and checks the explanation
+# against PyTorch's replicate padding.
+
+# %%
+no_pad = attention_conv(photo, kernel, 100.0, zero_padding=False)
+err_map = (no_pad - reference_conv).abs().amax(1)[0]                           # (32, 28)
+border = torch.ones_like(err_map, dtype=torch.bool)
+border[1:-1, 1:-1] = False
+print(f"without zero keys: max error on the border pixels {err_map[border].max().item():.2f}, "
+      f"inside {err_map[~border].max().item():.0e}")
+replicate = F.conv2d(F.pad(photo, (1, 1, 1, 1), mode="replicate"), kernel)
+print(f"against conv2d of the replicate-padded image: max error {(no_pad - replicate).abs().max().item():.0e}")
+assert err_map[border].max() > 0.1 and err_map[~border].max() < 1e-10
+assert torch.allclose(no_pad, replicate, atol=1e-10)
+
+# %%
+fig, ax = plt.subplots(figsize=(4.5, 4.5))
+im = ax.imshow(err_map.numpy(), cmap="magma")
+fig.colorbar(im, ax=ax, fraction=0.046, label="max over channels of |attention - conv2d|")
+ax.set_title("no zero keys: the error sits on the border")
+ax.set_xlabel("column")
+ax.set_ylabel("row")
+plt.show()
+
+# %% [markdown]
+# ## 8. Learned, not set
+#
+# So far the centres were *set* to the $3\times 3$ grid. Can gradient descent find them? The
+# target is a random $3\times 3$ convolution with three input and four output channels,
+# applied to a $12\times 12$ version of the photograph. Nine heads start with random centres
+# in $[-1.5, 1.5]^2$ and $\alpha = 1$; each head's value matrix is one tap of the target kernel
+# (head $h$ carries tap $h$, as `kernel_to_heads` built them) and the output projection adds
+# the heads. Adam then fits the centres and the widths ($\log\alpha$, so that $\alpha$ stays
+# positive) to reproduce the convolution's output. Nothing tells head $h$ *where* its tap is.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+small = F.adaptive_avg_pool2d(photo, (12, 12)).float()
+target_kernel = torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(0))
+target = F.conv2d(small, target_kernel, padding=1).flatten(2).transpose(1, 2)     # (1, L, 4)
+keys_small = F.pad(small, (1, 1, 1, 1)).flatten(2).transpose(1, 2)               # zero tokens around
+offsets_small = relpos.grid_positions(14, 14)[None, :, :] - (relpos.grid_positions(12, 12) + 1)[:, None, :]
+grid9 = relpos.kernel_centers(3).float()
+
+
+def fit_heads(w_val, learn_values, steps, seed):
+    """Fit centres and log(alpha) (and the value matrices if learn_values) by Adam."""
+    torch.manual_seed(seed)
+    centers = (torch.rand(9, 2) * 3 - 1.5).requires_grad_()
+    log_alpha = torch.zeros(9, requires_grad=True)
+    params = [centers, log_alpha] + ([w_val.requires_grad_()] if learn_values else [])
+    opt = torch.optim.Adam(params, lr=0.1)
+    w_out = torch.eye(4).repeat(9, 1)
+    history = {"centers": [centers.detach().clone()], "alpha": [], "loss": []}
+    for _ in range(steps):
+        bias = relpos.quadratic_scores(offsets_small, centers, log_alpha.exp())
+        out, _ = relpos.positional_attention(keys_small, bias, w_val, w_out)
+        loss = F.mse_loss(out, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history["centers"].append(centers.detach().clone())
+        history["alpha"].append(log_alpha.exp().detach().clone())
+        history["loss"].append(loss.item())
+    history["centers"] = torch.stack(history["centers"])                      # (steps + 1, 9, 2)
+    history["alpha"] = torch.stack(history["alpha"])                          # (steps, 9)
+    return history
+
+
+start = time.process_time()
+fit = fit_heads(relpos.kernel_to_heads(target_kernel)[0], learn_values=False, steps=20 if GRADING else 300, seed=0)
+print(f"{len(fit['loss'])} steps in {time.process_time() - start:.1f} s of processor time; "
+      f"loss {fit['loss'][0]:.4f} -> {fit['loss'][-1]:.2e}")
+final = fit["centers"][-1]
+print("head  its tap    start            end              alpha")
+for h in range(9):
+    s0, e = fit["centers"][0, h].tolist(), final[h].tolist()
+    print(f"{h:4d}  {tuple(grid9[h].long().tolist())!s:9}  ({s0[0]:+.2f}, {s0[1]:+.2f})   ({e[0]:+.2f}, {e[1]:+.2f})   "
+          f"{fit['alpha'][-1, h].item():6.1f}")
+own_tap_distance = (final - grid9).norm(dim=1)
+print(f"largest distance of a head's centre from its own tap: {own_tap_distance.max().item():.2f}")
+if not GRADING:
+    claims.check("ch05: with the values fixed, every head ends at its own tap (largest distance, pixels)",
+                 own_tap_distance.max(), below=0.45)
+    claims.check("ch05: with the values fixed, the fit reaches the convolution (final / first loss)",
+                 fit["loss"][-1] / fit["loss"][0], below=1e-3)
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+ax = axes[0]
+for h in range(9):
+    path = fit["centers"][:, h].numpy()
+    line, = ax.plot(path[:, 1], path[:, 0], "-", lw=1)
+    ax.plot(path[0, 1], path[0, 0], "o", color=line.get_color(), ms=5)
+    ax.plot(path[-1, 1], path[-1, 0], "*", color=line.get_color(), ms=12)
+    ax.annotate(str(h), (path[0, 1], path[0, 0]), fontsize=8, xytext=(3, 3), textcoords="offset points")
+ax.plot(grid9[:, 1], grid9[:, 0], "kx", ms=10, label="the 3 x 3 grid")
+ax.set_xlabel("centre, column offset")
+ax.set_ylabel("centre, row offset")
+ax.invert_yaxis()
+ax.set_aspect("equal")
+ax.set_title("head centres: start (o, head number) to end (*)")
+ax.legend(loc="lower left", fontsize=8)
+axes[1].plot((fit["centers"] - grid9).norm(dim=-1).numpy())
+axes[1].set_xlabel("step")
+axes[1].set_ylabel("distance of head h's centre to tap h")
+axes[1].set_title("centres over the training steps")
+axes[2].semilogy(fit["loss"], "k", lw=2, label="loss (MSE)")
+axes[2].semilogy(fit["alpha"].numpy(), lw=0.8)
+axes[2].set_xlabel("step")
+axes[2].set_title("loss (black) and each head's alpha")
+axes[2].legend()
+plt.show()
+
+# %% [markdown]
+# Each head walks to its own tap. The centres end close to the grid but need not sit *on*
+# it: once $\alpha$ is around 10, what a head computes depends almost only on which key is
+# nearest its centre (the others get about $e^{-\alpha}$ of the weight), so the gradient that
+# would pull it the rest of the way is tiny, and the distances in the middle panel level off.
+#
+# **A harder version.** Now the value matrices are learned too, from small random values: no
+# head knows which tap it carries, only the output must match. The same start, the same
+# optimiser:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fit_free = fit_heads(0.1 * torch.randn(9, 3, 4, generator=torch.Generator().manual_seed(1)), learn_values=True,
+                     steps=20 if GRADING else 300, seed=0)
+final_free = fit_free["centers"][-1]
+nearest = torch.cdist(final_free, grid9).argmin(1)
+print(f"loss {fit_free['loss'][0]:.4f} -> {fit_free['loss'][-1]:.2e}")
+print("head  centre           nearest tap  alpha")
+for h in range(9):
+    e = final_free[h].tolist()
+    print(f"{h:4d}  ({e[0]:+.2f}, {e[1]:+.2f})   {tuple(grid9[nearest[h]].long().tolist())!s:11}  {fit_free['alpha'][-1, h].item():5.1f}")
+print(f"taps with a head nearest to them: {len(set(nearest.tolist()))} of 9")
+
+# %% [markdown]
+# The loss falls far (though not as far as before), yet in the stored run no head is nearest
+# the tap $(1, -1)$, and heads 5 and 7 both sit between the taps $(0, -1)$ and $(-1, -1)$, with
+# the two smallest widths $\alpha$ of all. Such a head averages neighbouring pixels, and
+# on a smooth photograph an average of neighbours is almost as good as the missing pixel,
+# so the gradient that would push it on is weak. Learning *which* head does what is a harder problem than learning *where* a head
+# looks; Cordonnier et al. saw the grid emerge anyway in a 6-layer attention network trained
+# on CIFAR-10 (their section 4): the centres of the first layers form a grid around the query
+# pixel, wider in deeper layers. Try other seeds in the two cells above.
+#
+# ## 9. Convolution and attention, side by side
+#
+# The notes' comparison table, made precise by what we computed:
+#
+# | convolution | multi-head self-attention | what makes them equal |
+# |---|---|---|
+# | one kernel position (tap) $(i, j)$ | one head $h$ | centre $\Delta^{(h)} = (i - p, j - p)$, $\alpha \to \infty$ |
+# | the kernel slice $W[:, :, i, j]$ | $W_\text{val}^{(h)} W_\text{out}[\text{block } h]$ | Lemma 1: any factorisation of the slice |
+# | $C_\text{out}$ output channels | concatenated heads, $K^2 D_h$ channels | $D_h \ge C_\text{out}$ (else only rank $D_h$) |
+# | summing over taps | the output projection ($1\times 1$ conv over the concatenation) | $W_\text{out}$ = stacked identities |
+# | kernel size $K$ | number of heads $K^2$ and their centres | |
+# | receptive-field width | $\alpha$: small = wide blur, large = one pixel | |
+# | zero padding | zero tokens as extra keys | without them: replicate padding |
+#
+# What attention can do that a convolution cannot: its weights can depend on the **content**
+# (add back $q\cdot k$, and a head can look at the pixel that *matches*, not the pixel at a
+# fixed offset), and a head's centre can be **far away** or its $\alpha$ small, so one layer
+# can connect pixels across the whole image. The price: every query scores every key.
+# Per layer, for $L$ pixels and $C$ channels, a $K\times K$ convolution costs $L K^2 C^2$
+# multiply-adds; the attention layer above costs $K^2 L^2$ scores and $K^2 L^2 C$
+# multiply-adds to average the values, on top of its projections: the ratio grows like
+# $L / C$. The timings below use the course's `relpos.conv_as_attention` on $8$-channel
+# images, one thread, best of 3 runs, processor time (measured on a shared machine: compare
+# the ratios, not the absolute numbers).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+sizes = [8, 16] if GRADING else [8, 16, 24, 32]
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+
+
+def best_time(fn, repeats=3):
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+ratios = []
+try:
+    g = torch.Generator().manual_seed(9)
+    for n in sizes:
+        x_t = torch.randn(1, 8, n, n, generator=g)
+        w_t = torch.randn(8, 8, 3, 3, generator=g)
+        with torch.no_grad():
+            t_att = best_time(lambda: relpos.conv_as_attention(x_t, w_t, 50.0))
+            t_conv = best_time(lambda: F.conv2d(x_t, w_t, padding=1))
+        ratios.append(t_att / t_conv)
+        print(f"{n:2d} x {n:2d} image (L = {n * n:4d}): attention {t_att * 1e3:8.2f} ms, conv2d {t_conv * 1e3:6.3f} ms, "
+              f"ratio {t_att / t_conv:7.0f}")
+finally:
+    torch.set_num_threads(threads)
+
+
+# %% [markdown]
+# The attention layer is slower by a factor that grows with the image (the printed ratios;
+# in the stored run it grew with every size). Both computed the same numbers; the
+# convolution knows in advance that only 9 keys matter for each pixel and never looks at the
+# others. That is the case for convolutions wherever locality is the right assumption, and
+# for attention where it is not. Vision Transformers (the upcoming chapter 7) take the
+# attention side, with patches instead of pixels to keep $L$ small.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q1", "locked": true, "schema_version": 3, "solution": false}
+# **Question 1 (2 points).** You are building a model for $256\times 256$ medical images where
+# the label depends on fine local texture, and you have a few thousand training images. Would
+# you use convolutions or self-attention layers (with relative positions) in the first layers?
+# Give two reasons, using what this chapter measured or proved, and say what attention would
+# offer that the convolution cannot.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q1_conv_or_attention", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# Convolutions in the first layers. (1) Cost: at $L = 65\,536$ pixels an attention layer
+# scores $L^2 \approx 4\cdot 10^9$ pairs per head, a convolution $9L$ taps; the measured ratio
+# already grew with every image size here. (2) Data: a convolution *is* the special case of
+# attention with centres fixed on the grid and $\alpha = \infty$ (sections 6 and 8); with few
+# images, building locality and translation invariance in is better than hoping that
+# attention's extra parameters (centres, widths, content projections) learn them: in
+# section 8, even on a noise-free target, the heads found the grid reliably only when each was
+# told which tap it carries. Attention would
+# add content-dependent weights (look at the matching region, not a fixed offset) and
+# long-range connections in one layer; later layers, on a coarser grid, can afford it.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 10. Relative positions today: rotary embeddings
+#
+# The quadratic encoding was a tool for a proof. Today's language models (LLaMA, Qwen,
+# Mistral, ...) use **rotary position embeddings** (RoPE, Su et al. 2021), which make the
+# content score itself relative. Split a query or key vector of dimension $d$ into $d/2$ pairs
+# of features $(x_{2i}, x_{2i+1})$, and rotate the pair of the vector at position $m$ by the
+# angle $m\theta_i$ with $\theta_i = 10000^{-2i/d}$:
+#
+# $$\begin{pmatrix} x'_{2i} \\ x'_{2i+1}\end{pmatrix} =
+#   \begin{pmatrix}\cos m\theta_i & -\sin m\theta_i\\ \sin m\theta_i & \cos m\theta_i\end{pmatrix}
+#   \begin{pmatrix} x_{2i} \\ x_{2i+1}\end{pmatrix}.$$
+#
+# Rotations preserve lengths, and $R(a)^\top R(b) = R(b - a)$, so for a query rotated at
+# position $m$ and a key rotated at position $n$,
+# $(R_m q)\cdot(R_n k) = q^\top R_{n-m}\, k$: the score depends on the two contents and on
+# $n - m$ only. Low $i$ (fast rotation) tells near offsets apart, high $i$ (slow) far ones.
+#
+# ### Exercise 5: the RoPE rotation (2 + 2 points)
+#
+# Write `apply_rope(x, positions)` for `x` of shape `(..., seq, d)` with even `d` and
+# `positions` of shape `(seq,)`: rotate features `(2i, 2i+1)` of the vector at sequence index
+# `s` by the angle `positions[s] * 10000 ** (-2i / d)`, as above, and return a tensor of
+# `x`'s shape and dtype. (Hugging Face's Llama code pairs feature `i` with `i + d/2` instead;
+# here the pairs are adjacent features, as in the paper.)
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_rope", "locked": false, "schema_version": 3, "solution": true}
+def apply_rope(x, positions):
+    """Rotary position embedding of ``x (..., seq, d)`` at ``positions (seq,)``; even ``d``."""
+    ### BEGIN SOLUTION
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)              # (d/2,)
+    angle = torch.as_tensor(positions, dtype=torch.float64)[:, None] * theta[None, :]  # (seq, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_rope-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+_g = torch.Generator().manual_seed(5)
+_x = torch.randn(2, 6, 8, generator=_g, dtype=torch.float64)
+_pos = torch.tensor([0, 1, 2, 5, 9, 20])
+
+
+def _check_relative():
+    q, k = torch.randn(1, 8, generator=_g, dtype=torch.float64), torch.randn(1, 8, generator=_g, dtype=torch.float64)
+    for m, n in [(3, 1), (0, 6)]:
+        s1 = checks.call(apply_rope, q, torch.tensor([m])) @ checks.call(apply_rope, k, torch.tensor([n])).T
+        s2 = checks.call(apply_rope, q, torch.tensor([m + 10])) @ checks.call(apply_rope, k, torch.tensor([n + 10])).T
+        if not torch.allclose(s1, s2):
+            raise checks.CheckFailed(f"score at positions ({m}, {n}) is {s1.item():.4f} but at ({m + 10}, {n + 10}) "
+                                     f"it is {s2.item():.4f}: it should depend on the difference only")
+
+
+checks.run_checks("apply_rope", [
+    ("shape and dtype kept", lambda: checks.expect_shape(checks.call(apply_rope, _x, _pos), (2, 6, 8), "rotated x")),
+    ("position 0 is not rotated", lambda: checks.expect_close(
+        checks.call(apply_rope, _x, torch.zeros(6, dtype=torch.long)), _x, "x at position 0")),
+    ("lengths are kept (a rotation)", lambda: checks.expect_close(
+        checks.call(apply_rope, _x, _pos).norm(dim=-1), _x.norm(dim=-1), "norms")),
+    ("pair (0, 1) at position 1 is rotated by 1 radian", lambda: checks.expect_close(
+        checks.call(apply_rope, torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64), torch.tensor([1]))[0, :2],
+        torch.tensor([math.cos(1.0), math.sin(1.0)], dtype=torch.float64), "rotated (1, 0)")),
+    ("scores depend on m - n only", _check_relative),
+])
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: every pair's angle against rotation matrices (d = 16, several positions),
+# float32 stays float32; no ready-made function.
+### BEGIN HIDDEN TESTS
+def _rope_matrices(x, positions):
+    d = x.shape[-1]
+    out = torch.empty_like(x)
+    for s, m in enumerate(positions.tolist()):
+        rot = torch.zeros(d, d, dtype=x.dtype)
+        for i in range(d // 2):
+            a = m * 10000.0 ** (-2 * i / d)
+            rot[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=x.dtype)
+        out[..., s, :] = x[..., s, :] @ rot.T
+    return out
+
+
+_g = torch.Generator().manual_seed(105)
+_xh = torch.randn(3, 2, 5, 16, generator=_g, dtype=torch.float64)
+_ph = torch.tensor([0, 3, 7, 50, 400])
+with checks.forbid(relpos.apply_rope):
+    _gh = checks.call(apply_rope, _xh, _ph)
+    _g32 = checks.call(apply_rope, _xh[0].float(), _ph)
+checks.run_checks("apply_rope (hidden)", [
+    ("d = 16: every pair rotated by position * 10000^(-2i/d)", lambda: checks.expect_close(_gh, _rope_matrices(_xh, _ph), "rotated x")),
+    ("float32 in, float32 out", lambda: checks.expect_dtype(_g32, torch.float32, "rotated x")),
+    ("float32 values", lambda: checks.expect_close(_g32, _rope_matrices(_xh, _ph)[0].float(), "rotated x", atol=1e-4)),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The relative-only property on a whole sequence: a query and a key, each placed at every
+# position $m, n \in \{0, \dots, 23\}$. If the score depends only on $n - m$, the matrix of
+# scores is constant along each diagonal, as the bias matrix of section 1 was; without the
+# rotation it would be one number everywhere (the same two vectors at every position), and with
+# learned absolute positions added to the vectors it is not constant along the diagonals. The
+# cell checks RoPE and the absolute version.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_rope(fn):
+    return fn(torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(11)), torch.tensor([0, 4, 9]))
+
+
+rope = checks.learner_or_reference(apply_rope, relpos.apply_rope, _probe_rope, name="apply_rope")
+g = torch.Generator().manual_seed(12)
+q_vec, k_vec = torch.randn(32, generator=g, dtype=torch.float64), torch.randn(32, generator=g, dtype=torch.float64)
+pos24 = torch.arange(24)
+rope_scores = rope(q_vec.expand(24, 32), pos24) @ rope(k_vec.expand(24, 32), pos24).T      # [m, n]
+absolute = torch.randn(24, 32, generator=g, dtype=torch.float64)                            # learned absolute positions
+abs_scores = (q_vec + absolute) @ (k_vec + absolute).T
+
+
+def constant_diagonals(s):
+    return all(torch.allclose(torch.diagonal(s, k), torch.diagonal(s, k)[0].expand(24 - abs(k)), atol=1e-9)
+               for k in range(-23, 24))
+
+
+print("RoPE scores constant along diagonals (depend on n - m only):    ", constant_diagonals(rope_scores))
+print("absolute positions added: constant along diagonals?            ", constant_diagonals(abs_scores))
+print(f"RoPE score at (m, n) = (2, 5) and (15, 18): {rope_scores[2, 5].item():.6f} {rope_scores[15, 18].item():.6f}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+for ax, s, title in [(axes[0], rope_scores, "RoPE: score of q at m and k at n"),
+                     (axes[1], abs_scores, "absolute positions added to q and k")]:
+    im = ax.imshow(s.numpy(), cmap="coolwarm")
+    ax.set_xlabel("key position n")
+    ax.set_ylabel("query position m")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.046, label="score q . k")
+plt.show()
+
+# %% [markdown]
+# ## 11. What is still missing
+#
+# Attention can now use where things are, relative to each other: with a bias on the offsets
+# (the quadratic encoding, with which nine heads *are* a $3\times 3$ convolution, exactly,
+# even on a real photograph) or by rotating queries and keys (RoPE). What a layer still lacks:
+#
+# * **a whole layer.** An attention layer only mixes positions. Chapter 6 adds the
+#   position-wise feed-forward network, residual connections and layer normalisation, stacks
+#   layers into the Transformer, and compares absolute (sinusoidal) encodings with what we did
+#   here;
+# * **images at scale.** Attention over single pixels costs $L^2$; the upcoming chapter 7
+#   turns patches of pixels into tokens (the Vision Transformer) to keep $L$ small;
+# * **content and position together.** Our heads used position only ($W_{qry} = W_{key} = 0$).
+#   Real layers add the content score $q\cdot k$, so each head can look both *where* and
+#   *what*.
+#
+# ## References
+#
+# * J.-B. Cordonnier, A. Loukas, M. Jaggi. *On the Relationship between Self-Attention and
+#   Convolutional Layers.* ICLR 2020. [arXiv:1911.03584](https://arxiv.org/abs/1911.03584);
+#   code: [github.com/epfml/attention-cnn](https://github.com/epfml/attention-cnn). Its
+#   Theorem 1 and Lemmas 1 and 2 are sections 2-6 here; its learned centres on CIFAR-10,
+#   section 8 here.
+# * P. Shaw, J. Uszkoreit, A. Vaswani. *Self-Attention with Relative Position
+#   Representations.* NAACL 2018. [arXiv:1803.02155](https://arxiv.org/abs/1803.02155).
+# * J. Su, Y. Lu, S. Pan, A. Murtadha, B. Wen, Y. Liu. *RoFormer: Enhanced Transformer with
+#   Rotary Position Embedding.* 2021. [arXiv:2104.09864](https://arxiv.org/abs/2104.09864)
+#   (section 10).
+# * A. Vaswani et al. *Attention Is All You Need.* NeurIPS 2017.
+#   [arXiv:1706.03762](https://arxiv.org/abs/1706.03762).
+# * PyTorch: [`torch.nn.functional.conv2d`](https://pytorch.org/docs/stable/generated/torch.nn.functional.conv2d.html)
+#   (a cross-correlation; `padding_mode` of `nn.Conv2d` for replicate padding).
+# * The photograph: matplotlib's sample data, `grace_hopper.jpg`
+#   ([matplotlib.cbook.get_sample_data](https://matplotlib.org/stable/api/cbook_api.html)).

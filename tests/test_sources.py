@@ -1,0 +1,100 @@
+"""Each chapter's text source (jupytext percent format) and its executed notebook agree.
+
+``solutions/chNN_*/chNN_*.py`` is the file people edit and review; ``make execute`` (or ``make
+sync``) brings the ``.ipynb`` up to date from it. These tests fail when the two drift apart:
+same cells in the same order, same types, sources and metadata (the nbgrader markers and points
+included), same kernel, and the source is exactly what jupytext writes for the notebook (so a
+round trip changes nothing). They also check the claims the chapters assert through
+``course_utils.claims``, and that no text source reaches the student release.
+"""
+import os
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from course_utils import claims
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted(ROOT.glob("solutions/ch*/ch*.ipynb"))
+FIX = ("edit the .py and run `make sync` (or `make execute`); if you edited the notebook itself, "
+       "write it back with `.venv/bin/jupytext --to py:percent {nb}`")
+
+
+def _source(nb_path: Path) -> Path:
+    return nb_path.with_suffix(".py")
+
+
+def test_every_chapter_has_a_text_source():
+    assert NOTEBOOKS, "no chapter notebooks in solutions/"
+    for nb_path in NOTEBOOKS:
+        assert _source(nb_path).exists(), f"{nb_path.relative_to(ROOT)} has no text source {_source(nb_path).name}"
+    for py in ROOT.glob("solutions/ch*/*.py"):
+        assert py.with_suffix(".ipynb").exists(), f"{py.relative_to(ROOT)} has no notebook beside it"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.parent.name)
+def test_source_and_notebook_have_the_same_cells(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    src = jupytext.read(_source(nb_path))
+    rel = nb_path.relative_to(ROOT)
+    fix = FIX.format(nb=rel)
+    assert len(src.cells) == len(nb.cells), f"{rel}: {len(nb.cells)} cells, its source {len(src.cells)}: {fix}"
+    for i, (a, b) in enumerate(zip(nb.cells, src.cells)):
+        where = f"{rel}, cell {i + 1} (counting from 1)"
+        assert a.cell_type == b.cell_type, f"{where}: {a.cell_type} in the notebook, {b.cell_type} in the source: {fix}"
+        assert a.source == b.source, f"{where}: the code or text differs from the source: {fix}"
+        assert dict(a.metadata) == dict(b.metadata), (
+            f"{where}: metadata {dict(a.metadata)} in the notebook, {dict(b.metadata)} in the source: {fix}")
+    assert nb.metadata.get("kernelspec") == src.metadata.get("kernelspec"), f"{rel}: kernelspec differs: {fix}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.parent.name)
+def test_source_is_exactly_what_jupytext_writes(nb_path):
+    text = _source(nb_path).read_text()
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.metadata["jupytext"] = jupytext.reads(text, fmt="py:percent").metadata["jupytext"]
+    assert jupytext.writes(nb, fmt="py:percent") == text, (
+        f"{_source(nb_path).relative_to(ROOT)} does not round-trip through its notebook: "
+        + FIX.format(nb=nb_path.relative_to(ROOT)))
+
+
+def test_the_release_holds_no_text_source():
+    released = [p for p in (ROOT / "notebooks").rglob("*") if p.is_file()]
+    assert released, "notebooks/ is empty: run `make release`"
+    extra = [str(p.relative_to(ROOT)) for p in released if p.suffix != ".ipynb"]
+    assert not extra, f"the student release must hold notebooks only (a text source holds the solutions): {extra}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.parent.name)
+def test_no_wall_clock_asserts(nb_path):
+    # A time depends on the machine and its load: chapters print times, never assert them.
+    for i, cell in enumerate(nbformat.read(nb_path, as_version=4).cells):
+        if cell.cell_type == "code" and "assert" in cell.source:
+            for line in cell.source.splitlines():
+                if line.strip().startswith("assert ") and ("seconds" in line or "time" in line):
+                    raise AssertionError(f"{nb_path.name}, cell {i + 1}: a wall-clock assert: {line.strip()}")
+
+
+def test_a_claim_names_itself_when_it_fails(monkeypatch):
+    monkeypatch.delenv(claims.LOG_VARIABLE, raising=False)
+    claims.check("holds", 0.9, above=0.8, below=1.0)
+    with pytest.raises(AssertionError, match=r"claim failed: attention keeps long inputs right: measured 0\.7.*above 0\.75"):
+        claims.check("attention keeps long inputs right", 0.7, above=0.75)
+    with pytest.raises(AssertionError, match="below 0.1"):
+        claims.check("small error", float("nan"), below=0.1)
+    with pytest.raises(ValueError, match="needs a bound"):
+        claims.check("no bound", 1.0)
+    with pytest.raises(TypeError, match="one number"):
+        claims.check("a list", [1.0, 2.0], above=0)
+
+
+def test_a_claim_is_recorded_not_raised_under_the_log(tmp_path, monkeypatch):
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(claims.LOG_VARIABLE, str(log))
+    claims.check("fails", 0.5, above=0.75)
+    claims.check("holds", 0.9, above=0.75)
+    lines = log.read_text().splitlines()
+    assert [('"holds": false' in lines[0]), ('"holds": true' in lines[1])] == [True, True]
+    assert os.environ[claims.LOG_VARIABLE] == str(log)

@@ -1,0 +1,201 @@
+"""Measure every experiment claim of the chapters over seeds and CPU kernels, and print the spread.
+
+A chapter states a trained or sampled result as ``course_utils.claims.check(claim, value,
+above=..., below=...)``. This script executes the solution notebooks (never in place) with
+``COURSE_CLAIMS_LOG`` set, so each check records its value instead of raising, under:
+
+* seed offsets 0 .. N-1 (``--seeds N``, default 5) on this machine's native CPU kernel: every seed
+  the notebook sets (``random``, ``numpy``, ``torch.manual_seed``, ``torch.Generator``,
+  ``random.Random``: the data as well as the weights) is shifted by the offset;
+* seed offset 0 under each of PyTorch's other CPU kernels (``--kernels``, default ``default avx2``):
+  ``ATEN_CPU_CAPABILITY`` changes the vector code, and so the float rounding, the way another
+  machine does.
+
+It prints, per claim, its bound, the value of the stored run's setting (offset 0, native), the
+range over the seeds, the value under each kernel and the smallest margin to the bound, and marks
+a claim that failed anywhere. It also reports cells that raised, and, for offset 0, cells marked
+``# NBVAL_CHECK_OUTPUT`` whose output differs from the stored one (what `make test-portable` would
+catch). Thresholds in the chapters are set from this table: a bound must hold with room to spare
+over every run.
+
+    .venv/bin/python tools/claim_spread.py                       # every chapter, 5 seeds, 2 kernels
+    .venv/bin/python tools/claim_spread.py ch02 --seeds 3 --jobs 2
+    .venv/bin/python tools/claim_spread.py --json spread.json    # also keep the raw records
+
+One execution of every chapter takes about 6 minutes of one core; the default (7 runs a chapter)
+about 40 minutes with ``--jobs 1``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Prepended to the notebook when the offset is not 0. It shifts every seed the chapter sets,
+# through the functions the chapters and course_utils call.
+SEED_PRELUDE = """\
+import random as _r, numpy as _np, torch as _t
+_OFFSET = {offset}
+_torch_seed = _t.manual_seed
+_t.manual_seed = lambda s, _f=_torch_seed: _f(int(s) + _OFFSET)
+_py_seed = _r.Random.seed
+def _seed(self, a=None, version=2, _f=_py_seed):
+    return _f(self, a + _OFFSET if isinstance(a, int) else a, version)
+_r.Random.seed = _seed
+_r.seed = _r._inst.seed
+_np_seed = _np.random.seed
+_np.random.seed = lambda s=None, _f=_np_seed: _f(None if s is None else int(s) + _OFFSET)
+_np_rng = _np.random.default_rng
+_np.random.default_rng = lambda s=None, _f=_np_rng: _f(s + _OFFSET if isinstance(s, int) else s)
+class _Generator(_t.Generator):
+    def manual_seed(self, s):
+        return super().manual_seed(int(s) + _OFFSET)
+_t.Generator = _Generator
+"""
+
+
+def chapters(selected: list[str]) -> list[Path]:
+    found = sorted(ROOT.glob("solutions/ch*/ch*.ipynb"))
+    if selected:
+        found = [p for p in found if any(s in p.stem for s in selected)]
+    if not found:
+        raise SystemExit(f"no chapter matches {selected}")
+    return found
+
+
+def _outputs_text(cell) -> str:
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            parts.append(o.get("text", ""))
+        elif o.get("output_type") in ("execute_result", "display_data"):
+            parts.append(o.get("data", {}).get("text/plain", ""))
+    return re.sub(r"\b0x[0-9a-fA-F]{6,16}\b", "0x", "".join(parts))
+
+
+def run_one(notebook: str, offset: int, kernel: str) -> dict:
+    """Execute one notebook copy; return its claims, the cells that raised and the changed checked outputs."""
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    stored = [_outputs_text(c) if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in c.source else None
+              for c in nb.cells]
+    shift = 0
+    if offset:
+        nb.cells.insert(0, nbformat.v4.new_code_cell(SEED_PRELUDE.format(offset=offset)))
+        shift = 1
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "claims.jsonl"
+        env = dict(os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        env.pop("NBGRADER_EXECUTION", None)
+        if kernel == "native":
+            env.pop("ATEN_CPU_CAPABILITY", None)
+        else:
+            env["ATEN_CPU_CAPABILITY"] = kernel
+        km = KernelManager(kernel_name="python3")
+        km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        start = time.perf_counter()
+        client = NotebookClient(nb, km=km, timeout=900, allow_errors=True, record_timing=False,
+                                resources={"metadata": {"path": str(Path(notebook).parent)}})
+        client.execute(env=env)
+        seconds = time.perf_counter() - start
+        records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    errors, changed = [], []
+    for i, cell in enumerate(nb.cells[shift:]):
+        if cell.cell_type != "code":
+            continue
+        for o in cell.outputs:
+            if o.output_type == "error":
+                errors.append(f"cell {i}: {o.ename}: {o.evalue[:200]}")
+        if stored[i] is not None and _outputs_text(cell) != stored[i]:
+            changed.append(i)
+    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": kernel, "seconds": round(seconds, 1),
+            "claims": records, "errors": errors, "changed_checked_outputs": changed}
+
+
+def _bound(rec: dict) -> str:
+    return " and ".join(b for b in (f"> {rec['above']:g}" if rec["above"] is not None else "",
+                                    f"< {rec['below']:g}" if rec["below"] is not None else "") if b)
+
+
+def _margin(rec: dict) -> float:
+    m = []
+    if rec["above"] is not None:
+        m.append(rec["value"] - rec["above"])
+    if rec["below"] is not None:
+        m.append(rec["below"] - rec["value"])
+    return min(m)
+
+
+def report(runs: list[dict], kernels: list[str]) -> str:
+    by_claim: dict[str, dict] = {}
+    for run in runs:
+        seen: dict[str, int] = {}
+        for rec in run["claims"]:
+            # A claim checked in a loop with one name gets a running number.
+            n = seen[rec["claim"]] = seen.get(rec["claim"], 0) + 1
+            name = rec["claim"] if n == 1 else f"{rec['claim']} [#{n}]"
+            entry = by_claim.setdefault(name, {"bound": _bound(rec), "seeds": {}, "kernels": {}, "margin": [],
+                                               "failed": []})
+            if run["kernel"] == "native":
+                entry["seeds"][run["offset"]] = rec["value"]
+            if run["offset"] == 0 and run["kernel"] != "native":
+                entry["kernels"][run["kernel"]] = rec["value"]
+            entry["margin"].append(_margin(rec))
+            if not rec["holds"]:
+                entry["failed"].append(f"{run['kernel']}/seed+{run['offset']}")
+    lines = ["| claim | bound | seed+0 | over seeds (min–max) | "
+             + " | ".join(kernels) + " | smallest margin | failed in |",
+             "|---|---|---|---|" + "---|" * len(kernels) + "---|---|"]
+    for name, e in by_claim.items():
+        seeds = list(e["seeds"].values())
+        spread = f"{min(seeds):.4g}–{max(seeds):.4g} ({len(seeds)})" if seeds else "–"
+        lines.append(f"| {name} | {e['bound']} | {e['seeds'].get(0, float('nan')):.4g} | {spread} | "
+                     + " | ".join(f"{e['kernels'][k]:.4g}" if k in e["kernels"] else "–" for k in kernels)
+                     + f" | {min(e['margin']):.4g} | {', '.join(e['failed']) or '–'} |")
+    for run in runs:
+        tag = f"{run['notebook']} {run['kernel']} seed+{run['offset']} ({run['seconds']} s)"
+        for err in run["errors"]:
+            lines.append(f"\nERROR {tag}: {err}")
+        if run["offset"] == 0 and run["changed_checked_outputs"]:
+            lines.append(f"\nCHANGED checked output {tag}: cells {run['changed_checked_outputs']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("chapters", nargs="*", help="chapter names or parts of them (default: all)")
+    parser.add_argument("--seeds", type=int, default=5, help="seed offsets 0..N-1 on the native kernel")
+    parser.add_argument("--kernels", nargs="*", default=["default", "avx2"],
+                        help="ATEN_CPU_CAPABILITY values run at seed offset 0")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
+    parser.add_argument("--json", type=Path, help="also write the raw records here")
+    args = parser.parse_args(argv)
+    plan = [(str(nb), off, "native") for nb in chapters(args.chapters) for off in range(args.seeds)]
+    plan += [(str(nb), 0, k) for nb in chapters(args.chapters) for k in args.kernels]
+    runs = []
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for run in pool.map(run_one, *zip(*plan)):
+            print(f"ran {run['notebook']} {run['kernel']} seed+{run['offset']}: {run['seconds']} s, "
+                  f"{len(run['claims'])} claims, {len(run['errors'])} errors", flush=True)
+            runs.append(run)
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+    print(report(runs, args.kernels))
+    failed = any(not r["holds"] for run in runs for r in run["claims"]) or any(run["errors"] for run in runs)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
