@@ -37,13 +37,16 @@ help:
 	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
 	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
 
-# Installing also configures nbdime's notebook diffs for this clone (its .git/config only; see
-# .gitattributes); outside a git clone that step is skipped.
+# Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
+# only, by absolute path, so it works without activating .venv; see .gitattributes); outside a
+# git clone that step is skipped. Merges of notebooks stay git's own: regenerate them with
+# `make execute` from the merged text sources instead.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	-git rev-parse --git-dir >/dev/null 2>&1 && $(BIN)/nbdime config-git --enable >/dev/null
+	-git rev-parse --git-dir >/dev/null 2>&1 && \
+	  git config diff.jupyternotebook.command "$(CURDIR)/$(BIN)/git-nbdiffdriver diff"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-
 PACKAGE = Path(__file__).resolve().parent
 KERNEL_NAME = "attention-course-sandbox"
 

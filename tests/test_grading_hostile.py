@@ -146,7 +146,6 @@ def hostile(tmp_path_factory, request):
     src = grading.chapter_notebook(CHAPTER, course)
     release = course / "notebooks" / CHAPTER / src.name
     solution = _lean(src)
-    blank = _lean(release)
     exercises = _exercises(solution)
     wrong_ex, wrong_src = _wrong_answer()
     other = next((ch for ch in grading.chapters() if ch != CHAPTER), None)

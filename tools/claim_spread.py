@@ -181,18 +181,36 @@ def main(argv: list[str] | None = None) -> int:
                         help="ATEN_CPU_CAPABILITY values run at seed offset 0")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
     parser.add_argument("--json", type=Path, help="also write the raw records here")
+    parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on")
+    parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
     args = parser.parse_args(argv)
-    plan = [(str(nb), off, "native") for nb in chapters(args.chapters) for off in range(args.seeds)]
-    plan += [(str(nb), 0, k) for nb in chapters(args.chapters) for k in args.kernels]
-    runs = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for run in pool.map(run_one, *zip(*plan)):
-            print(f"ran {run['notebook']} {run['kernel']} seed+{run['offset']}: {run['seconds']} s, "
-                  f"{len(run['claims'])} claims, {len(run['errors'])} errors", flush=True)
-            runs.append(run)
-    if args.json:
+    if args.from_json:
+        runs = json.loads(args.from_json.read_text())
+    else:
+        plan = [(str(nb), off, "native") for nb in chapters(args.chapters) for off in range(args.seeds)]
+        plan += [(str(nb), 0, k) for nb in chapters(args.chapters) for k in args.kernels]
+        runs = []
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for run in pool.map(run_one, *zip(*plan)):
+                print(f"ran {run['notebook']} {run['kernel']} seed+{run['offset']}: {run['seconds']} s, "
+                      f"{len(run['claims'])} claims, {len(run['errors'])} errors", flush=True)
+                runs.append(run)
+    if args.json and not args.from_json:
         args.json.write_text(json.dumps(runs, indent=1))
-    print(report(runs, args.kernels))
+    table = report(runs, args.kernels)
+    print(table)
+    if args.markdown:
+        import platform
+
+        import torch
+        native = torch.backends.cpu.get_cpu_capability()
+        args.markdown.write_text(
+            "# Experiment claims over seeds and CPU kernels\n\n"
+            f"Made by `tools/claim_spread.py` on {time.strftime('%Y-%m-%d')}: {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel `{native}`, one thread per "
+            "notebook. Columns: the claim's bound; its value at seed offset 0 on the native kernel (the "
+            "stored outputs' setting); its range over the seed offsets; its value at offset 0 under each "
+            "other kernel; the smallest distance to the bound over all runs.\n\n" + table + "\n")
     failed = any(not r["holds"] for run in runs for r in run["claims"]) or any(run["errors"] for run in runs)
     return 1 if failed else 0
 
