@@ -24,9 +24,14 @@ NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 150))
 _BUDGET_SCALE = {"ch06_transformer": 120 / 90}
 
 
+# `make test-portable` runs PyTorch's portable CPU kernel (ATEN_CPU_CAPABILITY=default), which has
+# no vector code: the notebooks took 1.35-2x as long there as with the native AVX2 kernel.
+_PORTABLE_SCALE = 2.0 if os.environ.get("ATEN_CPU_CAPABILITY") == "default" else 1.0
+
+
 def _budget(nb: str) -> float:
     scale = next((v for k, v in _BUDGET_SCALE.items() if k in nb), 1.0)
-    return NOTEBOOK_BUDGET_S * scale
+    return NOTEBOOK_BUDGET_S * scale * _PORTABLE_SCALE
 _elapsed: dict[str, float] = defaultdict(float)   # per process: enforces the budget
 _totals: dict[str, float] = defaultdict(float)    # in the process that reports: the summary
 _over: set[str] = set()

@@ -204,9 +204,14 @@ def main(argv: list[str] | None = None) -> int:
 
         import torch
         native = torch.backends.cpu.get_cpu_capability()
+        cpu = platform.processor() or platform.machine()
+        info = Path("/proc/cpuinfo")
+        if info.exists():
+            cpu = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
+                        if ln.startswith("model name")), cpu)
         args.markdown.write_text(
             "# Experiment claims over seeds and CPU kernels\n\n"
-            f"Made by `tools/claim_spread.py` on {time.strftime('%Y-%m-%d')}: {platform.processor() or platform.machine()}, "
+            f"Made by `tools/claim_spread.py` on {time.strftime('%Y-%m-%d')}: {cpu}, "
             f"{os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel `{native}`, one thread per "
             "notebook. Columns: the claim's bound; its value at seed offset 0 on the native kernel (the "
             "stored outputs' setting); its range over the seed offsets; its value at offset 0 under each "

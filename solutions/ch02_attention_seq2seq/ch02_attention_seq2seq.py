@@ -760,15 +760,19 @@ if not train.grading():
                  long_acc["ch2: Bahdanau attention"], above=0.75)
     claims.check("ch02: attention's worst output position errs far less than chapter 1's (difference of the maxima)",
                  max(position_errors["ch1: no attention"]) - max(position_errors["ch2: Bahdanau attention"]),
-                 above=0.3)
+                 above=0.15)
 
 # %% [markdown]
 # **What the numbers say.** Chapter 1's model is nearly perfect on inputs of up to five symbols
 # and then collapses: from length 12 on it gets almost no sentence right, and its errors grow
 # along the output. With the same data, the same budget and the same sizes, the attention model
-# stays close to its short-input accuracy all the way to length 14 (the asserts check a mean above
-# 0.75 over lengths 12-14, against below 0.2 for chapter 1), and its errors stay low at every output
-# position. It has about a fifth more parameters (printed above), which cannot explain the gap:
+# stays close to its short-input accuracy all the way to length 14, and its errors stay low at
+# every output position. These are one training run each. Over 5 seeds (data, initialisation
+# and batches all drawn anew) and PyTorch's portable CPU kernel, the attention model's mean exact
+# match at lengths 12-14 ranged over 0.86-0.99 (0.94 in the stored run) and chapter 1's over
+# 0.00-0.02, and the gap between the two models' worst output positions over 0.32-0.51
+# (`tools/claim_spread.py`); so the cell claims only a mean above 0.75 against below 0.2, and a gap
+# above 0.15, which every run met with room. It has about a fifth more parameters (printed above), which cannot explain the gap:
 # what changed is that the decoder no longer has to carry the whole source in its state. Its loss
 # also falls faster and further. This is the shape of Bahdanau et al.'s Figure 2, where the
 # attention model's BLEU does not deteriorate on long sentences while the plain encoder-decoder's does.
@@ -856,9 +860,9 @@ for name, sc in date_scores.items():
     print(f"{name:13s} exact match {sc.exact_match:.2f}; by input size {exact_by_source_size(sc)}")
 if not train.grading():
     claims.check("ch02: global attention learns the dates (exact match)", date_scores["global"].exact_match,
-                 above=0.9)
+                 above=0.75)
     claims.check("ch02: local-m with D=3 falls far behind global attention (difference in exact match)",
-                 date_scores["global"].exact_match - date_scores["local-m, D=3"].exact_match, above=0.3)
+                 date_scores["global"].exact_match - date_scores["local-m, D=3"].exact_match, above=0.2)
 
 # %% [markdown]
 # The alignments, for three dates in three formats. Each row is one output character, each column an

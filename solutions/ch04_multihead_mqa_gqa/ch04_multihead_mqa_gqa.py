@@ -85,7 +85,7 @@ print("best single-head weights:", [round(w, 3) for w in one_head_w.tolist()])
 print(f"error of the best single head: {one_head_err:.3f}   (norm of the target: {target.norm().item():.3f})")
 print(f"error of two heads of width 4: {two_head_err:.3f}")
 claims.check("ch04: no single head hits the two-token target (error of the best head found)", one_head_err,
-             above=0.5)
+             above=0.3)
 assert two_head_err < 1e-12, "two heads of width 4 must hit the target exactly"
 
 # %% [markdown]
@@ -1112,7 +1112,7 @@ if not GRADING:
     for kind in ("GQA-2", "MQA"):
         claims.check(f"ch04: {kind} initialised by mean pooling beats random initialisation after uptraining "
                      "(difference in exact match)", conversion[(kind, "mean")][1] - conversion[(kind, "random")][1],
-                     above=0.0)
+                     above=0.1)
 
 # %% [markdown]
 # Reading the table (one training run, so a difference of a few points is noise; the cell

@@ -732,10 +732,17 @@ plt.show()
 # So far the centres were *set* to the $3\times 3$ grid. Can gradient descent find them? The
 # target is a random $3\times 3$ convolution with three input and four output channels,
 # applied to a $12\times 12$ version of the photograph. Nine heads start with random centres
-# in $[-1.5, 1.5]^2$ and $\alpha = 1$; each head's value matrix is one tap of the target kernel
+# in $[-1.5, 1.5]^2$ and a wide $\alpha = e^{-1} \approx 0.37$; each head's value matrix is one tap of the target kernel
 # (head $h$ carries tap $h$, as `kernel_to_heads` built them) and the output projection adds
 # the heads. Adam then fits the centres and the widths ($\log\alpha$, so that $\alpha$ stays
 # positive) to reproduce the convolution's output. Nothing tells head $h$ *where* its tap is.
+#
+# Why start wide: a sharp head (large $\alpha$) far from its tap puts almost all its weight on
+# the wrong pixel, and the gradient that would move it is of order $e^{-\alpha d^2}$ for a distance
+# $d$, so it can stall. Started at $\alpha = 1$ instead, the fit left one head stranded away from
+# its tap (largest distance 1.1 and 2.0 pixels, loss down only to 2·10⁻² and 10⁻¹ of its start) for
+# 2 of 8 random kernels we tried, while every head found its tap for all 8 when started at
+# $e^{-1}$ (`tools/claim_spread.py` checks the claim below over 5 seeds).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -751,7 +758,7 @@ def fit_heads(w_val, learn_values, steps, seed):
     """Fit centres and log(alpha) (and the value matrices if learn_values) by Adam."""
     torch.manual_seed(seed)
     centers = (torch.rand(9, 2) * 3 - 1.5).requires_grad_()
-    log_alpha = torch.zeros(9, requires_grad=True)
+    log_alpha = torch.full((9,), -1.0, requires_grad=True)     # alpha = 1/e: every head starts wide
     params = [centers, log_alpha] + ([w_val.requires_grad_()] if learn_values else [])
     opt = torch.optim.Adam(params, lr=0.1)
     w_out = torch.eye(4).repeat(9, 1)
@@ -817,7 +824,8 @@ axes[2].legend()
 plt.show()
 
 # %% [markdown]
-# Each head walks to its own tap. The centres end close to the grid but need not sit *on*
+# Each head walks to its own tap (with this wide start, in every one of 5 seeds and under the
+# portable CPU kernel: largest distance 0.13 to 0.25 pixels). The centres end close to the grid but need not sit *on*
 # it: once $\alpha$ is around 10, what a head computes depends almost only on which key is
 # nearest its centre (the others get about $e^{-\alpha}$ of the weight), so the gradient that
 # would pull it the rest of the way is tiny, and the distances in the middle panel level off.
@@ -838,11 +846,16 @@ for h in range(9):
     e = final_free[h].tolist()
     print(f"{h:4d}  ({e[0]:+.2f}, {e[1]:+.2f})   {tuple(grid9[nearest[h]].long().tolist())!s:11}  {fit_free['alpha'][-1, h].item():5.1f}")
 print(f"taps with a head nearest to them: {len(set(nearest.tolist()))} of 9")
+if not GRADING:
+    claims.check("ch05: with learned values too, most taps still get a head (taps with a head nearest, of 9)",
+                 len(set(nearest.tolist())), above=4.5)
 
 # %% [markdown]
 # The loss falls far (though not as far as before), yet in the stored run no head is nearest
-# the tap $(1, -1)$, and heads 5 and 7 both sit between the taps $(0, -1)$ and $(-1, -1)$, with
-# the two smallest widths $\alpha$ of all. Such a head averages neighbouring pixels, and
+# the tap $(1, -1)$, and two heads (3 and 5) are nearest the centre tap; head 5, with the smallest
+# width of all ($\alpha = 2.0$), sits between the taps $(0, 0)$, $(0, -1)$ and $(-1, -1)$. Over 5
+# seeds and PyTorch's portable CPU kernel, 6 to 8 of the 9 taps got a head, never all 9
+# (`tools/claim_spread.py`; the cell claims at least 5). Such a head averages neighbouring pixels, and
 # on a smooth photograph an average of neighbours is almost as good as the missing pixel,
 # so the gradient that would push it on is weak. Learning *which* head does what is a harder problem than learning *where* a head
 # looks; Cordonnier et al. saw the grid emerge anyway in a 6-layer attention network trained

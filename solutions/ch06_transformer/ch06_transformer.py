@@ -341,7 +341,7 @@ for kind, (_, hist, sc) in position_runs.items():
     print(f"positional={kind!r:13}: {sc}, loss (last 20 steps) {np.mean(hist.loss[-20:]):.3f}, {hist.seconds:.1f} s")
 if not GRADING:
     claims.check("ch06: sinusoidal positions beat no positions on reversal (difference in exact match)",
-                 position_runs["sinusoidal"][2].exact_match - position_runs["none"][2].exact_match, above=0.25)
+                 position_runs["sinusoidal"][2].exact_match - position_runs["none"][2].exact_match, above=0.15)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -356,7 +356,9 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # (0.04) come out right, and the training loss ends twice as high as the other model's. Its encoder
 # hands the decoder a *bag* of symbols, with nothing that says which came first. The model with the
 # table, after the same 100 steps, already reverses most sequences of 2 to 4 symbols and is still
-# learning the longer ones (section 8 trains a bigger model for 700 steps).
+# learning the longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in
+# exact match, 0.33 in the stored run, was 0.26-0.56 over 5 seeds and the portable CPU kernel
+# (`tools/claim_spread.py`): always there, its size not fixed.
 #
 # ## 4. The encoder layer
 #
@@ -943,7 +945,11 @@ for s, t, p in tf_errors[:8]:
     print(f"  {' '.join(s):28s} -> {' '.join(p):28s} expected {' '.join(t)}")
 
 # %% [markdown]
-# What the table and the plot show (the numbers are those of the stored run):
+# What the table and the plot show (the numbers are those of the stored run; over 5 seeds and the
+# portable CPU kernel the Transformer's exact match over all lengths ranged over 0.93-0.98 and the
+# Bahdanau model's over 0.93-0.99, and the Transformer beat the GRU at lengths 10-14 by 0.86 to 0.95
+# every time: the ordering against the GRU holds, the small differences between the two attention
+# models do not):
 #
 # * the GRU of chapter 1 is right on short inputs (0.99 exact match on 2-5 symbols) and collapses on
 #   long ones (0.02 on 10-14): its single state cannot hold a long sequence (chapter 1's bottleneck);
@@ -966,7 +972,9 @@ for s, t, p in tf_errors[:8]:
 # `YYYY-MM-DD`. The same Transformer (2 + 2 layers, $d_\text{model} = 64$) and optimizer, for 1000 steps of 64 (more than chapter 1's 300 for its GRU here: the target is a time, not a number of steps), trained on the
 # CPU. The course's target is at least 99 % exact match within 60 s of CPU training. The cell reports
 # the wall-clock time, which grows when other programs share the processor, and the processor time the
-# training itself used.
+# training itself used. The stored run reached 0.996; over 5 seeds and PyTorch's portable CPU kernel
+# the same training gave 0.964-0.998 (`tools/claim_spread.py`), so 99 % is what a typical run reaches,
+# not a guarantee, and the cell claims only above 0.93.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -985,7 +993,7 @@ print(f"Transformer on dates: {train.count_parameters(date_model):,} parameters,
 print(f"test ({len(date_test)} dates): {date_scores}")
 if not GRADING:
     claims.check("ch06: the small Transformer learns the date task (exact match)", date_scores.exact_match,
-                 above=0.99 - 1e-9)
+                 above=0.93)
 
 # %% [markdown]
 # A few of the test dates, and what the model writes for them:
@@ -1110,15 +1118,17 @@ if not GRADING:
     final = {k: np.mean(v[1].loss[-20:]) for k, v in ln_runs.items()}
     claims.check("ch06: Post-LN without warmup does not learn at this learning rate (exact match)",
                  em["Post-LN", "no warmup"], below=0.05)
-    claims.check("ch06: Post-LN with warmup learns (exact match)", em["Post-LN", "warmup"], above=0.25)
+    claims.check("ch06: Post-LN with warmup learns (exact match)", em["Post-LN", "warmup"], above=0.2)
     claims.check("ch06: without warmup Pre-LN's loss ends lower than Post-LN's (difference of final losses)",
                  final["Post-LN", "no warmup"] - final["Pre-LN", "no warmup"], above=0.3)
     for ln in ("Post-LN", "Pre-LN"):
         claims.check(f"ch06: warmup helps {ln} (difference in exact match)",
-                     em[ln, "warmup"] - em[ln, "no warmup"], above=0.0)
+                     em[ln, "warmup"] - em[ln, "no warmup"], above=0.15)
 
 # %% [markdown]
-# Without warmup, Post-LN did not learn at all: its loss stayed at 2.19, the $\ln 9$ of a model that
+# (Over 5 seeds and the portable CPU kernel: Post-LN without warmup reversed nothing every time;
+# with warmup it reached 0.31-0.58 exact match, and warmup raised Pre-LN's by 0.28-0.54;
+# `tools/claim_spread.py`.) Without warmup, Post-LN did not learn at all: its loss stayed at 2.19, the $\ln 9$ of a model that
 # only knows which 9 tokens can come out, and it reversed nothing. Pre-LN without warmup did learn, but
 # slowly (final loss 1.59 against 0.52 with warmup). With warmup both orders trained about equally well
 # in this short run, and the largest gradient norm of Post-LN was about twice Pre-LN's, as Xiong et al.

@@ -260,10 +260,12 @@ def _corrupt_rates():
     checks.expect_shape(labels, tuple(tokens.shape), "labels")
     chosen = labels != families.IGNORE_INDEX
     rate = chosen.float().mean().item()
-    assert abs(rate - 0.15) < 0.01, f"{rate:.3f} of the tokens were chosen (labels != -100), expected about 0.15"
+    # Tolerances of about 5 standard deviations (10,000 tokens, about 1,500 chosen): a right answer
+    # that draws its random numbers in another order must not fail by chance.
+    assert abs(rate - 0.15) < 0.02, f"{rate:.3f} of the tokens were chosen (labels != -100), expected about 0.15"
     checks.expect_equal(labels[chosen], tokens[chosen], "labels at chosen positions (the original tokens)")
     masked = (inputs == MASK_ID).float().sum().item() / chosen.sum().item()
-    assert abs(masked - 0.8) < 0.03, f"{masked:.3f} of the chosen tokens became [MASK], expected about 0.8"
+    assert abs(masked - 0.8) < 0.05, f"{masked:.3f} of the chosen tokens became [MASK], expected about 0.8"
     assert bool((inputs[~chosen] == tokens[~chosen]).all()), "tokens that were not chosen must not change"
 
 
@@ -437,7 +439,7 @@ if not GRADING:
                  probe_results["no pre-training"]["held-out adjectives"], below=0.65)
     claims.check("ch07: MLM pre-training helps on held-out adjectives (difference in accuracy)",
                  probe_results[f"{MLM_STEPS} MLM steps first"]["held-out adjectives"]
-                 - probe_results["no pre-training"]["held-out adjectives"], above=0.15)
+                 - probe_results["no pre-training"]["held-out adjectives"], above=0.1)
 
 # %% [markdown]
 # Both models classify sentences with the six labelled adjectives perfectly (1.000). On the ten
@@ -445,7 +447,10 @@ if not GRADING:
 # are positive, and the new ones mean nothing to it. After 300 steps of masked language modelling
 # the same fine-tuning reaches 0.809, though the model never saw a held-out adjective with a label:
 # their polarity came from unlabelled text. (300 MLM steps is
-# what the budget allows.) That is the argument for pre-training, in miniature.
+# what the budget allows.) That is the argument for pre-training, in miniature. These are one run;
+# over 5 seeds and PyTorch's portable CPU kernel the model without pre-training scored 0.41-0.52 on
+# the held-out adjectives and pre-training added 0.24 to 0.47 (0.36 here; `tools/claim_spread.py`):
+# the gain is always there, its size is not fixed.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q1_bert_generate-prompt", "locked": true, "schema_version": 3, "solution": false}
 # **Question 1 (2 points).** Why can the encoder-only model of this section not generate a sentence
@@ -825,12 +830,17 @@ for prefix in ("reverse:", "sort:"):
                                                                       multi_vocab, max_len=16)[0]))
 if not GRADING:
     for task, (em, _) in per_task.items():
-        claims.check(f"ch07: the T5-style model learns the task {task!r} (exact match)", em, above=0.3)
+        claims.check(f"ch07: the T5-style model learns the task {task!r} (exact match)", em, above=0.2)
+    claims.check("ch07: dates are the hardest of the three tasks (lowest other exact match minus dates')",
+                 min(per_task["reverse"][0], per_task["sort"][0]) - per_task["date"][0], above=0.05)
 
 # %% [markdown]
 # One model, three tasks, and the prefix alone tells it which: the same four symbols come out
 # reversed under `reverse:` and sorted under `sort:`. After 300 steps (9.3 s) exact match is 0.832
-# on reversal, 0.764 on sorting and 0.465 on dates. Dates are the hardest of the three here: the
+# on reversal, 0.764 on sorting and 0.465 on dates in the stored run; over 5 seeds and the portable
+# CPU kernel, 0.50-0.83, 0.67-0.93 and 0.31-0.56 (`tools/claim_spread.py`): at 300 steps the model is
+# still learning, and the run-to-run spread is as large as the gaps between the tasks, except that
+# dates stay last. Dates are the hardest of the three here: the
 # single-task encoder-decoder of section 3.3 reached 0.820 on them, but it saw about four times as
 # many dates (400 × 64 = 25,600 against roughly 300 × 64 / 3 = 6,400 here). T5 trains
 # this way at scale: its mixture combines supervised tasks, each named by its prefix, with an
@@ -1044,11 +1054,11 @@ for name, model, history, acc in (("ViT", vit_model, vit_history, vit_accuracy),
           f"test accuracy {acc:.3f}")
 print(f"ViT test accuracy: {vit_accuracy:.3f}")
 if not GRADING:
-    claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.97 - 1e-9)
+    claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.95)
 
 # %% [markdown]
-# The ViT reaches 0.994 test accuracy after 2.5 s of training, past the target of 0.97 in at most
-# 60 s; the CNN, with about as many parameters, also reaches 0.994 (in 4.2 s). With 360 test images
+# The ViT reaches 0.994 test accuracy after 2.5 s of training (0.983-0.994 over 5 seeds and the
+# portable CPU kernel), past the target of 0.97 in at most 60 s; the CNN, with about as many parameters, also reaches 0.994 (in 4.2 s). With 360 test images
 # one error is 0.003, so on 8×8 digits the two are tied. Dosovitskiy et al. found the ViT's
 # advantage only with large pre-training data; on small data the CNN's built-in locality and
 # translation equivariance usually matter more. Here the images are so small that 4 patches suffice.
