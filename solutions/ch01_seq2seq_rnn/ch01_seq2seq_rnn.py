@@ -324,7 +324,7 @@ d_in, H = 16, 64
 for name, k, layer in (("RNN", 1, nn.RNN(d_in, H)), ("GRU", 3, nn.GRU(d_in, H)), ("LSTM", 4, nn.LSTM(d_in, H))):
     n = train.count_parameters(layer)
     print(f"{name:>4}: {n:6,d} parameters = {k} x (H*d + H^2 + 2H) = {k * (H * d_in + H * H + 2 * H):,}")
-    assert n == k * (H * d_in + H * H + 2 * H)
+    assert n == k * (H * d_in + H * H + 2 * H), 'the parameter count must equal k x (H*d + H^2 + 2H)'
 
 # %% [markdown]
 # ### Exploding gradients, and clipping

@@ -96,8 +96,8 @@ print("scores ", e)
 print("weights", a)
 print("context", c)
 E = math.e
-assert torch.allclose(a, torch.tensor([E, 1.0, E]) / (2 * E + 1))
-assert torch.allclose(c, torch.tensor([2 * E, 1.0 + E]) / (2 * E + 1))
+assert torch.allclose(a, torch.tensor([E, 1.0, E]) / (2 * E + 1)), 'worked example: weights must be (e, 1, e) / (2e + 1)'
+assert torch.allclose(c, torch.tensor([2 * E, 1.0 + E]) / (2 * E + 1)), 'worked example: context must be (2e, 1 + e) / (2e + 1)'
 
 # %% [markdown]
 # The decoder gets a different context at every step, because its state (the query) changes.
@@ -127,7 +127,7 @@ every_step = T_len * (S_len * n * n + n * n)   # U h_j recomputed at every decod
 once = S_len * n * n + T_len * n * n           # U h_j once, W s at every step
 print(f"U h_j at every step: {every_step:,} multiply-adds; once per sentence: {once:,} "
       f"({every_step / once:.1f}x fewer)")
-assert every_step == T_len * (S_len + 1) * n * n
+assert every_step == T_len * (S_len + 1) * n * n, 'the count of multiplications must follow the formula'
 
 
 # %% [markdown]
@@ -238,7 +238,7 @@ same_concat = torch.allclose(ra.concat_score(q, K, W_cat, v_cat),
                              ra.additive_score(q, K @ W_cat[:, 4:].T, W_cat[:, :4], v_cat), atol=1e-5)
 print("general == dot against projected keys:", same_general)
 print("concat == additive with W_a split:    ", same_concat)
-assert same_general and same_concat
+assert same_general and same_concat, 'general and concat scores must agree with their formulas'
 
 
 # %% [markdown]
@@ -309,7 +309,7 @@ for kind, e_kind in scores_by_kind.items():
     print(f"{kind:>8}: weights of sentence 0 {torch.softmax(e_kind[0], -1)}")
 by_formula = torch.stack([torch.stack([W_loc[j] @ q[b] for j in range(5)]) for b in range(2)])
 print("location == W_a h_t, position by position:", torch.allclose(scores_by_kind["location"], by_formula, atol=1e-6))
-assert torch.allclose(scores_by_kind["location"], by_formula, atol=1e-6)
+assert torch.allclose(scores_by_kind["location"], by_formula, atol=1e-6), 'the location score must equal its formula'
 
 # %% [markdown]
 # ## 4. Padding: the scores of `<pad>` never count
@@ -461,8 +461,8 @@ context_fn = checks.learner_or_reference(
 w_pad = softmax_fn(e[None], torch.tensor([[True, True, False]]))
 c_pad = context_fn(w_pad, H[None])
 print("weights", w_pad, "\ncontext", c_pad)
-assert torch.allclose(w_pad, torch.tensor([[E, 1.0, 0.0]]) / (E + 1), atol=1e-4)
-assert torch.allclose(c_pad, torch.tensor([[E, 1.0]]) / (E + 1), atol=1e-4)
+assert torch.allclose(w_pad, torch.tensor([[E, 1.0, 0.0]]) / (E + 1), atol=1e-4), 'padded example: weights must be (e, 1, 0) / (e + 1)'
+assert torch.allclose(c_pad, torch.tensor([[E, 1.0]]) / (E + 1), atol=1e-4), 'padded example: context must be (e, 1) / (e + 1)'
 
 
 # %% [markdown]
@@ -693,7 +693,7 @@ for kind in [dict(score="additive"), dict(score="general"), dict(score="general"
             steps.append(lp)
     gap = (torch.stack(steps, 1) - torch.log_softmax(logits_tf, -1)).abs().max().item()
     print(f"{str(kind):45s} decode_step == teacher forcing: {gap < 1e-5}")
-    assert gap < 1e-5
+    assert gap < 1e-5, 'decode_step one step at a time must equal teacher forcing'
 
 # %% [markdown]
 # ## 8. The experiment: accuracy against input length
@@ -809,7 +809,7 @@ with torch.no_grad():
     gap = (run_steps(step_fn, test_batch) - bahdanau(test_batch.src, test_batch.src_lengths, test_batch.tgt_in)).abs().max()
 print("step by step == the model's teacher-forced forward on 64 test sentences:", gap.item() < 1e-4)
 if not train.grading():  # step_fn may be yours
-    assert gap < 1e-4
+    assert gap < 1e-4, "your decoder step must reproduce the trained model's teacher-forced outputs"
 
 # %% [markdown]
 # ## 9. Where does the model look? The date task, global and local

@@ -187,8 +187,8 @@ for i in range(6):
     if winners[i] != i:
         print(f"one matrix, row {i} is won by token {int(winners[i])}: |q_{int(winners[i])}| = "
               f"{norms[winners[i]]:.2f} > |q_{i}| = {norms[i]:.2f}")
-assert all(norms[winners[i]] > norms[i] for i in range(6) if winners[i] != i)        # Cauchy-Schwarz
-assert winners[norms.argmax()] == norms.argmax()                                      # the longest wins its row
+assert all(norms[winners[i]] > norms[i] for i in range(6) if winners[i] != i), "a key that wins another's row must be longer (Cauchy-Schwarz)"
+assert winners[norms.argmax()] == norms.argmax(), 'the longest vector must win its own row'
 
 # %% [markdown]
 # ## 3. A worked example you can check by hand
@@ -255,8 +255,8 @@ show("notes' weights @ V", note_weights @ V, 3)
 print(f"score difference in row 1:      {(scaled[0, 1] - scaled[0, 0]).item():.3f}")
 print(f"difference the notes' 0.016 needs: {math.log(0.984 / 0.016):.3f}")
 print(f"1 / (1 + e^4.950) = {1 / (1 + math.exp((scaled[0, 1] - scaled[0, 0]).item())):.6f}")
-assert torch.allclose(weights[0], torch.tensor([0.00703, 0.99297], dtype=torch.float64), atol=1e-5)
-assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float64), atol=5e-4)
+assert torch.allclose(weights[0], torch.tensor([0.00703, 0.99297], dtype=torch.float64), atol=1e-5), 'worked example: first row of weights must be [0.00703, 0.99297]'
+assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float64), atol=5e-4), 'worked example: first output row must be [3.979, 2.993]'
 
 
 # %% [markdown]
@@ -1480,8 +1480,8 @@ for L in [8, 16, 32, 64]:
     op_counts[L] = (cost.count_torch_calls(naive_attention, x, x, x),
                     cost.count_torch_calls(rnn.rnn_forward, x, torch.zeros(1, d), W_xh, W_hh, b_h))
     print(f"L = {L:3d}: attention {op_counts[L][0]:3d} operations, recurrence {op_counts[L][1]:4d}")
-assert len({a for a, _ in op_counts.values()}) == 1                   # constant in L
-assert op_counts[64][1] - op_counts[32][1] == 2 * (op_counts[32][1] - op_counts[16][1])   # linear in L
+assert len({a for a, _ in op_counts.values()}) == 1, 'the operations per step must not depend on L'
+assert op_counts[64][1] - op_counts[32][1] == 2 * (op_counts[32][1] - op_counts[16][1]), 'the operations must grow linearly in L'
 
 # %% [markdown]
 # Attention's count does not depend on $L$ (each operation just gets bigger and runs in

@@ -122,7 +122,7 @@ for h in (1, 2, 4, 8, 16):
         mha_h(x_cost, need_weights=True)            # the explicit computation: every matmul is counted
     formula = 2 * (4 * n_tok * d_model ** 2 + 2 * n_tok ** 2 * d_model)
     print(f"{h:>6} {d_model // h:>7} {counter.get_total_flops():>12,} {formula:>12,}")
-    assert counter.get_total_flops() == formula
+    assert counter.get_total_flops() == formula, 'the counted FLOPs must equal 2(4nd^2 + 2n^2 d)'
 
 # %% [markdown]
 # ## 2. The worked example, with two heads
@@ -163,8 +163,8 @@ print("MultiHead(X):")
 for row in multi.tolist():
     print("   ", [round(v, 4) for v in row])
 print("the notes' first row: [3.952, 2.984, 3.952, 2.984]")
-assert torch.allclose(multi[0], torch.tensor([3.979, 2.993, 3.979, 2.993], dtype=torch.float64), atol=5e-4)
-assert torch.allclose(multi[1], torch.tensor([3.9997, 2.9999, 3.9997, 2.9999], dtype=torch.float64), atol=5e-5)
+assert torch.allclose(multi[0], torch.tensor([3.979, 2.993, 3.979, 2.993], dtype=torch.float64), atol=5e-4), 'worked example: first output row'
+assert torch.allclose(multi[1], torch.tensor([3.9997, 2.9999, 3.9997, 2.9999], dtype=torch.float64), atol=5e-5), 'worked example: second output row'
 
 
 # %% [markdown]
@@ -274,7 +274,7 @@ for i in range(H):                                                     # one hea
     looped.append(head_i)
 looped = torch.cat(looped, dim=-1)                                     # Concat(head_1, ..., head_h)
 print("largest difference, batched vs loop over heads:", f"{(batched - looped).abs().max().item():.1e}")
-assert torch.allclose(batched, looped, atol=1e-6)
+assert torch.allclose(batched, looped, atol=1e-6), 'the batched heads must equal the loop over heads'
 
 
 # %% [markdown]
@@ -412,8 +412,8 @@ with torch.no_grad():
 print(f"course module vs nn.MultiheadAttention: output {(out_ours - out_theirs).abs().max().item():.1e}, "
       f"weights {(w_ours - w_theirs).abs().max().item():.1e}")
 print(f"multi_head_attention (exercise 2) vs the course module without biases: {(out_fn - out_plain).abs().max().item():.1e}")
-assert torch.allclose(out_ours, out_theirs, atol=1e-5) and torch.allclose(w_ours, w_theirs, atol=1e-5)
-assert torch.allclose(out_fn, out_plain, atol=1e-5)
+assert torch.allclose(out_ours, out_theirs, atol=1e-5) and torch.allclose(w_ours, w_theirs, atol=1e-5), 'MultiHeadAttention must equal nn.MultiheadAttention with the same weights'
+assert torch.allclose(out_fn, out_plain, atol=1e-5), 'the functional form must equal the module'
 
 
 # %% [markdown]
@@ -476,7 +476,7 @@ for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
         qo = 2 * (d_model * d_model + d_model)
         kv = 2 * (d_model * g * d_head + g * d_head)
         if m is not None:                                # counted from a real module where it is cheap
-            assert qo + kv == sum(p.numel() for p in m.parameters())
+            assert qo + kv == sum(p.numel() for p in m.parameters()), "the parameter formula must equal the module's count"
         total = qo + kv
         mha_total = mha_total or total
         print(f"{d_model:>8} {h:>6} {g:>9} {qo:>15,} {kv:>15,} {total:>13,}  {total / mha_total:.3f}")
@@ -585,7 +585,7 @@ print("query head -> kv head, strided:    ", [i % 2 for i in range(8)])
 print(f"consecutive vs F.sdpa(enable_gqa=True): {(right - fused).abs().max().item():.1e}")
 print(f"strided vs F.sdpa(enable_gqa=True):     {(strided - fused).abs().max().item():.2f} "
       f"(the outputs themselves are of size {fused.abs().mean().item():.2f} on average)")
-assert torch.allclose(right, fused, atol=1e-6) and not torch.allclose(strided, fused, atol=1e-2)
+assert torch.allclose(right, fused, atol=1e-6) and not torch.allclose(strided, fused, atol=1e-2), 'repeat_kv must match enable_gqa; the strided grouping must not'
 
 # %% [markdown]
 # Heads 0, 2, 5 and 7 happen to get the same partner in both orders; the other four read the
@@ -738,7 +738,7 @@ for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
     print(f"{name:>5}: cache holds k of shape {tuple(cache.k.shape)}; cached vs full: {err:.1e}; "
           f"attend_with_cache vs full: {(mine - full).abs().max().item():.1e}; "
           f"chunk with is_causal=True vs full: {(wrong - full).abs().max().item():.2f}")
-    assert err < 1e-5 and (mine - full).abs().max() < 1e-5 and (wrong - full).abs().max() > 0.05
+    assert err < 1e-5 and (mine - full).abs().max() < 1e-5 and (wrong - full).abs().max() > 0.05, 'cached attention must equal the full causal forward; the top-left mask must not'
 
 
 # %% [markdown]
@@ -825,7 +825,7 @@ for name, layers, h in (("7B", 32, 32), ("70B", 80, 64)):
         kind = "MHA" if g == h else "MQA" if g == 1 else f"GQA-{g}"
         ratio = per_token / bytes_fn(layers, h, 128, 1)
         print(f"{name:>5} {kind:>6} {g:>9} {per_token / 1024:>14,.0f} {bytes_fn(layers, g, 128, 4096) / 2**30:>19.3f} {ratio:>7.4f}")
-        assert ratio == g / h
+        assert ratio == g / h, 'the cache ratio must be exactly g / h'
 
 weights_gib = 7e9 * 2 / 2**30
 print(f"\n7B weights in float16: {weights_gib:.1f} GiB; MHA cache of one 4096-token sequence: "
@@ -838,7 +838,7 @@ with torch.no_grad():
     layer(torch.randn(3, 20, 64), cache=cache, causal=True)
 print("KVCache.nbytes() of a GQA-2 layer, 3 sequences of 20 tokens, float32:", cache.nbytes(),
       "| formula:", bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4))
-assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4)
+assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4), 'KVCache.nbytes must equal the formula'
 
 
 # %% [markdown]

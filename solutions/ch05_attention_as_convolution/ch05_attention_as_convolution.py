@@ -189,8 +189,8 @@ print("paper, v . r:     ", score_paper.tolist())
 print("-a((d-D)^2 - D^2):", (-alpha_demo * ((deltas - Delta) ** 2 - Delta**2)).tolist())
 print("notes, v . r:     ", score_notes.tolist())
 print("+a d^2:           ", (alpha_demo * deltas**2).tolist())
-assert torch.equal(score_paper, -alpha_demo * ((deltas - Delta) ** 2 - Delta**2))
-assert torch.equal(score_notes, alpha_demo * deltas**2)
+assert torch.equal(score_paper, -alpha_demo * ((deltas - Delta) ** 2 - Delta**2)), "the quadratic score must equal the paper's form"
+assert torch.equal(score_notes, alpha_demo * deltas**2), "the notes' score must equal alpha * delta^2"
 print("paper's scores peak at delta =", deltas[score_paper.argmax()].item(),
       "| notes' scores peak at delta =", deltas[score_notes.argmax()].tolist(), "(the window's ends)")
 
@@ -415,7 +415,7 @@ maps = {a: head_map(7, 7, (3, 3), torch.zeros(2, dtype=torch.float64), a) for a 
 for a in alphas_paper:
     closed_form = 1 / sum(math.exp(-a * d * d) for d in range(-3, 4)) ** 2
     print(f"alpha = {a:4}: peak probability {maps[a].max().item():.4f} (closed form {closed_form:.4f})")
-assert [round(maps[a].max().item(), n) for a, n in zip(alphas_paper, [2, 2, 4, 1])] == [0.16, 0.62, 0.9998, 1.0]
+assert [round(maps[a].max().item(), n) for a, n in zip(alphas_paper, [2, 2, 4, 1])] == [0.16, 0.62, 0.9998, 1.0], "the peak probabilities must be the paper's 0.16, 0.62, 0.9998, 1.0"
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
@@ -612,7 +612,7 @@ def attention_conv(image, weight, alpha, zero_padding=True):
 reference_conv = F.conv2d(photo, kernel, padding=1)
 att_conv = attention_conv(photo, kernel, alpha=100.0)
 print(f"alpha = 100, float64: max |attention - conv2d| = {(att_conv - reference_conv).abs().max().item():.1e}")
-assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), atol=1e-12)
+assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), atol=1e-12), 'the multi-head layer must equal relpos.conv_as_attention'
 
 # %% [markdown]
 # The previous chapter's `attention.MultiHeadAttention` module computes the same thing once its
@@ -669,10 +669,10 @@ print("alpha     float64    float32")
 for a, e64, e32 in zip(alpha_grid, errors[torch.float64], errors[torch.float32]):
     print(f"{a:7g}   {e64:8.1e}   {e32:8.1e}")
 print(f"largest |conv2d output|: {reference_conv.abs().max().item():.2f}")
-assert max(errors[torch.float64][alpha_grid.index(32):]) < 1e-5
-assert max(errors[torch.float64][alpha_grid.index(64):]) < 1e-12
-assert max(errors[torch.float32][alpha_grid.index(32):]) < 1e-5
-assert errors[torch.float64][0] > 0.1
+assert max(errors[torch.float64][alpha_grid.index(32):]) < 1e-5, 'float64: from alpha = 32 the error must be below 1e-5'
+assert max(errors[torch.float64][alpha_grid.index(64):]) < 1e-12, 'float64: from alpha = 64 the error must be rounding only'
+assert max(errors[torch.float32][alpha_grid.index(32):]) < 1e-5, 'float32: from alpha = 32 the error must be below 1e-5'
+assert errors[torch.float64][0] > 0.1, 'a small alpha must blur (error above 0.1)'
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -714,8 +714,8 @@ print(f"without zero keys: max error on the border pixels {err_map[border].max()
       f"inside {err_map[~border].max().item():.0e}")
 replicate = F.conv2d(F.pad(photo, (1, 1, 1, 1), mode="replicate"), kernel)
 print(f"against conv2d of the replicate-padded image: max error {(no_pad - replicate).abs().max().item():.0e}")
-assert err_map[border].max() > 0.1 and err_map[~border].max() < 1e-10
-assert torch.allclose(no_pad, replicate, atol=1e-10)
+assert err_map[border].max() > 0.1 and err_map[~border].max() < 1e-10, 'without zero tokens only the border pixels may differ'
+assert torch.allclose(no_pad, replicate, atol=1e-10), 'without zero tokens the layer must equal a replicate-padded convolution'
 
 # %%
 fig, ax = plt.subplots(figsize=(4.5, 4.5))

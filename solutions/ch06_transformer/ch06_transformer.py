@@ -268,7 +268,7 @@ for k in (1, 3, 50):
     moved = (PE64[:-k] - PE64[k:]).abs().max().item()
     print(f"k = {k:2d}: max |M_k PE[pos] - PE[pos+k]| over {200 - k} positions = {err:.1e} "
           f"(the vectors themselves move by up to {moved:.2f})")
-    assert err < 1e-5 and moved > 0.5
+    assert err < 1e-5 and moved > 0.5, 'M_k must map PE[pos] to PE[pos + k] while the vectors move'
 dots = PE64 @ PE64[100]
 print("PE[100] . PE[100 + k] for k = -3..3:", [round(dots[100 + k].item(), 2) for k in range(-3, 4)])
 print("PE[10] . PE[10 + k]   for k = -3..3:", [round((PE64 @ PE64[10])[10 + k].item(), 2) for k in range(-3, 4)])
@@ -500,7 +500,7 @@ for norm_first in (False, True):
         got = encoder_forward(ours, x_enc, keep.unsqueeze(1))
     gap = (got - want).abs().max().item()
     print(f"norm_first={norm_first!s:5}: max |ours - nn.TransformerEncoderLayer| = {gap:.1e} -> equal: {gap < 1e-5}")
-    assert gap < 1e-5
+    assert gap < 1e-5, 'the layer must equal its step-by-step computation'
 
 
 # %% [markdown]
@@ -749,7 +749,7 @@ for norm_first in (False, True):
     parity[norm_first] = (model_gap, layer_gap)
     print(f"norm_first={norm_first!s:5}: max |logits - nn.Transformer's| = {model_gap:.1e}; "
           f"layer functions: {layer_gap:.1e}; equal within 1e-5: {max(model_gap, layer_gap) < 1e-5}")
-    assert max(model_gap, layer_gap) < 1e-5
+    assert max(model_gap, layer_gap) < 1e-5, 'the Transformer must equal nn.Transformer with the same weights'
 
 # %% [markdown]
 # ## 7. Training: teacher forcing, label smoothing, warmup
@@ -782,7 +782,7 @@ for name, probs in (("confident (p_y = 0.999)", torch.tensor([0.0002, 0.0002, 0.
     logits = probs.log()[None, None, :]
     ls = train.sequence_loss(logits, target, label_smoothing=eps).item()
     plain = train.sequence_loss(logits, target).item()
-    assert abs(ls - smoothed_loss_by_hand(logits, 2, eps).item()) < 1e-6
+    assert abs(ls - smoothed_loss_by_hand(logits, 2, eps).item()) < 1e-6, 'label smoothing must equal its formula'
     print(f"{name:26s} p_y = {probs[2]:.4f}: cross-entropy {plain:.3f}, with label smoothing {ls:.3f}")
 
 
@@ -1040,7 +1040,7 @@ score_gap = (outputs[True][1] - outputs[False][1]).abs().max().item()
 print(f"greedy decoding of {len(date_test)} dates: with cache {timings[True]:.2f} s, without {timings[False]:.2f} s "
       f"({timings[False] / timings[True]:.1f}x)")
 print(f"same tokens: {same_tokens}; largest difference of the sentence log-probabilities: {score_gap:.1e}")
-assert same_tokens and score_gap < 1e-4
+assert same_tokens and score_gap < 1e-4, 'cached greedy decoding must equal uncached decoding'
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1075,7 +1075,7 @@ for src, tgt in date_test[:3]:
         date_model.use_cache = use_cache
         beams[use_cache] = decoding.beam_search(date_model.decode_step, date_model.encode(b.src, b.src_lengths), max_len=12, beam_size=3)
     date_model.use_cache = True
-    assert [h.tokens for h in beams[True]] == [h.tokens for h in beams[False]]
+    assert [h.tokens for h in beams[True]] == [h.tokens for h in beams[False]], 'cached beam search must equal uncached beam search'
     print(f"{''.join(src):>30}: " + "; ".join(f"{''.join(date_tgt_vocab.decode(h.tokens[:-1]))} ({h.score:.2f})" for h in beams[True]))
 print("cached and uncached beam search give the same hypotheses")
 

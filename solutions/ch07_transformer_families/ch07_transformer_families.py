@@ -161,8 +161,8 @@ mask_fn = checks.learner_or_reference(prefix_lm_mask, families.prefix_lm_mask,
 L_demo = 6
 patterns = {"bidirectional (BERT, ViT)": mask_fn(L_demo, L_demo), "causal (GPT)": mask_fn(L_demo, 0),
             "prefix LM, prefix 3 (T5 as one stack)": mask_fn(L_demo, 3)}
-assert torch.equal(patterns["bidirectional (BERT, ViT)"], families.bidirectional_mask(L_demo))
-assert torch.equal(patterns["causal (GPT)"], families.causal_mask(L_demo))
+assert torch.equal(patterns["bidirectional (BERT, ViT)"], families.bidirectional_mask(L_demo)), 'the bidirectional pattern must equal families.bidirectional_mask'
+assert torch.equal(patterns["causal (GPT)"], families.causal_mask(L_demo)), 'the causal pattern must equal families.causal_mask'
 fig, axes = plt.subplots(1, 3, figsize=(13, 4))
 labels = [f"x{i}" for i in range(L_demo)]
 for ax, (name, m) in zip(axes, patterns.items()):
@@ -534,7 +534,7 @@ with torch.no_grad():
     next_log_probs = gpt.decode_step(probe_token, state_parallel)[0]
     gap = (next_log_probs - gpt.decode_step(probe_token, state_steps)[0]).abs().max().item()
 print(f"parallel prefill vs one token at a time: max |difference| of the next log-probabilities = {gap:.1e}")
-assert gap < 1e-4
+assert gap < 1e-4, 'cached generation must equal recomputation'
 
 uncached = families.DecoderOnlyLM(V_TOY, d_model=64, n_heads=4, n_layers=2, max_len=16, use_cache=False)
 uncached.load_state_dict(gpt.state_dict())
@@ -544,7 +544,7 @@ for name, model in (("with cache", gpt), ("without cache", uncached)):
     start = time.perf_counter()
     outputs[name], _ = decoding.greedy_decode(model.decode_step, model.init_state(B_GEN), 13, prompt=prompt)
     seconds[name] = time.perf_counter() - start
-assert torch.equal(outputs["with cache"], outputs["without cache"])
+assert torch.equal(outputs["with cache"], outputs["without cache"]), 'cached generation must produce the same tokens'
 print("greedy continuations with and without the cache are identical")
 print(" ".join(prompt_words[1:] + toy_vocab.decode(outputs["with cache"][0].tolist())))
 print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, {seconds['without cache']:.3f} s "
@@ -1047,7 +1047,7 @@ vit_model, vit_history = fit(lambda: vit.ViT(patch=4, d_model=64, n_heads=4, n_l
 cnn_model, cnn_history = fit(lambda: vit.SmallCNN(width=72))
 with torch.no_grad():
     vit_accuracy = (vit_logits(vit_model, x_test).argmax(-1) == y_test).float().mean().item()
-assert abs(vit_accuracy - vit.accuracy(vit_model, x_test, y_test)) < 1e-6
+assert abs(vit_accuracy - vit.accuracy(vit_model, x_test, y_test)) < 1e-6, 'the hand-computed accuracy must equal vit.accuracy'
 cnn_accuracy = vit.accuracy(cnn_model, x_test, y_test)
 for name, model, history, acc in (("ViT", vit_model, vit_history, vit_accuracy), ("CNN", cnn_model, cnn_history, cnn_accuracy)):
     print(f"{name}: {train.count_parameters(model):,} parameters, {VIT_EPOCHS} epochs in {history['seconds']:.1f} s, "
