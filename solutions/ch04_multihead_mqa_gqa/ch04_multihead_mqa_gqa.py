@@ -943,9 +943,11 @@ for ax in axes:
     ax.legend()
 fig.tight_layout()
 plt.show()
-i512 = contexts.index(512)   # times are printed, never asserted: they depend on the machine and its load
-print(f"at 512 tokens the cache is {timing['MHA, no cache'][i512] / timing['MHA, cache'][i512]:.1f}x faster; "
-      f"at {contexts[-1]} tokens and batch 16, MQA is {batched['MHA'][-1] / batched['MQA'][-1]:.1f}x faster than MHA")
+if not GRADING:   # times are printed, never asserted: they depend on the machine and its load
+    i512 = contexts.index(512)
+    print(f"at 512 tokens the cache is {timing['MHA, no cache'][i512] / timing['MHA, cache'][i512]:.1f}x faster; "
+          f"at {contexts[-1]} tokens and batch 16, MQA is {batched['MHA'][-1] / batched['MQA'][-1]:.1f}x faster "
+          "than MHA")
 
 
 # %% [markdown]
