@@ -22,12 +22,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import grading, sandbox
+from course_utils import grading
+from course_utils.grading import sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
-REPO = grading.REPO
+REPO = Path(__file__).resolve().parent.parent
 LIMITS = sandbox.Limits(notebook_s=120, cell_s=20, memory_mb=2048, processes=64, children=8)
-pytestmark = pytest.mark.skipif(CHAPTER not in grading.chapters(), reason=f"needs {CHAPTER}")
+pytestmark = [
+    pytest.mark.skipif(CHAPTER not in grading.chapters(REPO), reason=f"needs {CHAPTER}"),
+    pytest.mark.skipif(not sandbox.isolation().sandboxed, reason="the hostile suite needs the real sandbox: "
+                       + "; ".join(sandbox.isolation().warnings)),
+]
 
 
 def _wrong_answer() -> tuple[str, str]:
@@ -141,7 +146,7 @@ def hostile(tmp_path_factory, request):
     mp.setenv("JUPYTER_PATH", str(fake))
 
     before = _fingerprint_repo()
-    course = grading.new_course([CHAPTER])
+    course = grading.new_course([CHAPTER], REPO)
     request.addfinalizer(lambda: shutil.rmtree(course, ignore_errors=True))
     src = grading.chapter_notebook(CHAPTER, course)
     release = course / "notebooks" / CHAPTER / src.name
@@ -149,7 +154,7 @@ def hostile(tmp_path_factory, request):
     blank = _lean(release)
     exercises = _exercises(solution)
     wrong_ex, wrong_src = _wrong_answer()
-    other = next((ch for ch in grading.chapters() if ch != CHAPTER), None)
+    other = next((ch for ch in grading.chapters(REPO) if ch != CHAPTER), None)
     release_before = release.read_bytes()
 
     def lean_solution():
@@ -183,7 +188,7 @@ def hostile(tmp_path_factory, request):
     (course / "submitted" / "h-invalid" / CHAPTER / src.name).write_text('{"cells": [{"cell_type": "code", "sour')
     if other:
         (course / "submitted" / "h-other-chapter" / CHAPTER).mkdir(parents=True)
-        nbformat.write(_lean(grading.chapter_notebook(other)),
+        nbformat.write(_lean(grading.chapter_notebook(other, REPO)),
                        course / "submitted" / "h-other-chapter" / CHAPTER / f"{other}.ipynb")
     (course / "submitted" / "h-not-a-chapter" / "ch99_nothing").mkdir(parents=True)
     nbformat.write(solution, course / "submitted" / "h-not-a-chapter" / "ch99_nothing" / "x.ipynb")
@@ -302,7 +307,7 @@ def test_changed_tests_reach_the_gradebook_and_regrade(hostile):
     course, src = hostile["course"], hostile["src"]
     sub = course / "submitted" / "zz-after" / CHAPTER / src.name
     before = grading.fingerprint(sub, CHAPTER, course, LIMITS)
-    stricter = grading.new_course([CHAPTER])
+    stricter = grading.new_course([CHAPTER], REPO)
     try:
         nb = nbformat.read(grading.chapter_notebook(CHAPTER, stricter), as_version=4)
         cell = nb.cells[_index(nb, f"{hostile['exercises'][0]}-hidden")]
@@ -342,7 +347,7 @@ def test_make_grade_explains_a_folder_that_is_not_a_chapter(tmp_path):
     nb.parent.mkdir()
     nbformat.write(nbformat.v4.new_notebook(), nb)
     with pytest.raises(SystemExit, match="'homework', which is not a chapter"):
-        grading.grade(nb)
+        grading.grade(nb, REPO)
 
 
 def test_make_grade_explains_a_notebook_that_is_not_json(tmp_path, monkeypatch):
@@ -351,6 +356,6 @@ def test_make_grade_explains_a_notebook_that_is_not_json(tmp_path, monkeypatch):
     nb = tmp_path / CHAPTER / f"{CHAPTER}.ipynb"
     nb.parent.mkdir()
     nb.write_text("{ this is not json")
-    res = grading.grade(nb)
+    res = grading.grade(nb, REPO)
     assert res.auto_score == 0 and "not valid JSON" in res.reason
     assert "fault: " in res.table()
