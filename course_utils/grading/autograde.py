@@ -72,7 +72,12 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
             graded.append(student)
     if feedback and graded:
         nbgrader("generate_feedback", chapter, "--force", course=course, check=False)
-        for student in graded:
+        for student in submissions:   # nbgrader rewrote every student's feedback of the chapter
+            html = course / "feedback" / student / chapter / f"{nb_name}.html"
+            if student not in graded:
+                if html.exists():
+                    sanitise_html_file(html)
+                continue
             html = course / "feedback" / student / chapter / f"{nb_name}.html"
             if not html.exists():   # made again alone, for this student's own reason
                 proc = nbgrader("generate_feedback", chapter, "--force", f"--student={student}", course=course,

@@ -34,6 +34,7 @@ from course_utils.grading.results import FAULT, META, TAMPERING
 
 CELL_OUTPUT_BYTES = 2 * 2**20       # what one cell's outputs may hold; more is cut
 NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # what all outputs of a notebook may hold
+MESSAGE_BYTES = 64 * 2**20          # a bigger message cuts the kernel's output channel: the notebook stops
 HIDDEN = "BEGIN HIDDEN TESTS"
 
 
@@ -127,7 +128,7 @@ class SandboxedExecute(Execute):
         return nb, resources
 
     def create_kernel_manager(self):
-        self.km = self._box.kernel_manager(max_message_bytes=CELL_OUTPUT_BYTES)
+        self.km = self._box.kernel_manager(max_message_bytes=MESSAGE_BYTES)
         return self.km
 
     def _fault(self, reason: str) -> None:
@@ -140,13 +141,13 @@ class SandboxedExecute(Execute):
         size = _size(msg.get("content"))
         used = self._cell_bytes.get(cell_index, 0) + size
         self._cell_bytes[cell_index] = used
-        self._total_bytes += size
-        if used > CELL_OUTPUT_BYTES or self._total_bytes > NOTEBOOK_OUTPUT_BYTES:
+        if used > CELL_OUTPUT_BYTES or self._total_bytes + size > NOTEBOOK_OUTPUT_BYTES:
             if cell_index not in self._cut:
                 self._cut.add(cell_index)
                 self._fault(f"the output of cell {cell_index + 1} was cut (limits: {CELL_OUTPUT_BYTES // 2**20} MiB "
                             f"per cell, {NOTEBOOK_OUTPUT_BYTES // 2**20} MiB per notebook)")
             return None
+        self._total_bytes += size
         out = super().output(outs, msg, display_id, cell_index)
         if out is not None:
             feedback.sanitise_output(out)
@@ -248,8 +249,13 @@ class SandboxedExecute(Execute):
             if n > self.limits.children:
                 self._stop(f"forked without end: {n} processes after cell {index + 1} "
                            f"(limit {self.limits.children}); stopped")
-        except CellTimeoutError:
+        except CellTimeoutError as e:
             self._run.discard(index)
+            if "IOPub" in str(e):
+                # the kernel replied, its output never came: a message over MESSAGE_BYTES made the
+                # client drop the kernel's output channel
+                self._stop(f"the output of cell {index + 1} was over {MESSAGE_BYTES // 2**20} MiB in one message "
+                           "(or was lost); stopped")
             self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
                        f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
         except DeadKernelError:

@@ -64,7 +64,7 @@ class Limits:
 
     notebook_s: float = 600      # wall-clock time for the whole notebook
     cell_s: float = 300          # wall-clock time for one cell
-    memory_mb: int = 4096        # memory of the whole box (cgroup), and address space per process
+    memory_mb: int = 4096        # memory of the whole box (cgroup); without one, address space per process
     processes: int = 128         # processes and threads of the whole box (pids cgroup)
     children: int = 16           # processes a notebook may leave running; more is a fork bomb
     file_mb: int = 256           # largest file the kernel may write, and the size of the writable box
@@ -171,6 +171,11 @@ def _system_view() -> list[str]:
         if not prefix.startswith("/usr/") and prefix != "/usr":
             args += ["--ro-bind", prefix, prefix]
     args += ["--proc", "/proc", "--dev", "/dev"]
+    # The kernel's uid maps to the grader's outside the box (root on CI); what the kernel checks
+    # against root's owner rights in /proc (sysctls, IRQs) is covered, read-only.
+    for d in ("/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"):
+        if os.path.isdir(d):
+            args += ["--tmpfs", d, "--remount-ro", d]
     return args
 
 
@@ -247,12 +252,15 @@ class Box:
         return max(0, n - self._baseline)
 
     def out_of_memory(self) -> bool:
+        """Whether the box reached its memory limit (an OOM kill, a failed charge, or the peak at the limit)."""
         for cg in self.cgroups:
             try:
                 if (cg / "memory.failcnt").exists():
                     oom = (cg / "memory.oom_control").read_text()
                     kills = [int(ln.split()[1]) for ln in oom.splitlines() if ln.startswith("oom_kill ")]
-                    return (kills[0] > 0) if kills else int((cg / "memory.failcnt").read_text()) > 0
+                    peak = int((cg / "memory.max_usage_in_bytes").read_text())
+                    return (bool(kills and kills[0] > 0) or int((cg / "memory.failcnt").read_text()) > 0
+                            or peak >= 0.97 * self.limits.memory_mb * 2**20)
             except (OSError, ValueError, IndexError):
                 pass
         return False
@@ -290,11 +298,14 @@ def _kernel_main(box: Path, connection_file: str) -> None:
     conn = box / "kernel.json"
     conn.write_text(json.dumps(info))
     os.chmod(conn, 0o600)
-    for cg in json.loads((box / "cgroups.json").read_text()):
+    cgroups = json.loads((box / "cgroups.json").read_text())
+    for cg in cgroups:
         Path(cg, "cgroup.procs").write_text(str(os.getpid()))
     mb = 2**20
-    for what, value in ((resource.RLIMIT_AS, limits.memory_mb * mb), (resource.RLIMIT_FSIZE, limits.file_mb * mb),
-                        (resource.RLIMIT_CORE, 0)):
+    rlimits = [(resource.RLIMIT_FSIZE, limits.file_mb * mb), (resource.RLIMIT_CORE, 0)]
+    if not any("/memory/" in cg for cg in cgroups):   # the memory cgroup limits the whole box; else per process
+        rlimits.append((resource.RLIMIT_AS, limits.memory_mb * mb))
+    for what, value in rlimits:
         try:
             resource.setrlimit(what, (value, value))
         except (ValueError, OSError):
@@ -368,8 +379,13 @@ def kernel_manager(argv: list[str] | None = None, max_message_bytes: int | None 
 
 
 def guard_call(function: str, argument_json: str) -> str:
-    """The expression the grader evaluates in the kernel to call the tamper guard."""
-    return f"__import__({GUARD!r}).{function}({json.dumps(argument_json)})"
+    """The expression the grader evaluates in the kernel to call the tamper guard: ``install``
+    imports it (before any learner code ran); ``check`` finds it without a name the notebook
+    could rebind (``__import__``, ``__builtins__``)."""
+    if function == "install":
+        return f"__import__({GUARD!r})._GuardEntry.install({json.dumps(argument_json)})"
+    return (f"[c for c in ().__class__.__base__.__subclasses__() if c.__module__ == {GUARD!r} "
+            f"and c.__qualname__ == '_GuardEntry'][0].{function}({json.dumps(argument_json)})")
 
 
 # --- what the tests read -------------------------------------------------------------------
