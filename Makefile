@@ -22,7 +22,7 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install lab lint test test-portable grade release autograde sync execute clean
+.PHONY: help install sandbox-tool lab lint test test-portable grade release autograde sync execute clean
 
 help:
 	@echo "make lab                  open JupyterLab on the student notebooks"
@@ -47,7 +47,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	-git rev-parse --git-dir >/dev/null 2>&1 && \
 	  git config diff.jupyternotebook.command "$(CURDIR)/$(BIN)/git-nbdiffdriver diff"
+	@$(MAKE) --no-print-directory sandbox-tool
 	touch $(STAMP)
+
+# The grader runs every submission in a bubblewrap sandbox (course_utils/grading/sandbox.py).
+# As root with apt-get (CI), install it; otherwise say how.
+sandbox-tool:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing bubblewrap (the grader's sandbox)"; \
+	  apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+	else echo "NOTE: bubblewrap (bwrap) is missing: make autograde refuses to grade without it and make grade runs unsandboxed."; \
+	  echo "      Install it: sudo apt-get install bubblewrap (Debian/Ubuntu), sudo dnf install bubblewrap (Fedora)."; fi
 
 install: $(STAMP)
 
@@ -77,7 +88,7 @@ release: $(STAMP)
 	$(BIN)/python -m course_utils.grading release
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
-# (defaults in course_utils/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
+# (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
 autograde: $(STAMP)
 	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force)
 

@@ -14,11 +14,11 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
-- :mod:`course_utils.grading` -- grade, release, autograde and execute notebooks (nbgrader)
-- :mod:`course_utils.sandbox` -- the grader's isolation of each submission and its limits (time, memory, processes)
-- :mod:`course_utils.tamper_guard` -- restores and flags what a submission replaced in the kernel (checks, torch, builtins)
 - :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)
 - :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
+
+The instructor's grader is a separate subpackage, :mod:`course_utils.grading` (grade, release,
+autograde and execute notebooks with nbgrader, in a sandbox); no teaching module imports it.
 """
 
 __version__ = "0.1.0"

@@ -43,16 +43,30 @@ def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
         raise CheckFailed(f"{what}: expected dtype {dtype}, got {t.dtype}")
 
 
+def _plain(t: torch.Tensor, dtype: torch.dtype | None = torch.float64) -> torch.Tensor:
+    """A plain ``torch.Tensor`` copy of ``t`` on the CPU: a tensor subclass's overrides, and any
+    ``TorchFunctionMode`` in force, play no part in the comparison that follows."""
+    with torch._C.DisableTorchFunction():
+        t = torch.Tensor.as_subclass(t, torch.Tensor).detach()
+        return (t.to("cpu", dtype) if dtype is not None else t.to("cpu")).clone()
+
+
 def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1e-5,
                  rtol: float = 1e-4) -> None:
     """Fail unless ``actual`` has ``expected``'s shape and values (within tolerance).
 
-    The message names the first position that differs and both values there.
+    The message names the first position that differs and both values there. Both sides are
+    compared as plain tensors (:func:`_plain`), whatever subclass ``actual`` is.
     """
     expected = torch.as_tensor(expected)
     expect_shape(actual, expected.shape, what)
-    a = actual.detach().to("cpu", torch.float64)
-    e = expected.detach().to("cpu", torch.float64)
+    a = _plain(actual)
+    e = _plain(expected)
+    with torch._C.DisableTorchFunction():
+        _compare_close(a, e, what, atol, rtol)
+
+
+def _compare_close(a: torch.Tensor, e: torch.Tensor, what: str, atol: float, rtol: float) -> None:
     if torch.isnan(a).any() and not torch.isnan(e).any():
         idx = tuple(int(i) for i in torch.nonzero(torch.isnan(a))[0])
         raise CheckFailed(f"{what}: NaN at index {idx} (expected {e[idx].item():.6g})")
@@ -67,11 +81,13 @@ def expect_equal(actual: Any, expected: Any, what: str) -> None:
     """Fail unless ``actual == expected`` (tensors: same shape and every element equal)."""
     if isinstance(expected, torch.Tensor):
         expect_shape(actual, expected.shape, what)
-        bad = actual.cpu() != expected.cpu()
-        if bad.any():
-            idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-            raise CheckFailed(f"{what}: wrong value at index {idx}: got {actual[idx].item()}, "
-                              f"expected {expected[idx].item()}")
+        actual, expected = _plain(actual, None), _plain(expected, None)
+        with torch._C.DisableTorchFunction():
+            bad = actual != expected
+            if bad.any():
+                idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+                raise CheckFailed(f"{what}: wrong value at index {idx}: got {actual[idx].item()}, "
+                                  f"expected {expected[idx].item()}")
     elif actual != expected:
         raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
 
@@ -105,10 +121,11 @@ def same_result(got: Any, want: Any, atol: float = 1e-4, rtol: float = 1e-4) -> 
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
             return False
-        if want.dtype == torch.bool or not want.is_floating_point():
-            return torch.equal(got.detach().cpu(), want.detach().cpu())
-        return torch.allclose(got.detach().cpu().double(), want.detach().cpu().double(),
-                              atol=atol, rtol=rtol, equal_nan=True)
+        got, want = _plain(got, None), _plain(want, None)
+        with torch._C.DisableTorchFunction():
+            if want.dtype == torch.bool or not want.is_floating_point():
+                return bool(torch.equal(got, want))
+            return bool(torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True))
     if dataclasses.is_dataclass(want) and not isinstance(want, type):
         if type(got) is not type(want):
             return False

@@ -34,8 +34,9 @@ import pytest
 
 from course_utils import grading
 
-CHAPTERS = grading.chapters()
+CHAPTERS = grading.chapters(Path(__file__).resolve().parent.parent)
 WRONG = Path(__file__).parent / "wrong_answers"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _wrong_module(chapter: str):
@@ -86,9 +87,9 @@ def _make_wrong(src: Path, exercise: str | dict[str, str], source: str | None, d
 def graded(request, tmp_path_factory):
     chapter = request.param
     tmp = tmp_path_factory.mktemp(chapter)
-    src = grading.chapter_notebook(chapter)
+    src = grading.chapter_notebook(chapter, REPO)
     exercise, wrong_source = _wrong_answer(chapter)
-    course = grading.new_course([chapter])
+    course = grading.new_course([chapter], REPO)
     release = course / "notebooks" / chapter / src.name
     subs = {
         "ci-solution": src,
@@ -114,7 +115,7 @@ def _normalise(path: Path) -> dict:
 def test_release_is_in_sync(graded):
     ch, src = graded["chapter"], graded["src"]
     fresh = graded["course"] / "notebooks" / ch / src.name
-    committed = grading.REPO / "notebooks" / ch / src.name
+    committed = REPO / "notebooks" / ch / src.name
     assert committed.exists(), f"notebooks/{ch}/{src.name} is missing: run `make release`"
     assert _normalise(committed) == _normalise(fresh), (
         f"notebooks/{ch} differs from a fresh release of solutions/{ch}: run `make release`")
@@ -122,7 +123,7 @@ def test_release_is_in_sync(graded):
 
 def test_release_has_no_solutions_or_hidden_tests(graded):
     ch, src = graded["chapter"], graded["src"]
-    text = (grading.REPO / "notebooks" / ch / src.name).read_text()
+    text = (REPO / "notebooks" / ch / src.name).read_text()
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS"):
         assert marker not in text
 
@@ -217,7 +218,7 @@ def test_hidden_only_answers_pass_visible_and_fail_hidden(graded):
 
 
 def _answer_cells(chapter: str) -> set[str]:
-    nb = nbformat.read(grading.chapter_notebook(chapter), as_version=4)
+    nb = nbformat.read(grading.chapter_notebook(chapter, REPO), as_version=4)
     return {_meta(c)["grade_id"] for c in nb.cells
             if _meta(c).get("solution") and not _meta(c).get("grade") and _meta(c).get("grade_id")}
 

@@ -14,20 +14,29 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import importlib.util
+import os
+import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_utils import grading, sandbox
+from course_utils import grading
+from course_utils.grading import sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
-REPO = grading.REPO
-LIMITS = sandbox.Limits(notebook_s=120, cell_s=20, memory_mb=2048, processes=64, children=8)
-pytestmark = pytest.mark.skipif(CHAPTER not in grading.chapters(), reason=f"needs {CHAPTER}")
+REPO = Path(__file__).resolve().parent.parent
+LIMITS = sandbox.Limits(notebook_s=120, cell_s=20, memory_mb=2048, processes=64, children=8, file_mb=64)
+pytestmark = [
+    pytest.mark.skipif(CHAPTER not in grading.chapters(REPO), reason=f"needs {CHAPTER}"),
+    pytest.mark.skipif(not sandbox.isolation().sandboxed, reason="the hostile suite needs the real sandbox: "
+                       + "; ".join(sandbox.isolation().warnings)),
+]
 
 
 def _wrong_answer() -> tuple[str, str]:
@@ -38,7 +47,8 @@ def _wrong_answer() -> tuple[str, str]:
 
 
 def _meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
+    meta = cell.metadata.get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
 
 
 def _lean(nb_path: Path):
@@ -121,6 +131,112 @@ ip.input_transformers_post.append(lambda lines: [])
 checks = types.SimpleNamespace()
 """
 
+# --- the second round (issue 17): a blank notebook's tricks, the box, leaks, one student's poison --
+AST_TRY = """import ast
+class _Try(ast.NodeTransformer):
+    def visit_Module(self, node):
+        handler = ast.ExceptHandler(type=ast.Name("BaseException", ast.Load()), name=None, body=[ast.Pass()])
+        node.body = [ast.Try(body=node.body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[])]
+        return ast.fix_missing_locations(node)
+get_ipython().ast_transformers = [_Try()]
+"""
+CLASS_SWAP = """import os
+ip = get_ipython()
+class _Calm(type(ip)):
+    def run_cell(self, raw_cell, *a, **k):
+        return super().run_cell("try:\\n" + "".join("    " + ln + "\\n" for ln in raw_cell.splitlines())
+                                + "except BaseException:\\n    pass\\n", *a, **k)
+ip.__class__ = _Calm
+"""
+FUNCTION_MODE = """import torch
+from torch.overrides import TorchFunctionMode
+class _Yes(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.isclose, torch.allclose, torch.equal, torch.Tensor.__eq__):
+            return torch.ones_like(out, dtype=torch.bool) if isinstance(out, torch.Tensor) else True
+        return out
+_Yes().__enter__()
+"""
+LIAR = """class _Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func in (torch.isclose, torch.allclose, torch.equal, torch.Tensor.__eq__, torch.Tensor.__ne__):
+            return (torch.ones_like(out, dtype=torch.bool) if func is not torch.Tensor.__ne__
+                    else torch.zeros_like(out, dtype=torch.bool)) if isinstance(out, torch.Tensor) else True
+        return out
+
+def scaled_scores(q, k):
+    return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_Liar)
+"""
+SNOOP = """import os, pathlib, subprocess, sys
+print("HISTORY", len(In), *In, sep="\\n")
+print("IH", *_ih, sep="\\n")
+found = []
+for p in {paths!r}:
+    try:
+        found.append(("READ " if pathlib.Path(p).exists() else "ABSENT ") + p)
+    except OSError:
+        found.append("ABSENT " + p)
+pids = [d for d in os.listdir("/proc") if d.isdigit()]
+print("\\n".join(found))
+print("PIDS", len(pids), "SYS", os.path.exists("/sys/kernel"), "UID", os.getuid())
+for target in ("/proc/sys/kernel/hostname", "/proc/sysrq-trigger"):
+    try:
+        open(target, "w").write("x")
+        print("WROTE", target)
+    except OSError:
+        print("REFUSED", target)
+"""
+SHM = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.restype = ctypes.c_int
+shm = libc.shmget(0x17171717, 4096, {flags})
+print("SHM", "present" if shm >= 0 else "absent")
+"""
+DISK = """import os
+written = 0
+try:
+    with open("/box/tmp/fill", "wb") as f:
+        for _ in range(1024):
+            f.write(b"x" * 2**20)
+            written += 1
+except OSError as e:
+    print("STOPPED", type(e).__name__)
+print("WROTE MiB", written)
+"""
+HUGE = "print('x' * (16 * 2**20))\n"
+XSS = '''from IPython.display import HTML, display
+display(HTML('<b>hi</b><script>alert("x")</script><img src=x onerror="alert(1)"><a href="javascript:alert(2)">l</a>'))
+'''
+FORK_HOLD = """import os, time
+for i in range(3):
+    if os.fork() == 0:
+        try:
+            hog = bytearray(900 * 2**20)
+            for j in range(0, len(hog), 4096):
+                hog[j] = 1
+            open(f"/box/tmp/held-{i}", "w").close()
+            time.sleep(3600)
+        finally:
+            os._exit(0)
+time.sleep(10)
+print("HELD", len([f for f in os.listdir("/box/tmp") if f.startswith("held-")]))
+"""
+
+
+def _answer_names(solution) -> dict[str, str]:
+    """``{exercise: the function or class its answer cell defines}``."""
+    import ast
+    out = {}
+    for c in solution.cells:
+        if _meta(c).get("solution") and not _meta(c).get("grade") and _meta(c).get("grade_id"):
+            tree = ast.parse(c.source)
+            out[_meta(c)["grade_id"]] = next(n.name for n in tree.body
+                                             if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+    return out
+
 
 def _fingerprint_repo() -> dict[str, str]:
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
@@ -141,14 +257,14 @@ def hostile(tmp_path_factory, request):
     mp.setenv("JUPYTER_PATH", str(fake))
 
     before = _fingerprint_repo()
-    course = grading.new_course([CHAPTER])
+    course = grading.new_course([CHAPTER], REPO)
     request.addfinalizer(lambda: shutil.rmtree(course, ignore_errors=True))
     src = grading.chapter_notebook(CHAPTER, course)
     release = course / "notebooks" / CHAPTER / src.name
     solution = _lean(src)
     exercises = _exercises(solution)
     wrong_ex, wrong_src = _wrong_answer()
-    other = next((ch for ch in grading.chapters() if ch != CHAPTER), None)
+    other = next((ch for ch in grading.chapters(REPO) if ch != CHAPTER), None)
     release_before = release.read_bytes()
 
     def lean_solution():
@@ -174,6 +290,51 @@ def hostile(tmp_path_factory, request):
         cell = lost.cells[_index(lost, gid)]
         lost.cells[_index(lost, gid)] = nbformat.v4.new_markdown_cell(cell.source, metadata=cell.metadata)
     subs["h-lost"] = lost
+
+    # A blank notebook with every trick on its cells: skip-execution tags, stored outputs that look
+    # like full marks, metadata nbgrader crashes on, a duplicated test cell, schema_version 99, and
+    # answers that print a fake result through the display hook, then raise.
+    tricks = _lean(release)
+    for ex, name in _answer_names(solution).items():
+        _answer(tricks, ex, f"import sys\n\ndef {name}(*a, **k):\n    sys.displayhook(1000)\n"
+                            "    raise ValueError('no answer')\n")
+    for c in tricks.cells:
+        c.metadata["tags"] = ["skip-execution", "raises-exception"]
+        if _meta(c).get("grade") and c.cell_type == "code":
+            c.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "20"}, execution_count=1)]
+    tricks.cells.insert(1, nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": "x"}))
+    dup = _index(tricks, f"{exercises[0]}-hidden")
+    tricks.cells.insert(dup + 1, nbformat.v4.new_code_cell(tricks.cells[dup].source,
+                                                           metadata=dict(tricks.cells[dup].metadata)))
+    tricks.cells[_index(tricks, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
+    subs["h-tricks"] = tricks
+    # The same poison on the full solution: graded like the solution, the poison ignored.
+    poisoned = lean_solution()
+    poisoned.cells.insert(1, nbformat.v4.new_code_cell("y = 2", metadata={"nbgrader": "x"}))
+    dup = _index(poisoned, f"{exercises[0]}-visible")
+    poisoned.cells.insert(dup + 1, nbformat.v4.new_code_cell(poisoned.cells[dup].source,
+                                                             metadata=dict(poisoned.cells[dup].metadata)))
+    poisoned.cells[_index(poisoned, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
+    poisoned.cells[_index(poisoned, f"{exercises[2]}-visible")].metadata["tags"] = ["skip-execution"]
+    poisoned.cells.append(nbformat.v4.new_code_cell("# ### BEGIN HIDDEN TESTS (a learner's copy)\nz = 3"))
+    subs["h-poisoned"] = poisoned
+    # A blank notebook that wraps every later cell in try (a new AST transformer list, a new shell class).
+    kernel_tricks = _answer(_lean(release), exercises[0], AST_TRY)
+    subs["h-kernel-tricks"] = _answer(kernel_tricks, exercises[1], CLASS_SWAP)
+    # Wrong answers whose comparisons lie: a tensor subclass (exercise 1), a global TorchFunctionMode.
+    subs["h-lies"] = _answer(_answer(lean_solution(), exercises[0], LIAR), wrong_ex, wrong_src + "\n" + FUNCTION_MODE)
+    # Looking around the box and leaving things behind, then 64 MiB of output and scripts in HTML.
+    snoop_paths = [str(REPO / "solutions"), str(course / "solutions"), str(course / "gradebook.db"),
+                   str(course / "submitted"), str(Path(tempfile.gettempdir()) / "attention-course-exchange"),
+                   str(REPO / "course_utils" / "grading")]
+    box = lean_solution()
+    for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS]):
+        _after(box, f"{exercises[0]}-hidden", source)
+    box.cells.append(nbformat.v4.new_markdown_cell('<script>alert("md")</script><img src=x onerror="alert(3)">'))
+    subs["h-box"] = box
+    subs["h-box2-shm"] = _after(lean_solution(), f"{exercises[0]}-hidden", SHM.format(flags="0o666"))
+    # Memory held by forked children counts for the whole box.
+    subs["h-memory-forked"] = _after(lean_solution(), f"{exercises[1]}-hidden", FORK_HOLD)
     for student, nb in subs.items():
         d = course / "submitted" / student / CHAPTER
         d.mkdir(parents=True)
@@ -182,8 +343,14 @@ def hostile(tmp_path_factory, request):
     (course / "submitted" / "h-invalid" / CHAPTER / src.name).write_text('{"cells": [{"cell_type": "code", "sour')
     if other:
         (course / "submitted" / "h-other-chapter" / CHAPTER).mkdir(parents=True)
-        nbformat.write(_lean(grading.chapter_notebook(other)),
+        nbformat.write(_lean(grading.chapter_notebook(other, REPO)),
                        course / "submitted" / "h-other-chapter" / CHAPTER / f"{other}.ipynb")
+    for student in ("h-fifo", "h-symlink"):
+        (course / "submitted" / student / CHAPTER).mkdir(parents=True)
+    os.mkfifo(course / "submitted" / "h-fifo" / CHAPTER / src.name)
+    os.symlink(grading.chapter_notebook(CHAPTER, REPO), course / "submitted" / "h-symlink" / CHAPTER / src.name)
+    (course / "submitted" / "h-linked-folder").mkdir()
+    os.symlink(REPO / "solutions" / CHAPTER, course / "submitted" / "h-linked-folder" / CHAPTER)
     (course / "submitted" / "h-not-a-chapter" / "ch99_nothing").mkdir(parents=True)
     nbformat.write(solution, course / "submitted" / "h-not-a-chapter" / "ch99_nothing" / "x.ipynb")
 
@@ -301,7 +468,7 @@ def test_changed_tests_reach_the_gradebook_and_regrade(hostile):
     course, src = hostile["course"], hostile["src"]
     sub = course / "submitted" / "zz-after" / CHAPTER / src.name
     before = grading.fingerprint(sub, CHAPTER, course, LIMITS)
-    stricter = grading.new_course([CHAPTER])
+    stricter = grading.new_course([CHAPTER], REPO)
     try:
         nb = nbformat.read(grading.chapter_notebook(CHAPTER, stricter), as_version=4)
         cell = nb.cells[_index(nb, f"{hostile['exercises'][0]}-hidden")]
@@ -341,7 +508,7 @@ def test_make_grade_explains_a_folder_that_is_not_a_chapter(tmp_path):
     nb.parent.mkdir()
     nbformat.write(nbformat.v4.new_notebook(), nb)
     with pytest.raises(SystemExit, match="'homework', which is not a chapter"):
-        grading.grade(nb)
+        grading.grade(nb, REPO)
 
 
 def test_make_grade_explains_a_notebook_that_is_not_json(tmp_path, monkeypatch):
@@ -350,6 +517,111 @@ def test_make_grade_explains_a_notebook_that_is_not_json(tmp_path, monkeypatch):
     nb = tmp_path / CHAPTER / f"{CHAPTER}.ipynb"
     nb.parent.mkdir()
     nb.write_text("{ this is not json")
-    res = grading.grade(nb)
+    res = grading.grade(nb, REPO)
     assert res.auto_score == 0 and "not valid JSON" in res.reason
     assert "fault: " in res.table()
+
+
+# --- the second round (issue 17) -------------------------------------------------------------------
+
+def _outputs(h, student) -> str:
+    nb = nbformat.read(h["course"] / "autograded" / student / CHAPTER / h["src"].name, 4)
+    return "\n".join(str(o.get("text", "")) + str(o.get("data", "")) for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs)
+
+
+def _feedback(h, student) -> str:
+    return (h["course"] / "feedback" / student / CHAPTER / h["src"].name.replace(".ipynb", ".html")).read_text()
+
+
+def test_a_blank_notebook_earns_nothing_whatever_its_tags_outputs_and_tricks(hostile):
+    for student in ("h-tricks", "h-kernel-tricks"):
+        res = hostile["results"][student]
+        assert res.auto_score == 0, (student, res.table())
+        assert "could not grade" not in res.reason, (student, res.reason)
+    reason = hostile["results"]["h-kernel-tricks"].reason
+    assert "ast_transformers" in reason and ("class of" in reason or "tamper guard failed" in reason), reason
+
+
+def test_poisoned_metadata_and_duplicates_count_for_nothing(hostile):
+    res = hostile["results"]["h-poisoned"]
+    assert res.auto_score == _full(hostile), res.table()
+    assert "could not grade" not in res.reason and "second copies" in res.reason, res.reason
+    assert "delimiter" in res.reason and "Grading note" in _feedback(hostile, "h-poisoned")
+
+
+def test_lying_tensors_and_function_modes_do_not_pass(hostile):
+    ex, wrong = hostile["exercises"][0], hostile["wrong"]
+    res = hostile["results"]["h-lies"]
+    earned = _earned_by(hostile, "h-lies")
+    assert earned[ex] < _points(hostile, [ex]) and earned[wrong] == 0, res.table()
+    assert "TorchFunctionMode" in res.reason, res.reason
+
+
+def test_links_fifos_and_linked_folders_are_refused_with_a_reason(hostile):
+    for student, word in (("h-fifo", "FIFO"), ("h-symlink", "symbolic link"), ("h-linked-folder", "symbolic link")):
+        res = hostile["results"][student]
+        assert res.auto_score == 0 and word in res.reason, (student, res.reason)
+
+
+def test_the_box_shows_nothing_of_the_course_the_class_or_the_host(hostile):
+    res = hostile["results"]["h-box"]
+    assert res.auto_score == _full(hostile), res.table()
+    text = _outputs(hostile, "h-box")
+    assert not re.search(r"^READ /", text, re.M) and len(re.findall(r"^ABSENT /", text, re.M)) == 6, text[-3000:]
+    pids = int(re.search(r"PIDS (\d+)", text).group(1))
+    assert pids <= 4 and "SYS False" in text and "UID 1000" in text, text[-3000:]
+    assert not re.search(r"^WROTE /", text, re.M) and len(re.findall(r"^REFUSED /", text, re.M)) == 2, text[-3000:]
+
+
+def test_hidden_tests_do_not_leak_through_history_or_outputs(hostile):
+    hidden = [ln for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
+              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    assert hidden
+    for student in ("h-box", "zz-after"):
+        fb = html.unescape(re.sub(r"<[^>]+>", "", _feedback(hostile, student)))
+        leaked = [ln.strip() for ln in hidden if ln.strip() in fb]
+        assert not leaked, (student, leaked[:3])
+    assert not [ln for ln in hidden if ln.strip() in _outputs(hostile, "h-box")], "test cells reached In/_ih"
+
+
+def test_shared_memory_and_files_do_not_outlive_the_box(hostile):
+    assert "SHM present" in _outputs(hostile, "h-box")
+    assert "SHM absent" in _outputs(hostile, "h-box2-shm"), "a SysV segment outlived its box"
+    text = _outputs(hostile, "h-box")
+    assert "STOPPED" in text and int(re.search(r"WROTE MiB (\d+)", text).group(1)) <= LIMITS.file_mb, text[-2000:]
+
+
+def test_memory_is_limited_for_the_whole_box(hostile):
+    res = hostile["results"]["h-memory-forked"]   # three children of 900 MiB each against 2048 MiB
+    if not sandbox.isolation().memory_cgroup:
+        pytest.skip("no memory cgroup here (needs root and cgroup v1)")
+    held = re.search(r"HELD (\d+)", _outputs(hostile, "h-memory-forked"))
+    assert held is None or int(held.group(1)) < 3, "three children held 2.7 GiB in a 2 GiB box"
+    assert "whole box" in res.reason, res.reason
+    assert all(_earned_by(hostile, "h-memory-forked")[ex] == _points(hostile, [ex])
+               for ex in hostile["exercises"][:2]), res.table()
+
+
+def test_a_huge_output_is_cut_and_the_rest_graded(hostile):
+    res = hostile["results"]["h-box"]
+    assert "could not grade" not in res.reason, res.reason
+    nb = hostile["course"] / "autograded" / "h-box" / CHAPTER / hostile["src"].name
+    assert nb.stat().st_size < 8 * 2**20
+
+
+def test_feedback_html_is_sanitised(hostile):
+    fb = _feedback(hostile, "h-box")
+    body = fb[fb.lower().index("<body"):]
+    for bad in (r"<script", r"<[a-zA-Z][^>]*\son\w+\s*=", r"""<a\b[^>]*href\s*=\s*["']?\s*javascript:"""):
+        assert not re.search(bad, body, re.I), re.findall(".{60}" + bad + ".{60}", body, re.I | re.S)[:2]
+
+
+def test_the_grader_package_stays_out_of_the_teaching_modules():
+    teaching = [p for p in (REPO / "course_utils").glob("*.py")]
+    imports = re.compile(r"^\s*(from\s+course_utils\.grading|import\s+course_utils\.grading|from\s+\.grading|"
+                         r"from\s+course_utils\s+import\s+.*\bgrading\b)", re.M)
+    assert teaching and not [p.name for p in teaching if imports.search(p.read_text())]
+    assert not (REPO / "course_utils" / "sandbox.py").exists() and not (REPO / "course_utils" / "grading.py").exists()
+    config = (REPO / "nbgrader_config.py").read_text()
+    assert "def " not in config and "class " not in config, "nbgrader_config.py only configures"

@@ -50,10 +50,10 @@ def test_ci_runs_the_readme_test_command_then_the_portable_run():
 
 def test_every_chapter_is_complete_and_listed():
     readme = (ROOT / "README.md").read_text()
-    chapters = grading.chapters()
+    chapters = grading.chapters(ROOT)
     assert chapters, "no chapters in solutions/"
     for ch in chapters:
-        src = grading.chapter_notebook(ch)
+        src = grading.chapter_notebook(ch, ROOT)
         assert (ROOT / "notebooks" / ch / src.name).exists(), f"{ch}: no student release"
         assert (ROOT / "tests" / "wrong_answers" / f"{ch}.py").exists(), f"{ch}: no wrong answer for the grading test"
         assert ch in readme, f"{ch} is missing from README's chapter table"

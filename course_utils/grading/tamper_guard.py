@@ -63,16 +63,17 @@ class _Snapshot:
             if info.name not in _SKIP_COURSE_MODULES:
                 importlib.import_module(f"course_utils.{info.name}")
         self.bindings = {name: _resolve(*where) for name, where in bindings.items()}
-        names = set(_WATCHED_MODULES) | {n for n in sys.modules
+        names = set(_WATCHED_MODULES) | {__name__} | {n for n in sys.modules
                                          if n.split(".")[0] == "course_utils"
                                          and n.split(".")[-1] not in _SKIP_COURSE_MODULES}
         self.modules = {n: sys.modules[n] for n in sorted(names) if n in sys.modules}
         self.namespaces = []      # (label, object, {name: value})
         for n, mod in self.modules.items():
-            everything = n in ("builtins", "math") or n.startswith("course_utils")
+            everything = n in ("builtins", "math", __name__) or n.startswith("course_utils")
             self.namespaces.append((n, mod, {k: v for k, v in vars(mod).items()
                                              if _watch_value(v, everything) and not k.startswith("__")}))
-        classes = [torch.Tensor, torch.nn.Module]
+        self.types = [(n, mod, type(mod)) for n, mod in self.modules.items()]
+        classes = [torch.Tensor, torch.nn.Module, _GuardEntry]
         shell = _shell()
         self.instances = []
         if shell is not None:
@@ -82,6 +83,7 @@ class _Snapshot:
                 if obj is not None:
                     classes += [c for c in type(obj).__mro__ if c is not object]
                     self.instances.append((obj, {k: v for k, v in vars(obj).items() if callable(v)}))
+                    self.types.append((type(obj).__name__, obj, type(obj)))
         for cls in dict.fromkeys(classes):
             self.namespaces.append((cls.__qualname__, cls, dict(vars(cls))))
         self.functions = {}
@@ -90,16 +92,20 @@ class _Snapshot:
                 f = getattr(v, "__func__", v)
                 if isinstance(f, types.FunctionType):
                     self.functions[id(f)] = (f, f.__code__, f.__defaults__, f.__kwdefaults__)
-        self.lists = []
+        self.lists = []   # (label, where, list, items): where must still hold that very list, unchanged
         if shell is not None:
             for name in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
                 lst = getattr(shell, name, None)
                 if isinstance(lst, list):
-                    self.lists.append((f"IPython {name}", lst, tuple(lst)))
-            for event in ("pre_execute", "pre_run_cell"):   # could re-tamper just before a test
-                lst = shell.events.callbacks.get(event)
+                    self.lists.append((f"IPython {name}", _Attr(shell, name), lst, tuple(lst)))
+            callbacks = shell.events.callbacks
+            for event in ("pre_execute", "pre_run_cell", "post_run_cell"):
+                # a hook could re-tamper just before a test, or swallow its result (post_execute is
+                # left out: matplotlib's inline backend adds its hook there)
+                lst = callbacks.get(event)
                 if isinstance(lst, list):
-                    self.lists.append((f"IPython {event} hooks", lst, tuple(lst)))
+                    self.lists.append((f"IPython {event} hooks", _Item(callbacks, event), lst, tuple(lst)))
+            self.callbacks = (shell.events, callbacks, frozenset(callbacks))
             self.custom_exc = (shell.custom_exceptions, vars(shell).get("CustomTB", _MISSING))
         self.trace = (sys.gettrace(), sys.getprofile())
 
@@ -135,10 +141,27 @@ class _Snapshot:
                 if current.get(k, _MISSING) is not v:
                     found.append(f"{type(obj).__name__}.{k} was replaced")
                     current[k] = v
-        for label, lst, items in self.lists:
-            if len(lst) != len(items) or any(a is not b for a, b in zip(lst, items)):
+        for t_label, obj, t in self.types:
+            if type(obj) is not t:
+                found.append(f"the class of {t_label} was changed")
+                try:
+                    obj.__class__ = t
+                except TypeError:
+                    pass
+        if hasattr(self, "callbacks"):
+            events, callbacks, known = self.callbacks
+            if events.callbacks is not callbacks:
+                found.append("IPython's event callbacks were replaced")
+                events.callbacks = callbacks
+            for extra in set(callbacks) - known:
+                if callbacks.get(extra):
+                    found.append(f"IPython {extra} hooks were added")
+                    callbacks[extra] = []
+        for label, where, lst, items in self.lists:
+            if where.get() is not lst or len(lst) != len(items) or any(a is not b for a, b in zip(lst, items)):
                 found.append(f"{label} were changed")
                 lst[:] = items
+                where.set(lst)
         shell = _shell()
         if shell is not None and hasattr(self, "custom_exc"):
             exc, tb = self.custom_exc
@@ -149,6 +172,15 @@ class _Snapshot:
                     vars(shell).pop("CustomTB", None)
                 else:
                     shell.CustomTB = tb
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            for kind, length, pop in (("TorchFunctionMode", "_len_torch_function_stack", "_pop_torch_function_stack"),
+                                      ("TorchDispatchMode", "_len_torch_dispatch_stack", "_pop_torch_dispatch_stack")):
+                n = getattr(torch._C, length, lambda: 0)()
+                if n:
+                    found.append(f"a global {kind} was set")
+                    for _ in range(n):
+                        getattr(torch._C, pop)()
         if (sys.gettrace(), sys.getprofile()) != self.trace:
             found.append("a trace or profile function was set")
             sys.settrace(self.trace[0])
@@ -161,6 +193,29 @@ class _Snapshot:
                     found.append(f"the notebook's name {name!r} no longer refers to the course's {_label(want)}")
                     ns[name] = want
         return found
+
+
+class _Attr:
+    """An attribute of an object (a traitlet included), read and put back."""
+
+    def __init__(self, obj, name):
+        self.obj, self.name = obj, name
+
+    def get(self):
+        return getattr(self.obj, self.name, _MISSING)
+
+    def set(self, value):
+        setattr(self.obj, self.name, value)
+
+
+class _Item(_Attr):
+    """An entry of a dict, read and put back."""
+
+    def get(self):
+        return self.obj.get(self.name, _MISSING)
+
+    def set(self, value):
+        self.obj[self.name] = value
 
 
 def _torch_wrapper(new, old) -> bool:
@@ -188,11 +243,27 @@ def _shell():
     return get_ipython()
 
 
+class _GuardEntry:
+    """How the grader calls the guard: found through ``object.__subclasses__()`` (the first class
+    of this name, made before any learner code ran), not through a name the notebook can rebind."""
+
+    @staticmethod
+    def install(bindings_json: str) -> str:
+        return install(bindings_json)
+
+    @staticmethod
+    def check(names_read_json: str) -> str:
+        return check(names_read_json)
+
+
 def install(bindings_json: str) -> str:
     """Snapshot the kernel. ``bindings_json``: ``{name: [module, attr or null]}`` for the names
     the chapter's own imports bind (``{"checks": ["course_utils", "checks"]}``)."""
     global _state
     _state = _Snapshot({k: tuple(v) for k, v in json.loads(bindings_json).items()})
+    for label, _, entries in _state.namespaces:   # the guard watches itself, its snapshot included
+        if label == __name__:
+            entries["_state"] = _state
     return json.dumps(["installed"])
 
 

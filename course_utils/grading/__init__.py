@@ -1,0 +1,44 @@
+"""The instructor's grader (nbgrader underneath); learners and teaching modules never import it.
+
+One module per idea:
+
+- :mod:`~course_utils.grading.cli` -- ``python -m course_utils.grading {grade,release,autograde,execute}``
+- :mod:`~course_utils.grading.course` -- the explicit course root, chapters, nbgrader as a program, release
+- :mod:`~course_utils.grading.intake` -- a submission read safely and rebuilt from the trusted release
+- :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
+- :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; who decides a test's result
+- :mod:`~course_utils.grading.sandbox` -- the box: bubblewrap, cgroups, limits
+- :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
+- :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests
+- :mod:`~course_utils.grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``
+- :mod:`~course_utils.grading.results` -- per-cell grades and a submission's faults
+
+The names below are imported lazily: the sandbox's launcher imports this package and must
+stay light (no nbgrader).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "course_root": "course", "chapters": "course", "chapter_notebook": "course", "exercise_of": "course",
+    "nbgrader": "course", "new_course": "course", "release": "course",
+    "fingerprint": "intake", "read_submission": "intake", "rebuild": "intake",
+    "grade_chapter": "autograde", "autograde_in": "autograde", "grade": "autograde",
+    "instructor_autograde": "autograde",
+    "read_grades": "gradebook", "backup_gradebook": "gradebook", "update_gradebook_tests": "gradebook",
+    "write_grades_csv": "gradebook",
+    "execute": "execution", "SandboxedExecute": "execution",
+    "CellGrade": "results", "NotebookGrades": "results", "META": "results", "FAULT": "results",
+    "TAMPERING": "results", "RECORD": "results", "GRADER_VERSION": "results",
+    "Limits": "sandbox",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

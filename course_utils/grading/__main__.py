@@ -1,0 +1,5 @@
+import sys
+
+from course_utils.grading.cli import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""The grader's command line: ``python -m course_utils.grading {grade,release,autograde,execute}``.
+
+Every command works on an explicit course root: ``--root DIR``, else ``$COURSE_ROOT``, else the
+current directory (the Makefile runs from the course root).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from course_utils.grading import sandbox
+from course_utils.grading.autograde import grade, instructor_autograde
+from course_utils.grading.course import course_root, release
+from course_utils.grading.execution import execute
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_utils.grading",
+                                     description="Grade, release, autograde and execute the course's notebooks.")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the course root (default: $COURSE_ROOT, else the current directory)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade one notebook with the hidden tests")
+    g.add_argument("notebook", type=Path)
+    sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    a = sub.add_parser("autograde", help="grade submitted/, write feedback and grades.csv")
+    a.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
+    e = sub.add_parser("execute", help="re-execute notebooks in place")
+    e.add_argument("path", type=Path, nargs="?", default=None)
+    args = parser.parse_args(argv)
+    root = course_root(args.root)
+    if args.command == "grade":
+        if not args.notebook.exists():
+            raise SystemExit(f"no such notebook: {args.notebook}")
+        iso = sandbox.isolation()
+        for w in iso.warnings:
+            print(f"{'WARNING' if not iso.sandboxed else 'note'}: {w}")
+        if not iso.sandboxed:
+            print("WARNING: your notebook runs WITHOUT A SANDBOX (fine for your own work; never grade "
+                  "someone else's notebook this way)", flush=True)
+        print(f"grading {args.notebook} (this runs the whole notebook; limits: "
+              f"{sandbox.Limits.from_env().describe()}) ...", flush=True)
+        print(grade(args.notebook, root).table())
+    elif args.command == "release":
+        for p in release(root):
+            print(f"wrote {p.relative_to(root)}")
+    elif args.command == "autograde":
+        instructor_autograde(root, force=args.force)
+    elif args.command == "execute":
+        execute(args.path if args.path is not None else root / "solutions")
+    return 0

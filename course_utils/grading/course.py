@@ -1,0 +1,109 @@
+"""The course directory the grader works on, its chapters, and nbgrader run as a program.
+
+The course root is always explicit: the ``--root`` option of the command line, else the
+``COURSE_ROOT`` environment variable, else the current directory (the Makefile runs from the
+course root). It is never derived from where ``course_utils`` or Python is installed: a
+sandboxed kernel runs the same Python, and must not be able to find the course from it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+ORIGIN = ".grading-origin"   # in a throwaway course: the course root it was made from
+
+
+def course_root(root: Path | str | None = None) -> Path:
+    """The course root: ``root``, else ``$COURSE_ROOT``, else the current directory; checked."""
+    path = Path(root if root is not None else os.environ.get("COURSE_ROOT") or Path.cwd()).resolve()
+    if not (path / "nbgrader_config.py").is_file() or not (path / "solutions").is_dir():
+        raise SystemExit(f"{path} is not the course root (it needs nbgrader_config.py and solutions/): "
+                         "run from the course root, or give --root or COURSE_ROOT")
+    return path
+
+
+def origin(root: Path) -> Path:
+    """The course a throwaway course was made from (``root`` itself for a real course)."""
+    marker = root / ORIGIN
+    if marker.is_file():
+        other = Path(marker.read_text().strip())
+        if (other / "solutions").is_dir():
+            return other
+    return root
+
+
+def chapters(root: Path | None = None) -> list[str]:
+    """The chapters: folders ``solutions/chNN_*`` that hold a notebook, in order."""
+    root = course_root(root)
+    return sorted(p.name for p in (root / "solutions").glob("ch*") if any(p.glob("*.ipynb")))
+
+
+def chapter_notebook(chapter: str, root: Path | None = None) -> Path:
+    """The one solution notebook of ``chapter``."""
+    root = course_root(root)
+    nbs = sorted((root / "solutions" / chapter).glob("*.ipynb"))
+    if len(nbs) != 1:
+        raise FileNotFoundError(f"expected one notebook in solutions/{chapter}, found {len(nbs)}")
+    return nbs[0]
+
+
+def exercise_of(grade_id: str) -> str:
+    """``"ex3_beam-hidden"`` -> ``"ex3_beam"``; a name without a suffix is its own exercise."""
+    return grade_id.rsplit("-", 1)[0] if grade_id.endswith(("-visible", "-hidden")) else grade_id
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # nbgrader runs `alembic` by name when it creates a gradebook.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str] | None = None,
+             timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in the course directory ``course`` (which holds the config)."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course,
+                              env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        proc = subprocess.CompletedProcess(e.cmd, 124, "", f"[ERROR] nbgrader ran past {timeout:g} s")
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def new_course(chapter_names: list[str], root: Path | None = None) -> Path:
+    """A temporary course directory with the config and the given chapters' sources."""
+    root = course_root(root)
+    course = Path(tempfile.mkdtemp(prefix="nbgrader-course-"))
+    shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
+    (course / ORIGIN).write_text(str(origin(root)))
+    for ch in chapter_names:
+        shutil.copytree(root / "solutions" / ch, course / "solutions" / ch,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        nbgrader("generate_assignment", ch, "--force", course=course)
+    return course
+
+
+def release(root: Path | None = None, chapter_names: list[str] | None = None) -> list[Path]:
+    """Regenerate ``notebooks/<chapter>/`` from ``solutions/<chapter>/`` for every chapter."""
+    root = course_root(root)
+    written = []
+    names = chapter_names or chapters(root)
+    course = new_course(names, root)
+    try:
+        for ch in names:
+            target = root / "notebooks" / ch
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(course / "notebooks" / ch, target)
+            written.extend(sorted(target.glob("*.ipynb")))
+    finally:
+        shutil.rmtree(course, ignore_errors=True)
+    return written

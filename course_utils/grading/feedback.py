@@ -1,0 +1,154 @@
+"""Feedback for a learner: no hidden test in it, no script from a submission, the faults on top.
+
+* :func:`sanitise_output` runs on every output as it arrives from a kernel: HTML and Markdown
+  outputs are cleaned with ``nh3`` (no ``<script>``, no ``on*`` attributes, no ``javascript:``
+  URLs), JavaScript outputs are dropped, SVG becomes a note. The autograded notebook, the
+  formgrader's view of it and the feedback are all made from these outputs.
+* :class:`ScrubHidden` (before ``ClearHiddenTests``) removes from every output any line that
+  holds a line of a hidden test, wherever it came from (a test's stdout, IPython's history, a
+  traceback, a file the notebook read).
+* :class:`ShortTracebacks` keeps one line per error in graded cells.
+* :class:`FaultNote` puts the submission's faults at the top.
+* :func:`sanitise_html_file` cleans the ``<body>`` of the written feedback HTML once more (the
+  learner's Markdown cells are rendered to HTML by nbconvert: a raw ``<script>`` or an
+  ``onerror`` attribute in them is removed there).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import nh3
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+
+from course_utils.grading.results import META
+
+_ATTRIBUTES = {"*": {"class", "id", "title"}, "img": {"src", "alt", "width", "height"}, "a": {"href"},
+               "td": {"colspan", "rowspan", "align"}, "th": {"colspan", "rowspan", "align", "scope"}}
+_SCHEMES = {"http", "https", "mailto", "data"}
+
+
+def _attribute_filter(tag: str, attr: str, value: str):
+    if attr == "href" and value.strip().lower().startswith("data:"):
+        return None                                # data: only for images
+    if attr == "src" and value.strip().lower().startswith("data:") and not value.strip().lower().startswith(
+            ("data:image/png", "data:image/jpeg", "data:image/gif")):
+        return None
+    return value
+
+
+def clean_html(html: str) -> str:
+    """HTML without scripts, event handlers, styles or dangerous URLs (``nh3``, i.e. ammonia)."""
+    return nh3.clean(html, attributes=_ATTRIBUTES, url_schemes=_SCHEMES, attribute_filter=_attribute_filter,
+                     clean_content_tags={"script", "style"})
+
+
+def sanitise_output(out) -> None:
+    """Make one notebook output safe to render (in place)."""
+    data = out.get("data") if isinstance(out, dict) else None
+    if not isinstance(data, dict):
+        return
+    for mime in list(data):
+        value = data[mime]
+        text = "".join(value) if isinstance(value, list) else value
+        if not isinstance(text, str):
+            continue
+        if mime in ("text/html", "text/markdown"):
+            data[mime] = clean_html(text)
+        elif mime == "image/svg+xml":
+            del data[mime]
+            data.setdefault("text/plain", "[an SVG image, not shown in graded notebooks]")
+        elif "javascript" in mime or mime.startswith("application/vnd.jupyter.widget"):
+            del data[mime]
+    if not data:
+        data["text/plain"] = ""
+
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+
+
+def hidden_lines(nb) -> list[str]:
+    """The lines of a notebook's hidden tests worth hiding (not blank, not a lone bracket)."""
+    lines = set()
+    for cell in nb.cells:
+        for block in HIDDEN.findall(cell.get("source", "")):
+            lines |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) >= 8}
+    return sorted(lines, key=len, reverse=True)
+
+
+def scrub(text: str, lines: list[str]) -> str:
+    if not lines or not isinstance(text, str):
+        return text
+    out = []
+    for ln in text.splitlines(keepends=True):
+        out.append("[a line of a hidden test, removed]\n" if any(h in ln for h in lines) else ln)
+    return "".join(out)
+
+
+class ScrubHidden(Preprocessor):
+    """Remove every line of a hidden test from every output (runs before ClearHiddenTests)."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        lines = hidden_lines(nb)
+        if not lines:
+            return nb, resources
+        for cell in nb.cells:
+            for out in cell.get("outputs", []):
+                if "text" in out:
+                    out["text"] = scrub(out["text"], lines)
+                if "evalue" in out:
+                    out["evalue"] = scrub(out["evalue"], lines)
+                if "traceback" in out:
+                    out["traceback"] = [scrub(t, lines) for t in out["traceback"]]
+                for mime, value in list(out.get("data", {}).items()):
+                    if isinstance(value, str):
+                        out["data"][mime] = scrub(value, lines)
+        return nb, resources
+
+
+class ShortTracebacks(Preprocessor):
+    """Replace tracebacks in graded cells by one line, so feedback never shows hidden tests."""
+
+    enabled = Bool(True)  # nbconvert preprocessors are disabled by default
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            for output in cell.get("outputs", []):
+                if output.output_type == "error":
+                    output.traceback = [f"{output.ename}: {output.evalue}"]
+        return cell, resources
+
+
+class FaultNote(Preprocessor):
+    """Put the submission's faults (hang, dead kernel, tampering, ...) at the top of its feedback."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        report = nb.metadata.get(META, {})
+        lines = list(report.get("faults", []))
+        for test, what in report.get("tampering", {}).items():
+            lines.append(f"{test}: the notebook changed what the tests rely on ({'; '.join(what)[:300]}); "
+                         "this exercise gets 0")
+        if lines:
+            text = "**Grading note.** " + " ".join(f"{ln}." if not ln.endswith(".") else ln for ln in lines)
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(clean_html(text)))
+        return nb, resources
+
+
+_BODY = re.compile(r"(<body[^>]*>)(.*)(</body>)", re.S | re.I)
+
+
+def sanitise_html_file(path: Path) -> None:
+    """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    m = _BODY.search(text)
+    if m is None:
+        path.write_text(clean_html(text), encoding="utf-8")
+        return
+    path.write_text(text[:m.start(2)] + clean_html(m.group(2)) + text[m.end(2):], encoding="utf-8")

@@ -1,0 +1,240 @@
+"""Intake: what nbgrader is given for one submission, rebuilt from the trusted release.
+
+A submission is untrusted data. It is read without following links and only if it is a
+regular file of bounded size (a symlink, a FIFO, a device or a folder is refused with a
+reason, and never opened for reading). What is graded is then *rebuilt* from the chapter's
+release notebook (generated from ``solutions/``, the trusted template):
+
+* every graded or read-only cell of the release is taken from the release, with its
+  metadata; from the submission only the *source* of the answer cells is taken (matched by
+  ``grade_id``, the first cell that carries it);
+* the learner's own extra cells are kept as plain cells of their type (source only);
+* nothing else of the submission counts: its tags (``skip-execution``, ``raises-exception``),
+  its cell and notebook metadata (``"nbgrader": "x"``, ``schema_version: 99``), its outputs,
+  its kernelspec, a second copy of a test cell (dropped);
+* graded cells that were deleted are put back from the release, cells whose type was changed
+  get their type back, and the hidden-test delimiter in a learner's cell is neutralised.
+
+A notebook that cannot be graded as it stands (not a regular file, not valid JSON, another
+chapter's notebook, none of the chapter's graded cells) is replaced by the blank release
+marked ``not_run``: it gets 0 and the reason, without a kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import nbformat
+from nbformat.notebooknode import NotebookNode
+
+from course_utils.grading.course import chapter_notebook, chapters, origin
+from course_utils.grading.results import GRADER_VERSION, META
+
+MAX_NOTEBOOK_BYTES = 32 * 2**20     # a chapter's notebook with outputs is well under 2 MiB
+HIDDEN_DELIMITERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+class Refused(ValueError):
+    """A submitted path that is not read at all (a link, a FIFO, too large, ...)."""
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def read_submission(path: Path, base: Path | None = None, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The bytes of a submitted file: never through a symbolic link (in ``path`` or any folder
+    between ``base`` and it), never blocking (a FIFO), only a regular file of at most ``limit``."""
+    path = Path(path)
+    if base is not None:
+        base = Path(base)
+        try:
+            parts = path.relative_to(base).parts
+        except ValueError:
+            parts = ()
+        here = base
+        for part in parts[:-1]:
+            here = here / part
+            if here.is_symlink():
+                raise Refused(f"{here.name}/ is a symbolic link, not a folder")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise Refused(f"{path.name} is a symbolic link, not a notebook file") from None
+        raise Refused(f"{path.name} cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if
+                    stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+            raise Refused(f"{path.name} is {kind}, not a notebook file")
+        if st.st_size > limit:
+            raise Refused(f"{path.name} is {st.st_size / 2**20:.0f} MiB, over the limit of {limit / 2**20:.0f} MiB")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise Refused(f"{path.name} is over the limit of {limit / 2**20:.0f} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _meta(cell) -> dict:
+    m = cell.get("metadata") if isinstance(cell, dict) else None
+    n = m.get("nbgrader") if isinstance(m, dict) else None
+    return n if isinstance(n, dict) else {}
+
+
+def _graded_ids(cells) -> list[str]:
+    return [g for g in (_meta(c).get("grade_id") for c in cells) if isinstance(g, str) and g]
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    if isinstance(src, list):
+        src = "".join(s for s in src if isinstance(s, str))
+    return src if isinstance(src, str) else ""
+
+
+def _neutralise(source: str) -> tuple[str, bool]:
+    """A learner's source with nbgrader's hidden-test delimiters made harmless comments."""
+    if not any(d in source for d in HIDDEN_DELIMITERS):
+        return source, False
+    for d in HIDDEN_DELIMITERS:
+        source = source.replace(d, d.replace(" ", "_").lower() + " (delimiter removed)")
+    return source, True
+
+
+def _plain(kind: str, source: str) -> NotebookNode:
+    if kind == "markdown":
+        return nbformat.v4.new_markdown_cell(source)
+    if kind == "raw":
+        return nbformat.v4.new_raw_cell(source)
+    return nbformat.v4.new_code_cell(source)
+
+
+def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str]]:
+    """The notebook to grade: ``template`` (the release) with the learner's answers and extra cells."""
+    by_id = {_meta(c)["grade_id"]: c for c in template.cells if _meta(c).get("grade_id")}
+    out, used, faults = [], set(), []
+    retyped, dropped, delimited = [], [], False
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        kind = cell.get("cell_type")
+        kind = kind if kind in ("code", "markdown", "raw") else "code"
+        source = _source(cell)
+        gid = _meta(cell).get("grade_id")
+        tc = by_id.get(gid) if isinstance(gid, str) else None
+        if tc is not None and gid not in used:
+            used.add(gid)
+            new = copy.deepcopy(tc)
+            if _meta(tc).get("solution"):
+                new.source, hit = _neutralise(source)
+                delimited |= hit
+                if kind != tc.cell_type:
+                    retyped.append(gid)
+            elif kind != tc.cell_type:
+                retyped.append(gid)
+            out.append(new)
+        elif tc is not None and not _meta(tc).get("solution"):
+            dropped.append(gid)                     # a second copy of a test or read-only cell
+        else:
+            source, hit = _neutralise(source)
+            delimited |= hit
+            out.append(_plain(kind, source))
+    if retyped:
+        faults.append(f"graded cells whose type was changed were given their type back: {', '.join(retyped)}")
+    if dropped:
+        faults.append(f"second copies of read-only cells were ignored: {', '.join(sorted(set(dropped)))}")
+    if delimited:
+        faults.append("a cell of the submission contained the hidden-test delimiter; it was made a comment")
+    want = _graded_ids(template.cells)
+    missing = [g for g in want if g not in used]
+    for gid in missing:   # after the nearest earlier graded cell that is there, else at the top
+        earlier = set(want[:want.index(gid)])
+        at = [i for i, c in enumerate(out) if _meta(c).get("grade_id") in earlier]
+        out.insert(at[-1] + 1 if at else 0, copy.deepcopy(by_id[gid]))
+    if missing:
+        faults.append(f"graded cells missing from the submission were put back from the release: {', '.join(missing)}")
+    nb = nbformat.v4.new_notebook(metadata=copy.deepcopy(template.metadata))
+    nb.cells = out
+    nb.nbformat, nb.nbformat_minor = template.nbformat, template.nbformat_minor
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+    return nb, faults
+
+
+def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
+           base: Path | None = None) -> list[str]:
+    """Check one submission, write what nbgrader should grade to ``dest``, return the faults."""
+    blank = nbformat.read(release, as_version=4)
+    try:
+        raw = read_submission(submitted, base)
+        data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+            raise ValueError("it has no list of cells")
+    except Refused as e:
+        return _set_aside(blank, dest, f"{e}; graded as blank")
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        return _set_aside(blank, dest, f"{submitted.name} is not valid JSON ({one_line(e, 120)}); graded as blank")
+    except ValueError as e:
+        return _set_aside(blank, dest, f"{submitted.name} is not a valid notebook ({one_line(e, 120)}); "
+                                       "graded as blank")
+    want = set(_graded_ids(blank.cells))
+    have = set(_graded_ids(data["cells"]))
+    if not have & want:
+        home = origin(root)
+        for other in chapters(home):
+            if other != chapter and have & set(_graded_ids(nbformat.read(chapter_notebook(other, home), 4).cells)):
+                return _set_aside(blank, dest, f"this is the notebook of {other}, submitted as {chapter}; "
+                                               "graded as blank")
+        return _set_aside(blank, dest, f"none of {chapter}'s graded cells are in {submitted.name}; graded as blank")
+    nb, faults = rebuild(data["cells"], blank)
+    nbformat.validate(nb)
+    nb.metadata[META] = {"faults": faults}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    return faults
+
+
+def _set_aside(blank: NotebookNode, dest: Path, reason: str) -> list[str]:
+    blank.metadata[META] = {"faults": [reason], "not_run": reason}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(blank, dest)
+    return [reason]
+
+
+def fingerprint(submitted: Path, chapter: str, course: Path, limits, base: Path | None = None) -> str:
+    """What a grade depends on: the submission, the chapter's tests, the grader and its limits."""
+    h = hashlib.sha256()
+    try:
+        h.update(read_submission(submitted, base))
+    except Refused as e:
+        h.update(f"<refused: {e}>".encode())
+    h.update(chapter_notebook(chapter, course).read_bytes())
+    h.update(GRADER_VERSION.encode())
+    h.update(json.dumps(limits.to_env(), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def submitted_notebook(folder: Path, nb_name: str) -> Path:
+    """The notebook to grade in ``submitted/<student>/<chapter>/``: the chapter's name, else the only one."""
+    right = folder / f"{nb_name}.ipynb"
+    others = sorted(folder.glob("*.ipynb"))
+    return right if os.path.lexists(right) or len(others) != 1 else others[0]

@@ -1,0 +1,440 @@
+"""The box a submitted notebook runs in: bubblewrap, cgroups, limits.
+
+Every submission gets its own throwaway *box* and its kernel is started by
+``python -m course_utils.grading.sandbox kernel BOX CONNECTION_FILE`` (the *launcher*, on the
+grader's side), which
+
+* puts itself in a fresh memory cgroup and a fresh pids cgroup (cgroup v1, as root), so that
+  memory (page cache and tmpfs included) and processes are limited for *everything* the
+  kernel starts, not per process; and sets per-process limits (address space, file size, no
+  core dumps) as a second line;
+* then becomes ``bwrap`` (bubblewrap, Debian's ``bubblewrap``), which starts the kernel as an
+  unprivileged user (uid 1000, no capabilities, no new privileges) in new user, PID, mount,
+  network, IPC, UTS and cgroup namespaces: a fresh ``/proc`` that shows only the box's
+  processes, no ``/sys``, no network but loopback, its own SysV IPC (a shared-memory segment
+  dies with it), its own host name. Every process dies with the kernel (PID namespace,
+  ``--die-with-parent``).
+
+What the kernel sees is built, not hidden: a read-only ``/usr`` (and the ``/bin``, ``/lib``
+links), the course's Python (the virtual environment and the interpreter it was made from),
+read-only; a fresh copy of the teaching modules of ``course_utils`` (``/box/lib``, read-only,
+without the grader); a writable ``/box`` that is a size-limited tmpfs (``/box/work`` the
+working folder, ``/box/home``, ``/box/tmp`` = ``/tmp``); the kernel's sockets (``/ipc``, as
+root a 1 MiB tmpfs). The course, ``solutions/``, the gradebook, ``submitted/``,
+``autograded/``, ``feedback/``, the nbgrader exchange, the grader's ``TMPDIR`` and every
+other student's files are simply not in its file system. Nothing in the box survives it.
+
+Where ``bwrap`` is missing or cannot create namespaces, :func:`isolation` says so with the
+command that installs it. ``make autograde`` then refuses to grade (set ``GRADING_UNSANDBOXED=1``
+to grade anyway, with the warning: only for work you trust); ``make grade`` (a learner
+grading their own notebook) runs the kernel with the per-process limits only, and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent     # course_utils (its teaching modules go in the box)
+GUARD = "_course_tamper_guard"                       # the tamper guard's module name inside the box
+KERNEL_NAME = "attention-course-sandbox"
+SANDBOX_UID = 1000
+INSTALL_HINT = ("install bubblewrap: `sudo apt-get install bubblewrap` (Debian/Ubuntu), "
+                "`sudo dnf install bubblewrap` (Fedora); macOS has none: grade in a Linux container")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits on one submission; the one place to change them.
+
+    Each can be overridden by an environment variable ``GRADING_<NAME>`` (upper case), e.g.
+    ``GRADING_NOTEBOOK_S=1200 make autograde``.
+    """
+
+    notebook_s: float = 600      # wall-clock time for the whole notebook
+    cell_s: float = 300          # wall-clock time for one cell
+    memory_mb: int = 4096        # memory of the whole box (cgroup); without one, address space per process
+    processes: int = 128         # processes and threads of the whole box (pids cgroup)
+    children: int = 16           # processes a notebook may leave running; more is a fork bomb
+    file_mb: int = 256           # largest file the kernel may write, and the size of the writable box
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Limits:
+        values = {}
+        for f in fields(cls):
+            raw = env.get(f"GRADING_{f.name.upper()}")
+            if raw:
+                try:
+                    values[f.name] = type(getattr(cls, f.name))(float(raw))
+                except ValueError:
+                    raise SystemExit(f"GRADING_{f.name.upper()}={raw!r} is not a number") from None
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        return {f"GRADING_{k.upper()}": str(v) for k, v in asdict(self).items()}
+
+    def describe(self) -> str:
+        return (f"{self.notebook_s:g} s per notebook, {self.cell_s:g} s per cell, "
+                f"{self.memory_mb} MiB of memory, {self.processes} processes, {self.file_mb} MiB of disk")
+
+
+# --- what this machine allows ------------------------------------------------------------------
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup (v1) for ``controller``, where we may create children (as root)."""
+    base = CGROUP_V1 / controller
+    if os.geteuid() != 0 or not (base / "cgroup.procs").exists():
+        return None
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if controller in ctrls.split(","):
+                here = base / path.lstrip("/")
+                return here if (here / "cgroup.procs").exists() else base
+    except OSError:
+        pass
+    return base
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this machine allows, and a warning for each thing it does not."""
+
+    bwrap: str | None            # the bubblewrap program, where it works
+    memory_cgroup: Path | None   # where the boxes' memory cgroups are made
+    pids_cgroup: Path | None     # where the boxes' pids cgroups are made
+    root: bool
+    warnings: tuple[str, ...]
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.bwrap is not None
+
+
+@lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    warnings = []
+    root = os.geteuid() == 0
+    bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+    if bwrap is None:
+        warnings.append(f"no bubblewrap (`bwrap`): submissions cannot be sandboxed; {INSTALL_HINT}")
+    else:
+        probe = [bwrap, *_namespaces(), *_system_view(), "--", sys.executable, "-c", "pass"]
+        try:
+            ok = subprocess.run(probe, capture_output=True, timeout=60)
+            if ok.returncode != 0:
+                warnings.append(f"`bwrap` cannot create the sandbox here ({ok.stderr.decode(errors='replace').strip()[:200]}); "
+                                "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) "
+                                "or grade as root or in a container")
+                bwrap = None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            warnings.append(f"`bwrap` failed: {e}")
+            bwrap = None
+    memory = _own_cgroup("memory")
+    pids = _own_cgroup("pids")
+    if bwrap and (memory is None or pids is None):
+        warnings.append("no cgroups for the box (they need root and cgroup v1 memory and pids): memory is limited "
+                        "per process only, and processes only by the check after each cell")
+    return Isolation(bwrap, memory, pids, root, tuple(warnings))
+
+
+def _namespaces() -> list[str]:
+    return ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--hostname", "grading-box", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+
+
+def _system_view() -> list[str]:
+    """The read-only system the kernel needs: /usr, its links, the course's Python; /proc, /dev."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+        args += ["--ro-bind-try", f, f]
+    for prefix in dict.fromkeys((sys.base_prefix, sys.prefix, sys.exec_prefix)):
+        if not prefix.startswith("/usr/") and prefix != "/usr":
+            args += ["--ro-bind", prefix, prefix]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # The kernel's uid maps to the grader's outside the box (root on CI); what the kernel checks
+    # against root's owner rights in /proc (sysctls, IRQs) is covered, read-only.
+    for d in ("/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"):
+        if os.path.isdir(d):
+            args += ["--tmpfs", d, "--remount-ro", d]
+    return args
+
+
+# --- the box -----------------------------------------------------------------------------------
+
+class Box:
+    """A throwaway folder (on the grader's side) for one submission's kernel; removed by :meth:`close`."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits.from_env()
+        self.iso = isolation()
+        self.root = Path(tempfile.mkdtemp(prefix="grading-box-"))
+        os.chmod(self.root, 0o700)
+        lib = self.root / "lib"
+        shutil.copytree(PACKAGE, lib / "course_utils",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "grading"))
+        shutil.copy(Path(__file__).with_name("tamper_guard.py"), lib / f"{GUARD}.py")
+        for name in ("work", "ipc"):
+            (self.root / name).mkdir(mode=0o700)
+        self._mounted = False
+        if self.iso.sandboxed and self.iso.root:   # the sockets' folder: a tiny tmpfs, not the grader's disk
+            self._mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=64,mode=0700",
+                                            "tmpfs", str(self.root / "ipc")], capture_output=True).returncode == 0
+        (self.root / "passwd").write_text(f"root:x:0:0::/:/usr/sbin/nologin\n"
+                                          f"student:x:{SANDBOX_UID}:{SANDBOX_UID}::/box/home:/usr/sbin/nologin\n")
+        (self.root / "group").write_text(f"root:x:0:\nstudent:x:{SANDBOX_UID}:\n")
+        self.connection_file = self.root / "connection.json"
+        self.cgroups: list[Path] = []
+        for parent, settings in ((self.iso.memory_cgroup, self._memory_settings()),
+                                 (self.iso.pids_cgroup, {"pids.max": str(self.limits.processes)})):
+            if parent is None:
+                continue
+            cg = parent / self.root.name
+            try:
+                cg.mkdir()
+                self.cgroups.append(cg)
+                for k, v in settings.items():
+                    if (cg / k).exists():
+                        (cg / k).write_text(v)
+            except OSError:
+                pass
+        (self.root / "cgroups.json").write_text(json.dumps([str(c) for c in self.cgroups]))
+        self._baseline: int | None = None
+
+    def _memory_settings(self) -> dict[str, str]:
+        limit = str(self.limits.memory_mb * 2**20)
+        return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit, "memory.swappiness": "0"}
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    def kernel_manager(self, max_message_bytes: int | None = None):
+        """A kernel manager that starts this box's sandboxed kernel."""
+        argv = [sys.executable, "-m", "course_utils.grading.sandbox", "kernel", str(self.root), "{connection_file}"]
+        return kernel_manager(argv, transport="ipc", ip=str(self.root / "ipc" / "k"),
+                              connection_file=str(self.connection_file), max_message_bytes=max_message_bytes)
+
+    def _procs(self) -> list[int] | None:
+        if not self.cgroups:
+            return None
+        try:
+            return [int(p) for p in (self.cgroups[-1] / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def processes(self, launcher_pid: int | None = None) -> int:
+        """Processes in the box beyond those it started with (bwrap, its init, the kernel); the
+        first call sets that baseline."""
+        procs = self._procs()
+        n = len(procs) if procs is not None else (descendants(launcher_pid) if launcher_pid else 0)
+        if self._baseline is None:
+            self._baseline = n
+        return max(0, n - self._baseline)
+
+    def out_of_memory(self) -> bool:
+        """Whether the box reached its memory limit (an OOM kill, a failed charge, or the peak at the limit)."""
+        for cg in self.cgroups:
+            try:
+                if (cg / "memory.failcnt").exists():
+                    oom = (cg / "memory.oom_control").read_text()
+                    kills = [int(ln.split()[1]) for ln in oom.splitlines() if ln.startswith("oom_kill ")]
+                    peak = int((cg / "memory.max_usage_in_bytes").read_text())
+                    return (bool(kills and kills[0] > 0) or int((cg / "memory.failcnt").read_text()) > 0
+                            or peak >= 0.97 * self.limits.memory_mb * 2**20)
+            except (OSError, ValueError, IndexError):
+                pass
+        return False
+
+    def close(self) -> None:
+        for _ in range(50):
+            procs = self._procs() or []
+            if not procs:
+                break
+            for pid in procs:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        for cg in self.cgroups:
+            for _ in range(50):
+                try:
+                    cg.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        if self._mounted:
+            subprocess.run(["umount", "-l", str(self.root / "ipc")], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _kernel_main(box: Path, connection_file: str) -> None:
+    """The launcher, on the grader's side: cgroups, limits, then ``exec`` bwrap (or, unsandboxed, the kernel)."""
+    limits = Limits.from_env()
+    iso = isolation()
+    info = json.loads(Path(connection_file).read_text())
+    if iso.sandboxed:
+        info["ip"] = "/ipc/k"
+    conn = box / "kernel.json"
+    conn.write_text(json.dumps(info))
+    os.chmod(conn, 0o600)
+    cgroups = json.loads((box / "cgroups.json").read_text())
+    for cg in cgroups:
+        Path(cg, "cgroup.procs").write_text(str(os.getpid()))
+    mb = 2**20
+    rlimits = [(resource.RLIMIT_FSIZE, limits.file_mb * mb), (resource.RLIMIT_CORE, 0)]
+    if not any("/memory/" in cg for cg in cgroups):   # the memory cgroup limits the whole box; else per process
+        rlimits.append((resource.RLIMIT_AS, limits.memory_mb * mb))
+    for what, value in rlimits:
+        try:
+            resource.setrlimit(what, (value, value))
+        except (ValueError, OSError):
+            pass   # e.g. macOS refuses RLIMIT_AS; the wall-clock limit still holds
+    keep = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED", "NBGRADER_EXECUTION", "LANG", "COURSE_DEVICE")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    inside = Path("/box") if iso.sandboxed else box
+    env.update(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(inside / "home"),
+               TMPDIR=str(inside / "tmp"), PYTHONPATH=str(inside / "lib"), MPLCONFIGDIR=str(inside / "home"),
+               IPYTHONDIR=str(inside / "home" / ".ipython"), JUPYTER_RUNTIME_DIR=str(inside / "home"),
+               PYTHONDONTWRITEBYTECODE="1", USER="student", LOGNAME="student")
+    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(inside / "kernel.json"),
+              "--HistoryManager.hist_file=:memory:"]
+    if not iso.sandboxed:
+        for name in ("home", "tmp"):
+            (box / name).mkdir(exist_ok=True)
+        os.chdir(box / "work")
+        os.execvpe(kernel[0], kernel, env)
+    argv = [iso.bwrap, *_namespaces(), *_system_view(),
+            "--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
+            "--size", str(limits.file_mb * mb), "--tmpfs", "/box",
+            "--dir", "/box/work", "--dir", "/box/home", "--dir", "/box/tmp",
+            "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(conn), "/box/kernel.json",
+            "--bind", str(box / "ipc"), "/ipc",
+            "--symlink", "/box/tmp", "/tmp", "--size", str(64 * mb), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/", "--chdir", "/box/work", "--", *kernel]
+    os.execvpe(argv[0], argv, env)
+
+
+def descendants(pid: int) -> int:
+    """How many processes descend from ``pid`` (Linux /proc; 0 elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p.name))
+    todo, n = list(children.get(pid, [])), 0
+    while todo:
+        n += 1
+        todo.extend(children.get(todo.pop(), []))
+    return n
+
+
+def kernel_manager(argv: list[str] | None = None, max_message_bytes: int | None = None, **kwargs):
+    """An ``AsyncKernelManager`` for the course's own Python (``sys.executable``, i.e. ``.venv``),
+    whatever kernelspecs named ``python3`` the machine has. ``max_message_bytes``: the client
+    drops the connection of a kernel that sends a bigger message (the grader's memory stays bounded)."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    spec = KernelSpec(argv=argv or [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                      display_name="course kernel", language="python")
+
+    class _Specs(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            return spec
+
+    class _Manager(AsyncKernelManager):
+        def client(self, **kw):
+            if max_message_bytes:
+                import zmq
+                import zmq.asyncio
+                ctx = zmq.asyncio.Context()
+                ctx.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
+                kw.setdefault("context", ctx)
+            return super().client(**kw)
+
+    return _Manager(kernel_name=KERNEL_NAME, kernel_spec_manager=_Specs(), **kwargs)
+
+
+def guard_call(function: str, argument_json: str) -> str:
+    """The expression the grader evaluates in the kernel to call the tamper guard: ``install``
+    imports it (before any learner code ran); ``check`` finds it without a name the notebook
+    could rebind (``__import__``, ``__builtins__``)."""
+    if function == "install":
+        return f"__import__({GUARD!r})._GuardEntry.install({json.dumps(argument_json)})"
+    return (f"[c for c in ().__class__.__base__.__subclasses__() if c.__module__ == {GUARD!r} "
+            f"and c.__qualname__ == '_GuardEntry'][0].{function}({json.dumps(argument_json)})")
+
+
+# --- what the tests read -------------------------------------------------------------------
+
+def chapter_bindings(solution: Path) -> dict[str, tuple[str, str | None]]:
+    """``{name: (module, attr)}`` bound by the imports of the chapter's instructor cells."""
+    import nbformat
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for cell in nbformat.read(solution, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or meta.get("solution") or meta.get("grade"):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    out[a.asname or a.name.split(".")[0]] = (a.name, None) if a.asname else (a.name.split(".")[0], None)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    if a.name != "*":
+                        out[a.asname or a.name] = (node.module, a.name)
+    return out
+
+
+def names_read(source: str) -> list[str]:
+    """The global names a cell reads and does not bind itself (a test cell's ``checks``, ``torch`` ...)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    return sorted(read - bound)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "kernel":
+        _kernel_main(Path(argv[1]), argv[2])
+    raise SystemExit("usage: python -m course_utils.grading.sandbox kernel BOX CONNECTION_FILE")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
