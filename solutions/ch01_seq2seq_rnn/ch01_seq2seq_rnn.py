@@ -781,12 +781,53 @@ def markov_step(table):
 
 
 def chain_table(V=6):
-    """A table whose most probable chain is <sos> -> 4 -> 5 -> <eos> (after 5, <eos> beats 4)."""
+    """A table whose most probable chain is <sos> -> 4 -> 5 -> <eos> (after 5, <eos> beats 4).
+    After <eos> the most probable token is 4, not <pad>: a decoder must write pad_id itself."""
     logits = torch.full((V, V), -8.0)
     logits[SOS_ID, 4] = 0.0
     logits[4, 5] = 0.0
     logits[5, EOS_ID], logits[5, 4] = 0.0, -0.5
+    logits[EOS_ID, 4] = 0.0
     return torch.log_softmax(logits, dim=-1)
+
+
+def two_chains_step():
+    """A batch of two sentences with their own tables (the state says which row uses which):
+    row 0 writes 4 5 <eos> (3 tokens), row 1 writes 3 4 5 <eos> (4 tokens)."""
+    tables = torch.stack([chain_table(), chain_table()])
+    tables[1, SOS_ID] = tables[0, SOS_ID].roll(-1)  # from <sos> the most likely token is 3 ...
+    tables[1, 3] = tables[0, SOS_ID]               # ... then 3 -> 4, and the chain goes on
+    def step(prev, state):
+        return tables[state["row"], prev], state
+    return step
+
+
+def memory_step(table):
+    """A step function with a memory, as a real decoder has: its log-probabilities depend on the
+    previous token *and on the one before it*, which only the state holds: ``table[before, prev]``.
+    The state has one row per sentence (per prefix, in a beam) and must follow that prefix: after
+    a beam step, ``decoding.index_state`` copies the rows the surviving prefixes came from."""
+    def step(prev_tokens, state):
+        before = state["before"]
+        if before.shape[0] != prev_tokens.shape[0]:
+            raise ValueError(f"the state has {before.shape[0]} rows but {prev_tokens.shape[0]} prefixes were fed: "
+                             "the state needs one row per prefix (decoding.index_state)")
+        return table[before, prev_tokens], {"before": prev_tokens}
+    return step
+
+
+def memory_table(V=6):
+    """``table[before, prev]`` for :func:`memory_step`. A beam of 2 keeps <4> and <3> after the first
+    step, then both extensions of <4>, so the state's rows must be reordered (rows [1, 1]): the
+    best sentence is 4 5 <eos> (p = 0.4 * 0.6), but 3 5 <eos> is impossible (after 3, 5: 3 is certain)."""
+    probs = torch.full((V, V, V), 1e-9)
+    probs[SOS_ID, SOS_ID, 3], probs[SOS_ID, SOS_ID, 4] = 0.6, 0.4   # step 1: 3 before 4
+    probs[SOS_ID, 3, :] = 1 / V                                     # after 3: every token 1/6
+    probs[SOS_ID, 4, 5], probs[SOS_ID, 4, 3] = 0.6, 0.4             # after 4: 5 or 3
+    probs[4, 5, EOS_ID] = probs[4, 3, EOS_ID] = 1.0                 # 4 5 and 4 3 end
+    probs[3, 5, 3] = probs[3, 3, 3] = 1.0                           # 3 5 and 3 3 go on with 3
+    probs[:, EOS_ID, 4] = 1.0
+    return torch.log(probs / probs.sum(-1, keepdim=True))
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_greedy-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -802,13 +843,9 @@ def _check_greedy_max_len():
     checks.expect_equal(tokens, torch.tensor([[4, 5]]), "tokens with max_len=2 (stop before <eos>)")
 
 def _check_greedy_different_ends():
-    # Row 0 follows the chain (3 tokens); row 1 has its own table: sos -> 3 -> 4 -> 5 -> eos.
-    tables = torch.stack([chain_table(), chain_table()])
-    tables[1, SOS_ID] = tables[0, SOS_ID].roll(-1)  # from <sos> the most likely token is 3 ...
-    tables[1, 3] = tables[0, SOS_ID]               # ... then 3 -> 4, and the chain goes on
-    def step(prev, state):
-        return tables[state["row"], prev], state
-    tokens, _ = checks.call(greedy_decode, step, {"row": torch.arange(2)}, max_len=10)
+    # Row 0 writes 4 5 <eos>, row 1 writes 3 4 5 <eos>; after <eos> the table's best token is 4.
+    tokens, _ = checks.call(greedy_decode, two_chains_step(), {"row": torch.arange(2)}, max_len=10)
+    checks.expect_shape(tokens, (2, 4), "tokens (decode until *every* sentence has written <eos>)")
     checks.expect_equal(tokens, torch.tensor([[4, 5, EOS_ID, PAD_ID], [3, 4, 5, EOS_ID]]),
                         "tokens of two sentences that end at different steps (pad_id after <eos>)")
 
@@ -937,12 +974,23 @@ def _check_beam_wider_than_candidates():
                         "the finished hypotheses of a beam wider than the candidates (all of them)")
     checks.expect_equal(len(hyps), 6 + 5 * 5, "number of hypotheses (6 finished, 25 unfinished of length 2)")
 
+def _check_beam_reorders_state():
+    # memory_step's output depends on its state: the state's rows must follow the prefixes.
+    hyps = checks.call(beam_search, memory_step(memory_table()), {"before": torch.tensor([SOS_ID])},
+                       max_len=4, beam_size=2)
+    checks.expect_equal(hyps[0].tokens, [4, 5, EOS_ID],
+                        "best hypothesis with a step that has a memory (reorder the state's rows)")
+    checks.expect_close(torch.tensor(hyps[0].score), torch.tensor(math.log(0.4 * 0.6)), "its score log(0.4 * 0.6)",
+                        atol=1e-4)
+
 checks.run_checks("beam_search", [("beam_size=1 is greedy decoding", _check_beam_one_is_greedy),
                                   ("a beam of 2 finds the better sentence greedy misses", _check_beam_escapes_trap),
-                                  ("a beam wider than the candidates keeps them all", _check_beam_wider_than_candidates)])
+                                  ("a beam wider than the candidates keeps them all", _check_beam_wider_than_candidates),
+                                  ("the state follows its prefix (a step with a memory)", _check_beam_reorders_state)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_beam-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: a wide beam finds the exact best sentence; scores add up; no call of the reference.
+# Hidden tests: a wide beam finds the exact best sentence; scores add up; steps with a memory and a GRU
+# decoder (the state must follow its prefix) give the reference's hypotheses; no call of the reference.
 ### BEGIN HIDDEN TESTS
 import itertools as _it
 
@@ -967,6 +1015,24 @@ for _alpha in (0.0, 1.0):
             _s += float(_table[_prev, _t]); _prev = _t
         assert abs(_h.score - _s) < 1e-4, "a hypothesis's score must be the sum of its tokens' log-probabilities"
         assert abs(_h.normalized - _s / len(_h.tokens) ** _alpha) < 1e-4, "normalized = score / len ** alpha"
+# A step with a memory (random second-order tables), and a real GRU decoder, against the reference.
+for _trial in range(3):
+    _t2 = torch.log_softmax(torch.randn(6, 6, 6, generator=_g) * 1.5, dim=-1)
+    _want = decoding.beam_search(memory_step(_t2), {"before": torch.tensor([SOS_ID])}, max_len=5, beam_size=3)
+    with checks.forbid(decoding.beam_search):
+        _got = beam_search(memory_step(_t2), {"before": torch.tensor([SOS_ID])}, max_len=5, beam_size=3)
+    checks.expect_equal([_h.tokens for _h in _got], [_h.tokens for _h in _want], "hypotheses with a memory step")
+torch.manual_seed(11)
+_m = rnn.Seq2Seq(src_vocab=9, tgt_vocab=8, emb_dim=6, hidden=8, context_every_step=True).eval()
+with torch.no_grad():
+    for _src in ([4, 5, 6, 7], [8, 3]):
+        _st = _m.encode(torch.tensor([_src]), torch.tensor([len(_src)]))
+        _want = decoding.beam_search(_m.decode_step, _st, max_len=6, beam_size=3, alpha=1.0)
+        with checks.forbid(decoding.beam_search):
+            _got = beam_search(_m.decode_step, _st, max_len=6, beam_size=3, alpha=1.0)
+        checks.expect_equal([_h.tokens for _h in _got], [_h.tokens for _h in _want], "hypotheses of a GRU decoder")
+        checks.expect_close(torch.tensor([_h.score for _h in _got]), torch.tensor([_h.score for _h in _want]),
+                            "scores of a GRU decoder", atol=1e-4)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -978,9 +1044,9 @@ for _alpha in (0.0, 1.0):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-greedy_decode_used = checks.learner_or_reference(
+greedy_decode_used = checks.learner_or_reference(  # a probe whose two sentences end at different steps
     greedy_decode, decoding.greedy_decode,
-    lambda f: f(markov_step(chain_table()), {"t": torch.zeros(3)}, max_len=4), "greedy_decode")
+    lambda f: f(two_chains_step(), {"row": torch.tensor([0, 1, 0])}, max_len=6), "greedy_decode")
 for m in models.values():  # decode on the CPU, where the exercises' tensors live
     m.cpu()
 
@@ -1123,9 +1189,9 @@ if not GRADING:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-def _probe_beam(f):
-    table = torch.log_softmax(torch.randn(6, 6, generator=torch.Generator().manual_seed(2)), -1)
-    return f(markov_step(table), {"t": torch.zeros(1)}, max_len=4, beam_size=3, alpha=1.0)  # compared with the reference
+def _probe_beam(f):  # a step with a memory, so that the state must follow its prefix
+    table = torch.log_softmax(torch.randn(6, 6, 6, generator=torch.Generator().manual_seed(2)) * 1.5, -1)
+    return f(memory_step(table), {"before": torch.tensor([SOS_ID])}, max_len=5, beam_size=3, alpha=1.0)
 beam_search_used = checks.learner_or_reference(beam_search, decoding.beam_search, _probe_beam, "beam_search")
 
 model = models["context at every step"]
