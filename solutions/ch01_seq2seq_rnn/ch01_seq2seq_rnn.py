@@ -406,7 +406,7 @@ print(f"norm of W_hh^39 (no tanh): {power:.1e}; through the tanh RNN: |grad at t
       f"{(g[0] / g[-1]).item():.1e}; bound sigma_max^39 = {sigma_nn ** 39:.1e}")
 if not GRADING:  # computed with rnn_forward_used, which may be yours
     claims.check("ch01: a non-normal W_hh with spectral radius 0.71 explodes (log10 gradient ratio, t=0 vs 39)",
-                 math.log10(g[0] / g[-1]), above=2)
+                 math.log10(g[0] / g[-1]), above=2.5)
 
 # %% [markdown]
 # An exploding gradient makes one update step huge and can throw the weights far away. The cure
@@ -811,22 +811,25 @@ if not GRADING:
               f"{u[50]:.3f} at the spike, median {u[51:71].median():.3f} in steps 51-70; "
               f"sqrt(v_hat) {d[49]:.4f} at step 49, {d[99]:.4f} at step 99")
     (u0, d0), (u1, d1) = spike_runs[False], spike_runs[True]
-    claims.check("ch01: under Adam, clipping hardly changes ordinary steps (median update norm, steps 0-49, "
-                 "clipped / unclipped)", u1[:50].median() / u0[:50].median(), above=0.7, below=1.6)
+    claims.check("ch01: under Adam, clipping does not shorten ordinary steps (median update norm, steps 0-49, "
+                 "clipped / unclipped)", u1[:50].median() / u0[:50].median(), above=0.9, below=2)
     claims.check("ch01: Adam limits the unclipped spike's own step (update at the spike / median before)",
-                 u0[50] / u0[:50].median(), above=1.5, below=20)
+                 u0[50] / u0[:50].median(), above=2, below=10)
     claims.check("ch01: an unclipped spike inflates Adam's denominator for the rest of the run "
-                 "(sqrt(v_hat) at step 99 / step 49)", d0[99] / d0[49], above=2)
-    claims.check("ch01: a clipped spike does not (sqrt(v_hat) at step 99 / step 49)", d1[99] / d1[49], below=1.5)
+                 "(sqrt(v_hat) at step 99 / step 49)", d0[99] / d0[49], above=3)
+    claims.check("ch01: a clipped spike does not (sqrt(v_hat) at step 99 / step 49)", d1[99] / d1[49], below=1.2)
 
 # %% [markdown]
 # Read the lines above. Before the spike, clipping shrinks the gradients (Adam's denominator
-# $\sqrt{\hat v}$ is less than half as large with clipping), and yet the updates are about as long
-# (within a third): the division undoes the scale. At the spike, the unclipped update is only a few times longer than usual, not a hundred
-# times: Adam's division already limits it, where SGD would take the full step. The harm comes
+# $\sqrt{\hat v}$ is less than half as large with clipping), and yet the updates are not shorter:
+# they are somewhat *longer* (median 1.3 times the unclipped one in the run shown; 1.15–1.5 times
+# over 5 seeds and PyTorch's portable CPU kernel), because clipping evens out the gradients that
+# Adam averages. The division undoes the scale. At the spike, the unclipped update is only a few
+# times longer than usual (4 times here; 3.8–4.6), not a hundred times: Adam's division already
+# limits it, where SGD would take the full step. The harm comes
 # after. The spike's direction, kept in $m$, drives the next few dozen updates (longer than usual,
 # in the direction of one bad batch), and $\sqrt{\hat v}$ stays several times larger to the end
-# of the run, so every later ordinary gradient moves the weights less than it would have. The
+# of the run (5 times at step 99 here; 4.6–6.9 over the seeds and kernels), so every later ordinary gradient moves the weights less than it would have. The
 # clipped run does not notice the spike at all. This is clipping's job under Adam: keep one
 # extreme gradient out of the optimiser's statistics.
 
@@ -1312,7 +1315,9 @@ if not GRADING:
                      "positions minus the first 2)", sum(err[-4:]) / 4 - sum(err[:2]) / 2, above=0.1)
 
 # %% [markdown]
-# The errors of the copy task grow along the output as well, from the first output to the last,
+# The errors of the copy task grow along the output as well, from the first output to the last
+# (mean error of the last four positions minus the first two: 0.48 free-running and 0.17
+# teacher-forced in the run shown; 0.43–0.54 and 0.15–0.23 over 5 seeds and the portable kernel),
 # although its first outputs are the first input symbols: the errors follow the **output
 # position**, not the input position, and they do so with teacher forcing too. What makes a symbol
 # hard to write is not how long ago the encoder read it but how many symbols the decoder has
@@ -1375,7 +1380,7 @@ print(f"of the beam's {model_errors + search_errors} wrong outputs (alpha=0), {m
       f"the target under the model (model errors), {search_errors} less (search errors)")
 if not GRADING:
     claims.check("ch01: the beam's wrong outputs are model errors (share more probable than the target)",
-                 model_errors / max(model_errors + search_errors, 1), above=0.7)
+                 model_errors / max(model_errors + search_errors, 1), above=0.85)
     claims.check("ch01: the beam's best log-probability is at least greedy's (share of sentences)",
                  beam_not_worse / len(sample), above=0.9 - 1e-9)
 
@@ -1388,7 +1393,8 @@ if not GRADING:
 # which: if it is below the beam's best score, the model itself prefers a wrong output (a *model
 # error*) and a better search would only find that wrong output more reliably; if above, the
 # search missed a better sentence (a *search error*). The last line above counts them: the wrong
-# outputs are model errors (all of them or nearly, in this sample). Length normalisation hardly matters here:
+# outputs are model errors (33 of 34 in the run shown; 97–100 % over 5 seeds and the portable
+# kernel). Length normalisation hardly matters here:
 # without it ($\alpha = 0$) a search leans towards ending early, since every extra token lowers
 # the summed log-probability, but this model is confident about where a string ends, and the
 # mean output lengths above barely differ. Beam search pays off when
