@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "attention_scores", "cached_attention", "causal_mask",
+    "KVCache", "MultiHeadAttention", "OneHeadSelfAttention", "attention_scores", "cached_attention", "causal_mask",
     "combine_masks", "convert_to_gqa", "grouped_sdpa", "kv_cache_bytes", "masked_softmax",
     "mean_pool_kv_heads", "merge_heads", "padding_mask", "repeat_kv", "scaled_dot_product_attention",
     "split_heads",
@@ -541,3 +541,18 @@ def convert_to_gqa(mha: MultiHeadAttention, n_kv_heads: int, how: str = "mean",
                     bound = 1 / math.sqrt(mha.d_model)   # nn.Linear's default initialisation range
                     p_new.copy_(torch.rand(p_new.shape, generator=generator) * 2 * bound - bound)
     return new
+
+
+class OneHeadSelfAttention(MultiHeadAttention):
+    """:class:`MultiHeadAttention` with one head, as a single-head self-attention layer (chapter 3's
+    ``SelfAttention``): ``forward(x (batch, L, d_model), mask (batch, L, L) or None)`` returns
+    ``(output (batch, L, d_model), weights (batch, L, L))``; the same four sub-modules
+    ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``."""
+
+    def __init__(self, d_model: int):
+        super().__init__(d_model, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = None if mask is None else mask.unsqueeze(-3)      # (batch, 1, L, L): the single head
+        out, weights = super().forward(x, mask=mask, need_weights=True)
+        return out, weights.squeeze(1)

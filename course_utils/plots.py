@@ -225,3 +225,52 @@ def draw_attention_decoder_steps(axes=None):
         ax.set_xlim(-0.6, 5.7)
         ax.set_ylim(-1.0, 5.3)
     return ax_b, ax_l
+
+
+def draw_qkv_roles(axes=None):
+    """Where Q, K and V come from: self-attention (one sequence) beside cross-attention (Q from the
+    decoder, K and V from the encoder), with the shapes of every matrix. Returns the two axes.
+
+    Orange: the queries and the sequence they come from; blue: the keys, the values and their
+    sequence; grey-brown: the one sequence that plays both roles in self-attention.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    def box(ax, x, y, w, text, color, h=0.9):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.35"))
+        ax.text(x, y, text, ha="center", va="center", fontsize=9.5)
+
+    def arrow(ax, start, end, label=None):
+        ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.2))
+        if label:
+            ax.text((start[0] + end[0]) / 2 + 0.15, (start[1] + end[1]) / 2, label, fontsize=9, color="0.25")
+
+    ask, read, both, math_ = "#fdd49e", "#c6dbef", "#d9d2c3", "#eeeeee"
+    if axes is None:
+        axes = plt.subplots(1, 2, figsize=(13, 4.4))[1]
+    for ax, cross_case in zip(axes, (False, True)):
+        if cross_case:
+            box(ax, 2.0, 0.6, 3.2, "$X_{dec}$: $T$ decoder states", ask)
+            box(ax, 7.0, 0.6, 4.6, "$X_{enc}$: $S$ encoder states", read)
+            sources, n_q, n_k = ((2.0, 1.05), (7.0, 1.05), (7.0, 1.05)), "T", "S"
+            ax.set_title("cross-attention: Q from the decoder, K and V from the encoder")
+        else:
+            box(ax, 5.0, 0.6, 6.0, "$X$: $n$ tokens ($n \\times d$)", both)
+            sources, n_q, n_k = ((3.0, 1.05), (5.0, 1.05), (7.0, 1.05)), "n", "n"
+            ax.set_title("self-attention: Q, K and V from the same sequence")
+        for (x, name, w_name, color), src in zip(((2.0, "Q", "$W_Q$", ask), (5.0, "K", "$W_K$", read),
+                                                  (8.0, "V", "$W_V$", read)), sources):
+            rows = n_q if name == "Q" else n_k
+            cols = "d_v" if name == "V" else "d_k"
+            box(ax, x, 2.6, 2.4, f"${name}$ (${rows} \\times {cols}$)", color)
+            arrow(ax, src, (x, 2.15), w_name)
+        box(ax, 3.5, 4.3, 3.8, f"softmax$(QK^\\top/\\sqrt{{d_k}})$: ${n_q} \\times {n_k}$", math_)
+        box(ax, 7.2, 5.8, 3.6, f"output = weights $V$: ${n_q} \\times d_v$", math_)
+        arrow(ax, (2.0, 3.05), (3.0, 3.85))
+        arrow(ax, (5.0, 3.05), (4.0, 3.85))
+        arrow(ax, (3.5, 4.75), (6.2, 5.35))
+        arrow(ax, (8.0, 3.05), (7.8, 5.35))
+        ax.set_xlim(-0.2, 10.2)
+        ax.set_ylim(-0.1, 6.5)
+        ax.axis("off")
+    return axes

@@ -227,3 +227,17 @@ def test_other_bad_inputs():
         A.combine_masks(torch.ones(2, 3, dtype=torch.bool), torch.ones(4, 3, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask 1 must be a bool"):
         A.combine_masks(torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 3))
+
+
+def test_one_head_self_attention_is_multi_head_with_one_head():
+    torch.manual_seed(0)
+    one = A.OneHeadSelfAttention(8)
+    multi = A.MultiHeadAttention(8, 1)
+    multi.load_state_dict(one.state_dict())
+    x = torch.randn(2, 5, 8)
+    mask = A.combine_masks(A.padding_mask(torch.tensor([5, 3]), 5), A.causal_mask(5))
+    out, w = one(x, mask)
+    want, want_w = multi(x, mask=mask.unsqueeze(-3), need_weights=True)
+    assert out.shape == (2, 5, 8) and w.shape == (2, 5, 5)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(w, want_w.squeeze(1))

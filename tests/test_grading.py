@@ -9,6 +9,8 @@ For every chapter four notebooks are submitted and autograded:
   -> loses exactly that exercise's points;
 * ``ci-tampered``: ``ci-wrong`` whose test cells were replaced by ``pass`` -> graded by the
   original tests all the same;
+* ``ci-wrong-<name>`` (for a chapter whose wrong answers define ``MORE_WRONG = {name: (exercise,
+  source)}``): more wrong answers, each submitted alone -> each loses exactly its exercise's points;
 * ``ci-hidden-only`` (for a chapter whose ``tests/wrong_answers/<chapter>.py`` defines
   ``HIDDEN_ONLY = {exercise: source}``): the solution with every listed exercise answered by a
   wrong answer that passes its visible tests -> each listed exercise keeps its visible points
@@ -59,6 +61,11 @@ def _hidden_only(chapter: str) -> dict[str, str] | None:
     return getattr(_wrong_module(chapter), "HIDDEN_ONLY", None)
 
 
+def _more_wrong(chapter: str) -> dict[str, tuple[str, str]]:
+    """``MORE_WRONG`` of the chapter's wrong answers: ``{name: (exercise, source)}``, maybe empty."""
+    return getattr(_wrong_module(chapter), "MORE_WRONG", {})
+
+
 def _meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
@@ -97,12 +104,15 @@ def graded(request, tmp_path_factory):
         "ci-wrong": _make_wrong(src, exercise, wrong_source, tmp / "wrong.ipynb"),
         "ci-tampered": _make_wrong(src, exercise, wrong_source, tmp / "tampered.ipynb", tamper=True),
     }
+    more_wrong = _more_wrong(chapter)
+    for name, (ex, text) in more_wrong.items():
+        subs[f"ci-wrong-{name}"] = _make_wrong(src, ex, text, tmp / f"wrong_{name}.ipynb")
     hidden_only = _hidden_only(chapter)
     if hidden_only:
         subs["ci-hidden-only"] = _make_wrong(src, hidden_only, None, tmp / "hidden_only.ipynb")
     results = grading.autograde_in(course, chapter, subs, feedback=True)
     yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results,
-           "hidden_only": hidden_only}
+           "hidden_only": hidden_only, "more_wrong": more_wrong}
     shutil.rmtree(course, ignore_errors=True)
 
 
@@ -173,6 +183,16 @@ def test_one_wrong_exercise_loses_exactly_its_points(graded):
     assert own > 0
     assert wrong.auto_score == full.auto_max - own, wrong.table()
     assert all(c.score == 0 for c in wrong.cells if c.exercise == ex)
+
+
+def test_more_wrong_answers_lose_exactly_their_points(graded):
+    full = graded["results"]["ci-solution"]
+    for name, (ex, _) in graded["more_wrong"].items():
+        wrong = graded["results"][f"ci-wrong-{name}"]
+        own = sum(c.max_score for c in full.cells if c.exercise == ex)
+        assert own > 0, f"MORE_WRONG {name!r} names {ex!r}, which has no points"
+        assert wrong.auto_score == full.auto_max - own, f"MORE_WRONG {name!r}:\n{wrong.table()}"
+        assert all(c.score == 0 for c in wrong.cells if c.exercise == ex), f"MORE_WRONG {name!r}:\n{wrong.table()}"
 
 
 def test_tampered_test_cells_are_restored(graded):
