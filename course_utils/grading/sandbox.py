@@ -179,6 +179,15 @@ def _system_view() -> list[str]:
     return args
 
 
+def _tmp_link() -> list[str]:
+    """/tmp inside the box is /box/tmp, unless the course's Python lives under /tmp (a clone in
+    /tmp, as CI may make): its read-only bind already made /tmp, and TMPDIR points to /box/tmp."""
+    prefixes = (sys.base_prefix, sys.prefix, sys.exec_prefix)
+    if any(p == "/tmp" or p.startswith("/tmp/") for p in prefixes):
+        return []
+    return ["--symlink", "/box/tmp", "/tmp"]
+
+
 # --- the box -----------------------------------------------------------------------------------
 
 class Box:
@@ -330,7 +339,7 @@ def _kernel_main(box: Path, connection_file: str) -> None:
             "--dir", "/box/work", "--dir", "/box/home", "--dir", "/box/tmp",
             "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(conn), "/box/kernel.json",
             "--bind", str(box / "ipc"), "/ipc",
-            "--symlink", "/box/tmp", "/tmp", "--size", str(64 * mb), "--tmpfs", "/dev/shm",
+            *_tmp_link(), "--size", str(64 * mb), "--tmpfs", "/dev/shm",
             "--remount-ro", "/", "--chdir", "/box/work", "--", *kernel]
     os.execvpe(argv[0], argv, env)
 
