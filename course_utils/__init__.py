@@ -14,6 +14,7 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
+- :mod:`course_utils.claims` -- an experiment's result stated with a bound from its spread over seeds and CPUs
 - :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)
 - :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
 
