@@ -104,5 +104,5 @@ execute: sync
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
 # gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .grading-cache
 	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +

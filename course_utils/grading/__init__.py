@@ -6,7 +6,9 @@ One module per idea:
 - :mod:`~course_utils.grading.course` -- the explicit course root, chapters, nbgrader as a program, release
 - :mod:`~course_utils.grading.intake` -- a submission read safely and rebuilt from the trusted release
 - :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
-- :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; who decides a test's result
+- :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; the checks' records collected
+- :mod:`~course_utils.grading.reference` -- the solution's own run, once per chapter, that submissions are held to
+- :mod:`~course_utils.grading.verdict` -- who decides a test's result: the grader, from plain data, outside the kernel
 - :mod:`~course_utils.grading.sandbox` -- the box: bubblewrap, cgroups, limits
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests

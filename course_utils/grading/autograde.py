@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from course_utils.grading import sandbox
+from course_utils.grading import reference, sandbox
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -54,7 +54,8 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
     reads rebuilt copies from a staging folder the kernels cannot see).
     """
     limits = limits or sandbox.Limits.from_env()
-    env = limits.to_env()
+    # Every submission is held to the solution's own run (verdict.py); made once, then cached.
+    env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
     nb_name = chapter_notebook(chapter, course).stem
     release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
     graded = []
@@ -163,7 +164,14 @@ def instructor_autograde(root: Path | None = None, force: bool = False) -> dict[
         update_gradebook_tests(root, ch)
         print(f"autograding {ch}: {len(students)} submissions ...", flush=True)
         subs = {s: submitted_notebook(f, nb_name) for s, f in students.items()}
-        for (s, res) in grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted).items():
+        try:
+            graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted)
+        except RuntimeError as e:   # the solution's own run failed: nothing of this chapter can be graded
+            print(f"ERROR: {e}", flush=True)
+            for s in students:
+                faults[(s, ch)] = f"not graded: {e}"
+            continue
+        for (s, res) in graded.items():
             results[(s, ch)] = res
             if res.reason:
                 faults[(s, ch)] = res.reason
