@@ -124,13 +124,15 @@ site-serve:
 	@test -f site/_build/html/index.html || { echo "no site yet: run make site first"; exit 2; }
 	python3 -m http.server --bind 127.0.0.1 --directory site/_build/html $(SITE_PORT)
 
-# Headless Chromium from Debian's packages, for make test-browser. As root with apt-get (CI),
-# install it; otherwise say how (the browser tests then skip, saying why).
+# Headless Chromium from Debian's packages, for make test-browser, with a CJK font (the glossary's
+# Chinese in the screenshots). As root with apt-get (CI), install them; otherwise say how (the
+# browser tests then skip, saying why).
+BROWSER_PACKAGES := chromium fonts-wqy-zenhei
 browser-tool:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/bin/chromium ] && fc-list :lang=zh 2>/dev/null | grep -q .; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing chromium (the browser tests' browser)"; \
-	  apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  echo "installing $(BROWSER_PACKAGES) (the browser tests' browser and a CJK font)"; \
+	  apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null; }; \
 	else echo "NOTE: /usr/bin/chromium is missing: the browser tests will skip."; \
 	  echo "      Install it: sudo apt-get install chromium (Debian/Ubuntu)."; fi
 

@@ -39,3 +39,5 @@ html_theme_options = {
 html_last_updated_fmt = None
 html_copy_source = False
 html_show_sourcelink = False
+# The theme's colour mode; left unset, pydata-sphinx-theme logs a console error on every page.
+html_context = {"default_mode": "light"}
