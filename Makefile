@@ -139,7 +139,7 @@ browser-tool:
 # The site's pages and the learner's path in JupyterLab, in headless Chromium (tests_site/; not
 # part of make test, run by CI after it). Screenshots go to site/_build/screenshots/.
 test-browser: site browser-tool
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -p no:xdist tests_site
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests_site
 
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
