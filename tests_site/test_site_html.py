@@ -188,3 +188,17 @@ def test_no_page_loads_anything_from_outside(site_html):
                               markup)
         external = [u for u in external if "rel=\"canonical\"" not in u]
         assert not external, f"{page} loads from outside: {external}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_site_shows_the_release_cells_with_the_solution_runs_outputs(chapter):
+    """prepare.learner_version gives the release's cells (sources and kinds), outputs kept."""
+    src = nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
+    rel = nbformat.read(ROOT / "notebooks" / chapter / f"{chapter}.ipynb", as_version=4)
+    site = prepare.learner_version(nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb",
+                                                 as_version=4))
+    assert [(c.cell_type, c.source) for c in site.cells] == [(c.cell_type, c.source) for c in rel.cells], \
+        f"{chapter}: the site's cells differ from the release in notebooks/"
+    kept = sum(1 for c in site.cells if c.cell_type == "code" and c.outputs)
+    stored = sum(1 for c in src.cells if c.cell_type == "code" and c.outputs)
+    assert 0 < kept <= stored, f"{chapter}: {kept} code cells with outputs on the site, {stored} stored"
