@@ -156,4 +156,9 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     assert f"{FUNCTION} is not implemented yet" not in text, \
         f"Validate still reports the answered exercise as missing: {text[:2000]!r}"
     # JupyterLab asks its own server only; no request went elsewhere (news, updates, fonts).
-    assert not watch.external, f"JupyterLab requested outside the local server: {watch.external}"
+    # No console error, no request outside the local server (news, updates, fonts), no failed
+    # request but JupyterLab's own: it aborts a pending save of the workspace layout when a newer
+    # one supersedes it (net::ERR_ABORTED on PUT .../lab/api/workspaces/).
+    watch.failed = [f for f in watch.failed
+                    if not ("/lab/api/workspaces/" in f and f.startswith("PUT ") and "ERR_ABORTED" in f)]
+    watch.assert_clean("JupyterLab")
