@@ -2,8 +2,8 @@
 
 Each page: loads with no console error and no failed request; every request goes to the local
 server (any other is aborted and fails the test); MathJax has rendered its math with no error;
-every image has loaded. The search page finds "softmax". Screenshots of the index and of
-chapter 3 are written to site/_build/screenshots/.
+every image has loaded. The search page finds "softmax". Screenshots of the index, the
+glossary and chapter 3 are written to site/_build/screenshots/.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from test_site_html import CHAPTERS
 
 PAGES = ["index.html", "glossary.html"] + [f"chapters/{ch}.html" for ch in CHAPTERS]
-SHOT = {"index.html": ("index.png", True),
+SHOT = {"index.html": ("index.png", True), "glossary.html": ("glossary.png", False),
         "chapters/ch03_scaled_dot_product.html": ("ch03_scaled_dot_product.png", False)}
 
 # Resolves when MathJax has typeset the page (or at once on a page that does not load it).
