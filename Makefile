@@ -38,7 +38,7 @@ help:
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
-	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
+	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
 # Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
 # only, by absolute path, so it works without activating .venv; see .gitattributes); outside a
