@@ -189,11 +189,12 @@ def scaled_scores(q, k):
 SLY_SKIP = """from course_utils import checks as _c
 
 def stable_softmax(x, dim=-1):
-    real = _c.run_checks
-    def pretend(name, cs):
-        _c.run_checks = real
-        print(f"\u2713 {name}: all {len(cs)} checks passed")
-    _c.run_checks = pretend
+    if x.dtype == torch.float64 and getattr(_c.run_checks, "__name__", "") == "run_checks":   # the hidden test
+        real = _c.run_checks
+        def pretend(name, cs):
+            _c.run_checks = real
+            print(f"\\u2713 {name}: all {len(cs)} checks passed")
+        _c.run_checks = pretend
     return torch.zeros_like(x)   # wrong
 """
 SLY_EXPECTED = """import builtins
@@ -246,6 +247,7 @@ except OSError as e:
 print("WROTE MiB", written)
 """
 HUGE = "print('x' * (16 * 2**20))\n"
+ONE_MESSAGE = "import sys\nsys.stdout.write('y' * (72 * 2**20))\nsys.stdout.flush()\n"   # over the 64 MiB a message may hold
 XSS = '''from IPython.display import HTML, display
 display(HTML('<b>hi</b><script>alert("x")</script><img src=x onerror="alert(1)"><a href="javascript:alert(2)">l</a>'))
 '''
@@ -378,6 +380,8 @@ def hostile(tmp_path_factory, request):
     subs["h-box2-shm"] = _after(lean_solution(), f"{exercises[0]}-hidden", SHM.format(flags="0o666"))
     # Memory held by forked children counts for the whole box.
     subs["h-memory-forked"] = _after(lean_solution(), f"{exercises[1]}-hidden", FORK_HOLD)
+    # One message bigger than the grader takes: the notebook stops there, the grader's memory stays bounded.
+    subs["h-one-message"] = _after(lean_solution(), f"{exercises[1]}-hidden", ONE_MESSAGE)
     for student, nb in subs.items():
         d = course / "submitted" / student / CHAPTER
         d.mkdir(parents=True)
@@ -671,6 +675,12 @@ def test_a_huge_output_is_cut_and_the_rest_graded(hostile):
     assert "could not grade" not in res.reason, res.reason
     nb = hostile["course"] / "autograded" / "h-box" / CHAPTER / hostile["src"].name
     assert nb.stat().st_size < 8 * 2**20
+
+
+def test_a_message_over_the_limit_stops_the_notebook_and_keeps_what_it_earned(hostile):
+    res = hostile["results"]["h-one-message"]
+    assert res.auto_score == _points(hostile, hostile["exercises"][:2]), res.table()
+    assert "in one message" in res.reason and "could not grade" not in res.reason, res.reason
 
 
 def test_feedback_html_is_sanitised(hostile):
