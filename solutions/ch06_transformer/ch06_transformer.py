@@ -845,10 +845,12 @@ checks.run_checks("warmup_lr", [("step 1", _warm_start), ("the peak at step = wa
 _pts = [(8000, 512, 4000), (16000, 512, 4000), (1000, 64, 100), (37, 64, 100), (250, 32, 50), (100000, 512, 4000)]
 with checks.forbid(T.noam_lr):
     _got = [checks.call(warmup_lr, *p) for p in _pts]
-for _g, _p in zip(_got, _pts):
-    _want = T.noam_lr(*_p)
-    if not math.isclose(float(_g), _want, rel_tol=1e-6):
-        raise checks.CheckFailed(f"warmup_lr{_p} = {_g}, expected {_want:.6g} (after warmup the rate decays as step^-0.5)")
+_want = torch.tensor([T.noam_lr(*_p) for _p in _pts], dtype=torch.float64)
+checks.run_checks("warmup_lr (hidden)", [
+    ("after warmup the rate decays as step^-0.5; other widths and warmups", lambda: checks.expect_close(
+        torch.tensor([float(_g) for _g in _got], dtype=torch.float64), _want,
+        "warmup_lr at (step, d_model, warmup) = " + ", ".join(map(str, _pts)), atol=0, rtol=1e-6)),
+])
 ### END HIDDEN TESTS
 
 # %%
