@@ -31,6 +31,7 @@ help:
 	@echo "make release              regenerate notebooks/ from solutions/"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
+	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
@@ -89,8 +90,10 @@ release: $(STAMP)
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
 # (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
+# JOBS=N grades N submissions at a time, each in its own sandbox and its own copy of the gradebook,
+# merged by one writer (course_utils/grading/parallel.py); default: the cores, fewer if memory is short.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force)
+	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
 
 # The text sources are what people edit: sync brings each .ipynb's cells up to date from its
 # .py and keeps the outputs of unchanged cells; execute then runs them. Commit a re-execution on
