@@ -35,6 +35,9 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
                             "jupytext.toml"]
 # nbgrader's exchange: $COURSE_EXCHANGE, else <TMPDIR>/attention-course-exchange (docs/jupyterhub.md).
 c.Exchange.root = exchange_root()
+# All students: a student configuration read system-wide on a hub sets the student id to the hub
+# user (course_utils/grading/exchange.py); in the course root the instructor's commands see everyone.
+c.CourseDirectory.student_id = "*"
 
 # Each submission runs in its own sandbox (course_utils/grading/sandbox.py: bubblewrap, cgroups,
 # limits in Limits / GRADING_* variables), the course's own Python whatever kernelspec the notebook
