@@ -26,9 +26,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader.api import Gradebook
 
 from course_utils import grading
-from course_utils.grading import exchange, sandbox
+from course_utils.grading import exchange, parallel, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -190,14 +191,35 @@ def test_parallel_grades_equal_serial_grades(tmp_path, monkeypatch):
             nbformat.write(nb, subs[student])
 
         def summary(results):
-            return {s: ([(c.grade_id, c.score) for c in r.cells], r.faults, r.auto_score) for s, r in results.items()}
+            return {s: ([(c.grade_id, c.score) for c in r.cells if not c.manual], r.faults, r.auto_score)
+                    for s, r in results.items()}
 
         parallel = summary(grading.autograde_in(course, CHAPTER, subs, jobs=3))
+        # A grader marks a written answer meanwhile: regrading keeps it (the merge writes only
+        # what nbgrader's autograde writes).
+        written = next(c.grade_id for c in grading.read_grades(course, CHAPTER, ["c-solution"])["c-solution"].cells
+                       if c.manual)
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            gb.find_grade(written, src.stem, CHAPTER, "c-solution").manual_score = 1.5
+            gb.db.commit()
         serial = summary(grading.autograde_in(course, CHAPTER, subs, jobs=1))
         assert parallel == serial
+        kept = {c.grade_id: c.score for c in grading.read_grades(course, CHAPTER, ["c-solution"])["c-solution"].cells}
+        assert kept[written] == 1.5, kept
         full = serial["c-solution"][2]
         assert full > 0 and serial["c-blank"][2] == 0, serial
         assert 0 < serial["c-wrong"][2] < full, serial
         assert 0 < serial["c-poisoned"][2] < full and any("kernel died" in f for f in serial["c-poisoned"][1]), serial
     finally:
         shutil.rmtree(course, ignore_errors=True)
+
+
+def test_jobs_default_from_the_cores_and_memory():
+    limits = sandbox.Limits()
+    assert parallel.parse_jobs("3", limits) == 3
+    assert parallel.parse_jobs(None, limits) == parallel.parse_jobs("auto", limits) == parallel.default_jobs(limits)
+    assert 1 <= parallel.default_jobs(limits) <= parallel.usable_cores()
+    assert parallel.default_jobs(sandbox.Limits(memory_mb=10**9)) == 1   # memory, not cores, decides
+    for bad in ("-1", "two", "1.5"):
+        with pytest.raises(SystemExit, match="jobs"):
+            parallel.parse_jobs(bad, limits)

@@ -67,10 +67,10 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
         os.chmod(snap_dir, 0o700)
         try:
             snapshot = parallel.snapshot_gradebook(course, snap_dir)
-            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))),
-                                    thread_name_prefix="grading") as pool:
-                running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
-                                       limits, base): student for student, (path, _) in todo.items()}
+            pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="grading")
+            running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
+                                   limits, base): student for student, (path, _) in todo.items()}
+            try:
                 for n, done in enumerate(as_completed(running), 1):
                     student = running[done]
                     result = done.result()
@@ -87,6 +87,11 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
                     if progress:
                         print(f"  [{n}/{len(todo)}] {student} ({result.seconds:.0f} s)"
                               + (f": {result.error}" if result.error else ""), flush=True)
+            except BaseException:   # Ctrl-C or a gradebook error: start nothing more
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            finally:
+                pool.shutdown(wait=True)
         finally:
             shutil.rmtree(snap_dir, ignore_errors=True)
     if feedback and graded:

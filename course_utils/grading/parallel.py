@@ -136,6 +136,15 @@ def grade_one(course: Path, chapter: str, student: str, submitted: Path, release
     start = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="grading-scratch-"))
     os.chmod(scratch, 0o700)
+    try:
+        return _grade_into(scratch, course, chapter, student, submitted, release, snapshot, limits, base, start)
+    except Exception as e:   # a grader bug on one submission stays with that submission
+        return Graded(student, scratch, error=f"the grader failed on it ({type(e).__name__}: {one_line(e, 150)})",
+                      seconds=time.monotonic() - start)
+
+
+def _grade_into(scratch: Path, course: Path, chapter: str, student: str, submitted: Path, release: Path,
+                snapshot: Path, limits: sandbox.Limits, base: Path | None, start: float) -> Graded:
     staging = scratch / "submitted"
     dest = staging / student / chapter / release.name
     faults = intake(submitted, chapter, release, dest, course, base)
