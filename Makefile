@@ -22,7 +22,7 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool lab lint test test-portable grade release autograde sync execute clean \
+.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute clean \
 	hub-install hub-rehearsal
 
 help:
@@ -37,8 +37,11 @@ help:
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
+	@echo "make site                 build the course site (learner's version, stored outputs) in site/_build/html"
+	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
+	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
-	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
+	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
 # Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
 # only, by absolute path, so it works without activating .venv; see .gitattributes); outside a
@@ -65,11 +68,16 @@ sandbox-tool:
 
 install: $(STAMP)
 
+# JUPYTER_CONFIG_PATH=lab: JupyterLab's defaults from lab/labconfig/default_setting_overrides.json
+# (no news popup, no news or update checks). LAB_ROOT and LAB_ARGS let the browser test start this
+# same server on a copy of one chapter (tests_site/test_lab.py).
+LAB_ROOT ?= notebooks
+LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(JUPYTER_ROOT_FLAG)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(LAB_ROOT)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check course_utils tests tools conftest.py nbgrader_config.py solutions
+	$(BIN)/ruff check course_utils tests tools conftest.py nbgrader_config.py solutions site tests_site
 
 # Two workers with one thread each: on a 2-core machine that is faster than one worker with
 # two threads (the notebooks' small tensors gain little from a second thread).
@@ -82,6 +90,59 @@ test: $(STAMP) lint
 PORTABLE_KERNEL ?= default
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=$(PORTABLE_KERNEL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
+
+# The course site: site/prepare.py writes the learner's version of every executed chapter (nbgrader's
+# ClearSolutions and ClearHiddenTests, stored outputs kept, nothing executed) with the index and
+# the glossary to site/_build/src; Sphinx (site/conf.py, -W: a warning fails the build, a broken
+# glossary anchor included) writes site/_build/html. Its packages are the `site` extra, which
+# make lab and make test never install. MathJax comes from the npm registry once (checked against
+# its sha256) into site/_vendor/, served from _static/mathjax/: the pages fetch nothing outside.
+SITE_STAMP := $(VENV)/.site-installed
+MATHJAX_VERSION := 3.2.2
+MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
+MATHJAX := site/_vendor/mathjax
+SITE_PORT ?= 8000
+
+$(SITE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,site]'
+	touch $(SITE_STAMP)
+
+$(MATHJAX)/.version-$(MATHJAX_VERSION):
+	@command -v npm >/dev/null 2>&1 || { echo "make site needs npm to fetch MathJax $(MATHJAX_VERSION) (Debian: apt-get install npm)"; exit 2; }
+	rm -rf $(MATHJAX) site/_vendor/.fetch && mkdir -p site/_vendor/.fetch
+	cd site/_vendor/.fetch && npm pack --silent mathjax@$(MATHJAX_VERSION) >/dev/null
+	echo "$(MATHJAX_SHA256)  site/_vendor/.fetch/mathjax-$(MATHJAX_VERSION).tgz" | sha256sum --check --quiet
+	tar -xzf site/_vendor/.fetch/mathjax-$(MATHJAX_VERSION).tgz -C site/_vendor/.fetch
+	mkdir -p $(MATHJAX)
+	cd site/_vendor/.fetch/package && cp -r LICENSE es5/tex-mml-chtml.js es5/input es5/output es5/ui es5/a11y es5/sre es5/adaptors ../../mathjax/
+	rm -rf site/_vendor/.fetch
+	touch $@
+
+site: $(SITE_STAMP) $(MATHJAX)/.version-$(MATHJAX_VERSION)
+	$(BIN)/python site/prepare.py
+	$(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/doctrees -c site site/_build/src site/_build/html
+	@echo "site: site/_build/html/index.html (make site-serve, or python3 -m http.server -d site/_build/html)"
+
+site-serve:
+	@test -f site/_build/html/index.html || { echo "no site yet: run make site first"; exit 2; }
+	python3 -m http.server --bind 127.0.0.1 --directory site/_build/html $(SITE_PORT)
+
+# Headless Chromium from Debian's packages, for make test-browser, with a CJK font (the glossary's
+# Chinese in the screenshots). As root with apt-get (CI), install them; otherwise say how (the
+# browser tests then skip, saying why).
+BROWSER_PACKAGES := chromium fonts-wqy-zenhei
+browser-tool:
+	@if [ -x /usr/bin/chromium ] && fc-list :lang=zh 2>/dev/null | grep -q .; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing $(BROWSER_PACKAGES) (the browser tests' browser and a CJK font)"; \
+	  apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null; }; \
+	else echo "NOTE: /usr/bin/chromium is missing: the browser tests will skip."; \
+	  echo "      Install it: sudo apt-get install chromium (Debian/Ubuntu)."; fi
+
+# The site's pages and the learner's path in JupyterLab, in headless Chromium (tests_site/; not
+# part of make test, run by CI after it). Screenshots go to site/_build/screenshots/.
+test-browser: site browser-tool
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests_site
 
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
@@ -127,5 +188,5 @@ execute: sync
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
 # gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
 clean:
-	rm -rf $(VENV) .pytest_cache $(HUB_NODE)/node_modules hub-rehearsal
+	rm -rf $(VENV) .pytest_cache .grading-cache site/_build site/_vendor $(HUB_NODE)/node_modules hub-rehearsal
 	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +

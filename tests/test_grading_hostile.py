@@ -170,6 +170,46 @@ LIAR = """class _Liar(torch.Tensor):
 def scaled_scores(q, k):
     return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_Liar)
 """
+# Tricks the tamper guard cannot see: the answer patches the checks while a test runs and puts
+# everything back at the test's own success line, so the guard (before and after each test cell)
+# finds the kernel as it was. Only the grader's own comparison, outside the kernel, stops them.
+SLY_COMPARE = """import builtins
+from course_utils import checks as _c
+
+def scaled_scores(q, k):
+    if q.dim() == 4 and not getattr(builtins, "_sly", False):   # only in the hidden test
+        compare, show = _c._compare_close, builtins.print
+        def put_back(*a, **kw):
+            _c._compare_close, builtins.print = compare, show
+            del builtins._sly
+            return show(*a, **kw)
+        _c._compare_close, builtins.print, builtins._sly = (lambda *a, **kw: None), put_back, True
+    return q @ k.transpose(-2, -1)   # wrong: not divided by sqrt(d_k)
+"""
+SLY_SKIP = """from course_utils import checks as _c
+
+def stable_softmax(x, dim=-1):
+    if x.dtype == torch.float64 and getattr(_c.run_checks, "__name__", "") == "run_checks":   # the hidden test
+        real = _c.run_checks
+        def pretend(name, cs):
+            _c.run_checks = real
+            print(f"\\u2713 {name}: all {len(cs)} checks passed")
+        _c.run_checks = pretend
+    return torch.zeros_like(x)   # wrong
+"""
+SLY_EXPECTED = """import builtins
+
+def causal_mask(L_q, L_k=None):
+    L_k = L_q if L_k is None else L_k
+    if (L_q, L_k) == (6, 6) and not getattr(builtins, "_sly", False):   # only in the hidden test
+        tril, show = torch.Tensor.tril, builtins.print
+        def put_back(*a, **kw):
+            torch.Tensor.tril, builtins.print = tril, show
+            del builtins._sly
+            return show(*a, **kw)
+        torch.Tensor.tril, builtins.print, builtins._sly = (lambda self, diagonal=0: self), put_back, True
+    return torch.ones(L_q, L_k, dtype=torch.bool)   # wrong, and the test's expected masks made the same
+"""
 SNOOP = """import os, pathlib, subprocess, sys
 print("HISTORY", len(In), *In, sep="\\n")
 print("IH", *_ih, sep="\\n")
@@ -207,6 +247,7 @@ except OSError as e:
 print("WROTE MiB", written)
 """
 HUGE = "print('x' * (16 * 2**20))\n"
+ONE_MESSAGE = "import sys\nsys.stdout.write('y' * (72 * 2**20))\nsys.stdout.flush()\n"   # over the 64 MiB a message may hold
 XSS = '''from IPython.display import HTML, display
 display(HTML('<b>hi</b><script>alert("x")</script><img src=x onerror="alert(1)"><a href="javascript:alert(2)">l</a>'))
 '''
@@ -323,6 +364,10 @@ def hostile(tmp_path_factory, request):
     subs["h-kernel-tricks"] = _answer(kernel_tricks, exercises[1], CLASS_SWAP)
     # Wrong answers whose comparisons lie: a tensor subclass (exercise 1), a global TorchFunctionMode.
     subs["h-lies"] = _answer(_answer(lean_solution(), exercises[0], LIAR), wrong_ex, wrong_src + "\n" + FUNCTION_MODE)
+    # Wrong answers that pass inside the kernel: comparisons switched off, checks skipped, the
+    # expected value poisoned, each undone before the tamper guard looks.
+    subs["h-sly"] = _answer(_answer(lean_solution(), exercises[0], SLY_COMPARE), exercises[1], SLY_SKIP)
+    subs["h-sly-expected"] = _answer(lean_solution(), exercises[3], SLY_EXPECTED)
     # Looking around the box and leaving things behind, then 64 MiB of output and scripts in HTML.
     # The class's exchange (issue 22), with another student's submission waiting in inbound/.
     exchange_root = course / "exchange"
@@ -342,6 +387,8 @@ def hostile(tmp_path_factory, request):
     subs["h-box2-shm"] = _after(lean_solution(), f"{exercises[0]}-hidden", SHM.format(flags="0o666"))
     # Memory held by forked children counts for the whole box.
     subs["h-memory-forked"] = _after(lean_solution(), f"{exercises[1]}-hidden", FORK_HOLD)
+    # One message bigger than the grader takes: the notebook stops there, the grader's memory stays bounded.
+    subs["h-one-message"] = _after(lean_solution(), f"{exercises[1]}-hidden", ONE_MESSAGE)
     for student, nb in subs.items():
         d = course / "submitted" / student / CHAPTER
         d.mkdir(parents=True)
@@ -566,6 +613,26 @@ def test_lying_tensors_and_function_modes_do_not_pass(hostile):
     assert "TorchFunctionMode" in res.reason, res.reason
 
 
+def _cell(h, student, grade_id):
+    return next(c for c in h["results"][student].cells if c.grade_id == grade_id)
+
+
+def test_what_passes_in_the_kernel_is_checked_again_outside_it(hostile):
+    first, second = hostile["exercises"][:2]
+    earned = _earned_by(hostile, "h-sly")
+    assert earned[first] == 0 and earned[second] == 0, hostile["results"]["h-sly"].table()
+    others = [ex for ex in hostile["exercises"] if ex not in (first, second)]
+    assert all(earned[ex] == _points(hostile, [ex]) for ex in others), hostile["results"]["h-sly"].table()
+    compared = _cell(hostile, "h-sly", f"{first}-hidden").error or ""
+    assert "NotConfirmedByGrader" in compared and "compares the values itself" in compared, compared
+    skipped = _cell(hostile, "h-sly", f"{second}-hidden").error or ""
+    assert "NotConfirmedByGrader" in skipped and "received 0 of the" in skipped, skipped
+    fourth = hostile["exercises"][3]
+    poisoned = _cell(hostile, "h-sly-expected", f"{fourth}-hidden").error or ""
+    assert _earned_by(hostile, "h-sly-expected")[fourth] == 0, hostile["results"]["h-sly-expected"].table()
+    assert "NotConfirmedByGrader" in poisoned and "not the test's own" in poisoned, poisoned
+
+
 def test_links_fifos_and_linked_folders_are_refused_with_a_reason(hostile):
     for student, word in (("h-fifo", "FIFO"), ("h-symlink", "symbolic link"), ("h-linked-folder", "symbolic link")):
         res = hostile["results"][student]
@@ -623,6 +690,12 @@ def test_a_huge_output_is_cut_and_the_rest_graded(hostile):
     assert "could not grade" not in res.reason, res.reason
     nb = hostile["course"] / "autograded" / "h-box" / CHAPTER / hostile["src"].name
     assert nb.stat().st_size < 8 * 2**20
+
+
+def test_a_message_over_the_limit_stops_the_notebook_and_keeps_what_it_earned(hostile):
+    res = hostile["results"]["h-one-message"]
+    assert res.auto_score == _points(hostile, hostile["exercises"][:2]), res.table()
+    assert "in one message" in res.reason and "could not grade" not in res.reason, res.reason
 
 
 def test_feedback_html_is_sanitised(hostile):

@@ -1,5 +1,6 @@
 """The repository's promises: pins agree, CI runs the README's command, every chapter is complete."""
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -38,12 +39,13 @@ def test_torch_is_pinned_to_the_local_cpu_build():
     assert _pyproject_pins()["torch"] == "2.13.0"
 
 
-def test_ci_runs_the_readme_test_command_then_the_portable_run():
+def test_ci_runs_the_readme_test_command_then_the_portable_run_then_the_browser_tests():
     commands = [ln.strip() for ln in (ROOT / ".ci/run").read_text().splitlines()
                 if ln.strip() and not ln.lstrip().startswith("#")]
     makes = [c for c in commands if c.startswith("make ")]
-    assert makes == ["make test", "make test-portable"], commands
-    assert "test-portable:" in (ROOT / "Makefile").read_text()
+    assert makes == ["make test", "make test-portable", "make test-browser"], commands
+    makefile = (ROOT / "Makefile").read_text()
+    assert "test-portable:" in makefile and "test-browser: site browser-tool" in makefile
     readme = (ROOT / "README.md").read_text()
     assert "make lab" in readme and "make test" in readme
 
@@ -62,3 +64,51 @@ def test_every_chapter_is_complete_and_listed():
 def test_gradebook_is_never_committed():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "gradebook.db" in ignored and ".venv/" in ignored
+
+
+def _makefile_rule(target: str) -> str:
+    """The prerequisites and recipe of one Makefile target (up to the next blank line)."""
+    text = (ROOT / "Makefile").read_text()
+    m = re.search(rf"^{re.escape(target)}:(.*?)(?:\n\n|\Z)", text, re.M | re.S)
+    assert m, f"Makefile has no target {target}"
+    return m.group(1)
+
+
+def test_site_packages_are_pinned_and_only_in_their_own_extra():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    site = extras["site"]
+    names = set()
+    for spec in site:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.+]*)", spec)
+        assert m, f"pyproject.toml, site extra: {spec!r} is not pinned with =="
+        names.add(m.group(1).lower())
+    assert {"sphinx", "myst-nb", "sphinx-book-theme", "playwright"} <= names
+    assert not names & set(_pyproject_pins()), "a site package is also a course or dev dependency"
+    # make lab and make test never install the site extra; make site and make test-browser do.
+    for target in ("lab", "test", "install"):
+        rule = _makefile_rule(target)
+        assert "SITE_STAMP" not in rule and ".[dev,site]" not in rule, f"make {target} installs the site extra"
+    assert "$(SITE_STAMP)" in _makefile_rule("site")
+    assert "'.[dev,site]'" in _makefile_rule("$(SITE_STAMP)")
+
+
+def test_browser_tests_are_out_of_make_test():
+    pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "tests_site" not in pytest_ini["testpaths"]
+    assert (ROOT / "tests_site" / "test_site_browser.py").exists()
+    assert "pytest tests_site" in _makefile_rule("test-browser")
+
+
+def test_make_lab_ships_its_jupyterlab_defaults():
+    rule = _makefile_rule("lab")
+    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab"' in rule
+    overrides = json.loads((ROOT / "lab/labconfig/default_setting_overrides.json").read_text())
+    news = overrides["@jupyterlab/apputils-extension:notification"]
+    assert news["fetchNews"] == "false" and news["checkForUpdates"] is False
+
+
+def test_site_build_outputs_are_ignored_and_documented():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "site/_build/" in ignored and "site/_vendor/" in ignored
+    readme = (ROOT / "README.md").read_text()
+    assert "make site" in readme and "site/_build/html" in readme and "GLOSSARY.md" in readme

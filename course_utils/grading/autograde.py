@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course_utils.grading import parallel, sandbox
+from course_utils.grading import parallel, reference, sandbox
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -52,6 +52,8 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
     student at a time (``parallel.py``), so ``jobs`` never changes a grade.
     """
     limits = limits or sandbox.Limits.from_env()
+    # Every submission is held to the solution's own run (verdict.py); made once, then cached.
+    env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
     nb_name = chapter_notebook(chapter, course).stem
     release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
     todo: dict[str, tuple[Path, str]] = {}
@@ -69,7 +71,7 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
             snapshot = parallel.snapshot_gradebook(course, snap_dir)
             pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="grading")
             running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
-                                   limits, base): student for student, (path, _) in todo.items()}
+                                   limits, env, base): student for student, (path, _) in todo.items()}
             try:
                 for n, done in enumerate(as_completed(running), 1):
                     student = running[done]
@@ -185,8 +187,15 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
         update_gradebook_tests(root, ch)
         print(f"autograding {ch}: {len(students)} submissions ...", flush=True)
         subs = {s: submitted_notebook(f, nb_name) for s, f in students.items()}
-        for (s, res) in grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted,
-                                             jobs=jobs, progress=True).items():
+        try:
+            graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted, jobs=jobs,
+                                   progress=True)
+        except RuntimeError as e:   # the solution's own run failed: nothing of this chapter can be graded
+            print(f"ERROR: {e}", flush=True)
+            for s in students:
+                faults[(s, ch)] = f"not graded: {e}"
+            continue
+        for (s, res) in graded.items():
             results[(s, ch)] = res
             if res.reason:
                 faults[(s, ch)] = res.reason

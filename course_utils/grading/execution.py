@@ -10,17 +10,20 @@ submission: it keeps what it earned before, and its graded cells that did not ru
 ``error`` output or a ``stderr`` stream is 0, an ``execute_result`` that reads as a number is
 partial credit, anything else full marks. Those outputs are produced by the learner's kernel.
 Here the grader rewrites every test cell's outputs itself before nbgrader sees them: a test
-passes only if the kernel's reply to *that* execute request says ``ok`` and no error output
-arrived for it; the cell then keeps only its stdout (none for a cell with hidden tests), and a
-failing cell gets exactly one error output. ``execute_result`` and display outputs of test
-cells are dropped, so a forged result cannot be read as a score; a test cell whose outputs
-were cleared, or that was skipped, fails.
+passes only if the kernel's reply to *that* execute request says ``ok``, no error output
+arrived for it, and the values its checks sent out hold when the grader compares them itself
+against its own run of the solution (``verdict.py``, ``reference.py``); the cell then keeps
+only its stdout (none for a cell with hidden tests), and a failing cell gets exactly one error
+output. ``execute_result`` and display outputs of test cells are dropped, so a forged result
+cannot be read as a score; a test cell whose outputs were cleared, or that was skipped, fails.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,41 +32,85 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
-from course_utils.grading import feedback, sandbox
-from course_utils.grading.results import FAULT, META, TAMPERING
+from course_utils.checks import RECORD_FLAG
+from course_utils.grading import feedback, reference, sandbox, verdict
+from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
 
 CELL_OUTPUT_BYTES = 2 * 2**20       # what one cell's outputs may hold; more is cut
 NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # what all outputs of a notebook may hold
 MESSAGE_BYTES = 64 * 2**20          # a bigger message cuts the kernel's output channel: the notebook stops
+RECORD_BYTES = 32 * 2**20           # what the checks' records of a notebook may hold; more are dropped
 HIDDEN = "BEGIN HIDDEN TESTS"
 
+# The reference run makes each test cell a second time, with the answer cells' functions and
+# classes made to return slightly different values (floats moved by 0.1 %, booleans flipped,
+# integers + 1), every global seed shifted (the global generators advanced too), and the checks
+# only recording: an expected value that moves depends on the learner's code (their outputs,
+# their module's initial weights); one that stays is *fixed* and must be the test's own in every
+# submission (verdict.py). Probes drawn from a test's own torch.Generator stay the same.
+TAINT = """
+import functools as _cg_ft, random as _cg_random, types as _cg_types, torch as _cg_torch
+from course_utils import checks as _cg_checks
+_cg_seeds = (_cg_torch.manual_seed, _cg_torch.random.manual_seed)
+_cg_torch.manual_seed = lambda seed, _f=_cg_seeds[0]: _f(int(seed) + 7919)
+_cg_torch.random.manual_seed = lambda seed, _f=_cg_seeds[1]: _f(int(seed) + 7919)
+_cg_torch.rand(7); _cg_random.random()
+def _cg_noise(v):
+    if isinstance(v, _cg_torch.Tensor):
+        if v.dtype == _cg_torch.bool:
+            return ~v
+        return v * 1.001 + 1e-3 if v.is_floating_point() or v.is_complex() else v + 1
+    if isinstance(v, float):
+        return v * 1.001 + 1e-3
+    return type(v)(_cg_noise(x) for x in v) if type(v) in (tuple, list) else v
+def _cg_taint(obj):
+    if isinstance(obj, type) and issubclass(obj, _cg_torch.nn.Module):
+        return type(obj.__name__, (obj,), {"forward": lambda self, *a, **k: _cg_noise(obj.forward(self, *a, **k))})
+    if isinstance(obj, _cg_types.FunctionType):
+        return _cg_ft.wraps(obj)(lambda *a, **k: _cg_noise(obj(*a, **k)))
+    return obj
+_cg_saved = {n: globals()[n] for n in NAMES if n in globals()}
+globals().update({n: _cg_taint(v) for n, v in _cg_saved.items()})
+_cg_checks._record_only = True
+"""
+UNTAINT = """
+globals().update(_cg_saved)
+_cg_torch.manual_seed, _cg_torch.random.manual_seed = _cg_seeds   # torch may have wrapped one of them
+_cg_checks._record_only = False
+"""
 
-def execute(path: Path, timeout: int = 600) -> None:
-    """Execute notebook(s) in place, in their own folder, keeping outputs (for solutions/).
 
-    The kernel is the course's own Python (``sandbox.kernel_manager``), whatever ``python3``
-    kernels the machine has. This is the instructor's own trusted code: no sandbox.
-    """
-    from jupyter_core.utils import run_sync
-    from nbclient import NotebookClient
-
-    paths = sorted(Path(path).glob("*/*.ipynb")) if Path(path).is_dir() else [Path(path)]
-    for p in paths:
-        nb = nbformat.read(p, as_version=4)
-        # No per-cell timestamps: they would change the release on every execution.
-        km = sandbox.kernel_manager()
+def answer_names(nb) -> list[str]:
+    """The top-level names the answer cells (nbgrader ``solution``) of a notebook define."""
+    names: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
         try:
-            NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
-                           resources={"metadata": {"path": str(p.parent)}}).execute()
-        finally:
-            if km.has_kernel:
-                run_sync(km.shutdown_kernel)(now=True)
-        nbformat.write(nb, p)
-        print(f"executed {p}")
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return sorted(set(names))
 
 
 class _Stop(Exception):
     pass
+
+
+def _load_reference() -> dict | None:
+    """The solution's reference run that the grader set for this chapter (``None``: every test fails)."""
+    path = os.environ.get(reference.ENV)
+    try:
+        data = json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("cells"), dict) else None
 
 
 def _error(ename: str, evalue: str) -> NotebookNode:
@@ -89,7 +136,14 @@ def _size(content) -> int:
 class SandboxedExecute(Execute):
     """nbgrader's ``Execute`` in a sandbox box, with the limits, the output caps and the tamper guard."""
 
+    reference_mode = False   # True for the solution's own run (reference.ReferenceExecute)
+
     def preprocess(self, nb, resources=None, km=None):
+        self._records: dict[tuple[int, int], list] = {}   # (pass, cell index) -> the records the checks sent
+        self._record_bytes = 0
+        self._pass = 0
+        self._reference = None if self.reference_mode else _load_reference()
+        self._answer_names = answer_names(nb)
         report = nb.metadata.get(META, {})
         report.setdefault("faults", [])
         report["tampering"] = {}
@@ -110,6 +164,7 @@ class SandboxedExecute(Execute):
         solution = Path.cwd() / "solutions" / str(chapter)   # nbgrader runs in the course root
         sources = sorted(solution.glob("*.ipynb")) if chapter else []
         self._bindings = sandbox.chapter_bindings(sources[0]) if len(sources) == 1 else {}
+        os.environ[RECORD_FLAG] = "1"   # the kernel's checks send their records (the launcher keeps it)
         box = self._box = sandbox.Box(self.limits)
         self.shutdown_kernel = "immediate"
         resources = resources if resources is not None else {}
@@ -138,6 +193,10 @@ class SandboxedExecute(Execute):
     # --- what the kernel sends back ---------------------------------------------------------------
 
     def output(self, outs, msg, display_id, cell_index):
+        data = (msg.get("content") or {}).get("data")
+        if isinstance(data, dict) and verdict.RECORD_MIME in data:
+            self._take_record(msg, data[verdict.RECORD_MIME], cell_index)
+            return None
         size = _size(msg.get("content"))
         used = self._cell_bytes.get(cell_index, 0) + size
         self._cell_bytes[cell_index] = used
@@ -153,6 +212,16 @@ class SandboxedExecute(Execute):
             feedback.sanitise_output(out)
         return out
 
+    def _take_record(self, msg, record, cell_index) -> None:
+        """Keep a check's record for the grader (never an output: nothing hidden reaches feedback)."""
+        size = _size(record)
+        if msg.get("msg_type") != "display_data" or self._record_bytes + size > RECORD_BYTES:
+            if self._record_bytes + size > RECORD_BYTES:
+                self._fault(f"the checks' records were over {RECORD_BYTES // 2**20} MiB; the rest were dropped")
+            return
+        self._record_bytes += size
+        self._records.setdefault((self._pass, cell_index), []).append(record)
+
     def handle_comm_msg(self, outs, msg, cell_index):
         return None   # widgets are not graded, and their state could grow without end
 
@@ -162,16 +231,23 @@ class SandboxedExecute(Execute):
 
     # --- the result of a test cell, decided here ----------------------------------------------------
 
-    def _decide(self, cell) -> None:
+    def _decide(self, cell, index: int) -> None:
         content = (self._reply or {}).get("content", {})
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
         ok = content.get("status") == "ok" and not errors
         keep = [] if HIDDEN in cell.source else [o for o in cell.outputs
                                                   if o.get("output_type") == "stream" and o.get("name") == "stdout"]
-        if ok:
+        why = None
+        if ok and not self.reference_mode:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            cells = (self._reference or {}).get("cells", {})
+            why = verdict.judge(self._records.get((0, index), []), cells.get(grade_id))
+        if ok and why is None:
             cell.outputs = keep
             return
-        if errors:
+        if why is not None:
+            err = _error(NOT_CONFIRMED, f"the grader did not confirm this test: {why}")
+        elif errors:
             err = _error(str(errors[0].get("ename")), str(errors[0].get("evalue")))
         elif content.get("status") == "error":
             err = _error(str(content.get("ename")), str(content.get("evalue")))
@@ -244,7 +320,9 @@ class SandboxedExecute(Execute):
                 found += self._guard(self._check_expr(cell))
                 if found:
                     self._report["tampering"][grade_id] = sorted(set(found))
-                self._decide(cell)
+                self._decide(cell, index)
+                if self.reference_mode:
+                    self._run_shifted(cell, index)
             n = self._box.processes(self._launcher_pid())
             if n > self.limits.children:
                 self._stop(f"forked without end: {n} processes after cell {index + 1} "
@@ -264,6 +342,22 @@ class SandboxedExecute(Execute):
             why = "out of memory" if self._box.out_of_memory() else f"memory limit {self.limits.memory_mb} MiB"
             self._stop(f"the kernel died in cell {index + 1} (exit status {code}; {why})")
         return cell, resources
+
+    def _run_shifted(self, cell, index: int) -> None:
+        """The reference run only: the test cell once more, its answers tainted (see TAINT)."""
+        self._quiet(TAINT.replace("NAMES", repr(self._answer_names)))
+        self._pass = 1
+        try:
+            self.execute_cell(copy.deepcopy(cell), index, store_history=False)
+        finally:
+            self.nb.cells[index] = cell   # nbclient puts the cell it ran into the notebook
+            self._pass = 0
+            self._quiet(UNTAINT)
+
+    def _quiet(self, code: str) -> None:
+        reply = self.wait_for_reply(self.kc.execute(code, silent=True, store_history=False))
+        if (reply or {}).get("content", {}).get("status") != "ok":
+            raise RuntimeError(f"the grader's own code failed in the kernel: {code.strip().splitlines()[-1]}")
 
     def _launcher_pid(self) -> int | None:
         process = getattr(getattr(self.km, "provisioner", None), "process", None)

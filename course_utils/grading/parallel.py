@@ -37,6 +37,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,10 +126,11 @@ def last_error(stderr: str) -> str:
 
 
 def grade_one(course: Path, chapter: str, student: str, submitted: Path, release: Path, snapshot: Path,
-              limits: sandbox.Limits, base: Path | None = None) -> Graded:
+              limits: sandbox.Limits, env: Mapping[str, str] | None = None, base: Path | None = None) -> Graded:
     """Grade one submission into a new private scratch folder (never the instructor's gradebook).
 
-    ``snapshot``: the gradebook copy every submission of the run starts from. The exchange's
+    ``snapshot``: the gradebook copy every submission of the run starts from; ``env``: what the
+    nbgrader process is given (the limits, where the chapter's reference run is). The exchange's
     small files next to the submitted notebook (``EXCHANGE_FILES``: the time of submission, for
     late penalties, and the secret that names the student's feedback in the exchange) are kept,
     read as the notebook is: never through a link, a regular file of at most 1 KiB.
@@ -137,14 +139,16 @@ def grade_one(course: Path, chapter: str, student: str, submitted: Path, release
     scratch = Path(tempfile.mkdtemp(prefix="grading-scratch-"))
     os.chmod(scratch, 0o700)
     try:
-        return _grade_into(scratch, course, chapter, student, submitted, release, snapshot, limits, base, start)
+        return _grade_into(scratch, course, chapter, student, submitted, release, snapshot, limits,
+                           {**limits.to_env(), **(env or {})}, base, start)
     except Exception as e:   # a grader bug on one submission stays with that submission
         return Graded(student, scratch, error=f"the grader failed on it ({type(e).__name__}: {one_line(e, 150)})",
                       seconds=time.monotonic() - start)
 
 
 def _grade_into(scratch: Path, course: Path, chapter: str, student: str, submitted: Path, release: Path,
-                snapshot: Path, limits: sandbox.Limits, base: Path | None, start: float) -> Graded:
+                snapshot: Path, limits: sandbox.Limits, env: Mapping[str, str], base: Path | None,
+                start: float) -> Graded:
     staging = scratch / "submitted"
     dest = staging / student / chapter / release.name
     faults = intake(submitted, chapter, release, dest, course, base)
@@ -160,7 +164,7 @@ def _grade_into(scratch: Path, course: Path, chapter: str, student: str, submitt
                     f"--CourseDirectory.submitted_directory={staging}",
                     f"--CourseDirectory.autograded_directory={scratch / 'autograded'}",
                     f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}",
-                    course=course, check=False, env=limits.to_env(), timeout=limits.notebook_s + 300)
+                    course=course, check=False, env=env, timeout=limits.notebook_s + 300)
     graded = Graded(student, scratch, faults, seconds=time.monotonic() - start)
     if proc.returncode != 0 or not (graded.autograded(chapter) / release.name).exists():
         graded.error = f"nbgrader could not grade it ({last_error(proc.stderr)})"

@@ -12,8 +12,9 @@ from course_utils.grading.course import exercise_of
 META = "course_grading"          # notebook metadata key: the faults and tampering found in a submission
 FAULT = "GradingFault"           # the ename of the error put into graded cells a fault skipped
 TAMPERING = "TamperingDetected"  # the ename of the error put into the graded cells of a tampered exercise
+NOT_CONFIRMED = "NotConfirmedByGrader"  # the ename of a test the kernel passed but the grader's own comparison did not
 RECORD = "grading.json"          # autograded/<student>/<chapter>/grading.json: what was graded, and why not
-GRADER_VERSION = "3"             # part of every fingerprint: bump it to regrade everything
+GRADER_VERSION = "4"             # part of every fingerprint: bump it to regrade everything
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The solution's own run, against which the grader holds every submission (``verdict.py``).
+
+For each chapter, the grader runs the solution notebook once, in the same sandbox, with the
+same limits and the same ``GRADING`` budget as a submission (``NBGRADER_EXECUTION=autograde``),
+and keeps, for every test cell, the checks it made: kind, name, expected value, tolerance, and
+whether the expected value is *fixed* (the same bytes when the cell runs again with every global
+seed shifted) or depends on the learner's code. The run is cached in
+``<course>/.grading-cache/reference/`` (the course the throwaway grading courses were made from),
+under a key made of the solution notebook, the course's code (the teaching modules and the
+grader), torch's version and CPU kernel, the thread count and the limits; a lock lets parallel graders share one run. The folder is the instructor's
+(mode 0700) and, like the rest of the course, not in any box's view.
+
+A solution whose own tests fail cannot be a reference: grading the chapter stops with the
+reason, since every submission would be held to a wrong answer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from course_utils.grading import sandbox
+from course_utils.grading.course import chapter_notebook, origin
+from course_utils.grading.results import GRADER_VERSION
+from course_utils.grading.verdict import same_bytes
+
+__all__ = ["ENV", "ensure", "reference_path"]
+
+CACHE = ".grading-cache"
+ENV = "COURSE_GRADING_REFERENCE"   # the grader tells each nbgrader run where the chapter's reference is
+
+
+def reference_path(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
+    """Where the reference run of ``chapter`` is cached, by what it depends on."""
+    import torch
+
+    h = hashlib.sha256(chapter_notebook(chapter, course).read_bytes())
+    for code in sorted(sandbox.PACKAGE.glob("*.py")) + sorted(Path(__file__).parent.glob("*.py")):
+        h.update(code.read_bytes())   # the checks and the grader that made it
+    for part in (GRADER_VERSION, torch.__version__, os.environ.get("ATEN_CPU_CAPABILITY", ""),
+                 os.environ.get("OMP_NUM_THREADS", ""), json.dumps(limits.to_env(), sort_keys=True)):
+        h.update(b"\0" + part.encode())
+    return origin(course) / CACHE / "reference" / f"{chapter}-{h.hexdigest()[:20]}.json"
+
+
+def ensure(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
+    """The reference run of ``chapter`` (made now if it is not cached); raises if the solution fails."""
+    path = reference_path(course, chapter, limits)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent.parent, 0o700)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # another grader may be making it: wait, then read its result
+        if path.exists():
+            return path
+        env = {**os.environ, **limits.to_env(), "NBGRADER_EXECUTION": "autograde"}
+        tmp = path.with_suffix(".part")
+        proc = subprocess.run([sys.executable, "-m", "course_utils.grading.reference", chapter, str(tmp)],
+                              cwd=course, env=env, capture_output=True, text=True,
+                              timeout=limits.notebook_s * 2 + 300)
+        if proc.returncode != 0 or not tmp.exists():
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"the reference run of {chapter}'s solution failed, so nothing can be graded "
+                               f"against it: {tail}")
+        tmp.replace(path)
+    return path
+
+
+def _run(chapter: str, out: Path) -> None:
+    """Run the solution of ``chapter`` (the current folder is the course) and write its reference."""
+    import nbformat
+
+    from course_utils.grading.execution import SandboxedExecute
+    from course_utils.grading.results import META
+
+    class ReferenceExecute(SandboxedExecute):
+        reference_mode = True
+
+    nb = nbformat.read(chapter_notebook(chapter, Path.cwd()), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    ex = ReferenceExecute()
+    ex.preprocess(nb, {"nbgrader": {"assignment": chapter}})
+    problems = list(nb.metadata.get(META, {}).get("faults", []))
+    cells: dict[str, list[dict]] = {}
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        failed = [o for o in cell.outputs if o.get("output_type") == "error"]
+        if failed:
+            problems.append(f"its test {meta.get('grade_id')} fails: {failed[0].get('ename')}: "
+                            f"{str(failed[0].get('evalue'))[:200]}")
+        first, again = ex._records.get((0, index), []), ex._records.get((1, index), [])
+        cells[meta["grade_id"]] = [
+            {"kind": r["kind"], "what": r["what"], "atol": r.get("atol"), "rtol": r.get("rtol"),
+             "expected": r["expected"],
+             "fixed": i < len(again) and again[i].get("what") == r["what"]
+                      and same_bytes(again[i].get("expected"), r["expected"])}
+            for i, r in enumerate(first)]
+    if problems:
+        raise SystemExit(f"{chapter}'s solution cannot be the grader's reference: {'; '.join(problems)}")
+    out.write_text(json.dumps({"chapter": chapter, "cells": cells}))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        raise SystemExit("usage: python -m course_utils.grading.reference CHAPTER OUT.json")
+    _run(argv[0], Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

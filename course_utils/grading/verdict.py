@@ -1,0 +1,123 @@
+"""Who decides whether a test passed: the grader, from plain data, outside the learner's kernel.
+
+While a submission is autograded, each value check a test cell makes (``checks.expect_close``,
+``expect_equal``, ``expect_shape``, ``expect_dtype``) sends the grader a *record*: its kind, its
+name, the learner's value, the expected value and the tolerance, as plain data (tensors as
+float64 bytes; see ``checks.encode_value``). The learner's kernel can fake, drop or add records,
+and it computes the expected values in the first place; so the grader trusts none of it on its
+own word. It holds each test cell to its own run of the chapter's *solution* (the reference,
+``reference.py``), made once per chapter in the same sandbox:
+
+1. the kernel replied ``ok`` to the cell and no error came back (``execution.py``);
+2. the cell sent exactly the checks the solution's run sent, same kinds and names, same order;
+3. each record's value agrees with its expected value, compared here with the tolerance of the
+   *reference's* record (never the kernel's);
+4. where the solution's expected value does not depend on the learner's code (the reference
+   run made it twice, the second time with every global seed shifted, and got the same bytes:
+   *fixed*), the learner's expected value must equal the solution's: a kernel that computed a
+   different "expected" (a replaced function, a poisoned input) fails there. Where it does
+   depend on them (e.g. a reference module loaded with the learner's own weights), its shape
+   must still match, and its values come from the kernel, under the tamper guard.
+
+:func:`judge` returns why a cell fails, or ``None``; the reasons name a check by its number and
+name, never a value, so nothing hidden reaches the feedback.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+from typing import Any
+
+import torch
+
+from course_utils.checks import RECORD_MIME
+
+__all__ = ["RECORD_MIME", "agree", "decode", "judge", "same_bytes"]
+
+VALUE_KINDS = ("close", "equal")
+
+
+def decode(v: Any) -> torch.Tensor | str | None:
+    """A record's value: a float64 tensor of its shape, a ``repr`` string, or ``None`` when malformed."""
+    if not isinstance(v, dict):
+        return None
+    if "py" in v:
+        return v["py"] if isinstance(v["py"], str) else None
+    shape, raw = v.get("shape"), v.get("f64")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape) and isinstance(raw, str)):
+        return None
+    try:
+        data = bytearray(base64.b64decode(raw, validate=True))
+    except ValueError:
+        return None
+    n = 1
+    for s in shape:
+        n *= s
+    if str(v.get("dtype", "")).startswith("torch.complex"):
+        shape = [*shape, 2]
+        n *= 2
+    if len(data) != 8 * n:
+        return None
+    return (torch.frombuffer(data, dtype=torch.float64) if n else torch.zeros(0, dtype=torch.float64)).reshape(shape)
+
+
+def agree(kind: str, got: Any, want: Any, atol: float | None, rtol: float | None) -> bool:
+    """Whether two encoded values agree for a check of ``kind`` (``close`` within tolerance, else exactly)."""
+    a, e = decode(got), decode(want)
+    if a is None or e is None or type(a) is not type(e):
+        return False
+    if isinstance(a, str):
+        if a == e:
+            return True
+        la, le = _literal(a), _literal(e)
+        return la is not _NO and le is not _NO and la == le
+    if tuple(a.shape) != tuple(e.shape):
+        return False
+    if kind == "close":
+        return bool(torch.isclose(a, e, atol=float(atol or 0.0), rtol=float(rtol or 0.0), equal_nan=True).all())
+    return bool(torch.equal(a, e))
+
+
+_NO = object()
+
+
+def _literal(text: str) -> Any:
+    """A ``repr`` read back when it is a plain literal (``1`` and ``1.0`` then agree, as ``==`` says)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _NO
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Whether two encoded values are the very same data."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _shape(v: Any) -> Any:
+    return v.get("shape") if isinstance(v, dict) and "py" not in v else v.get("py") if isinstance(v, dict) else None
+
+
+def judge(records: list[dict], reference: list[dict] | None) -> str | None:
+    """Why a test cell fails when its ``records`` are held to the solution's ``reference``, or ``None``."""
+    if reference is None:
+        return "the grader has no reference run for this test"
+    if len(records) != len(reference):
+        return (f"the grader received {len(records)} of the {len(reference)} checks this test makes "
+                "(a check was skipped, added or hidden)")
+    for i, (rec, ref) in enumerate(zip(records, reference), 1):
+        name = f"check {i} of {len(reference)} ({ref['what']})"
+        if not isinstance(rec, dict) or (rec.get("kind"), rec.get("what")) != (ref["kind"], ref["what"]):
+            return f"{name}: the grader received another check in its place"
+        kind, atol, rtol = ref["kind"], ref.get("atol"), ref.get("rtol")
+        expected = rec.get("expected")
+        if ref["fixed"]:
+            if not agree(kind, expected, ref["expected"], atol, rtol):
+                return f"{name}: the value it was compared with is not the test's own"
+        elif _shape(expected) != _shape(ref["expected"]):
+            return f"{name}: the value it was compared with has another shape than the test's own"
+        if not agree(kind, rec.get("actual"), expected, atol, rtol):
+            return f"{name}: does not hold when the grader compares the values itself"
+    return None

@@ -1,0 +1,164 @@
+"""The learner's path in JupyterLab, in headless Chromium: `make lab`'s own server on a copy of
+chapter 3's release (the fastest chapter to run).
+
+Open the chapter; no news popup (lab/labconfig, shipped with `make lab`); Run All stops at the
+first exercise's visible test, which says the exercise is not implemented yet; write that
+exercise's solution into its cell and run it and its test: the test passes; save and press
+nbgrader's Validate: its dialog reports the exercises still left, and no longer the first.
+Screenshots: site/_build/screenshots/lab_*.png.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = "ch03_scaled_dot_product"
+EXERCISE = "ex1_scores"            # its answer cell; its visible tests are EXERCISE + "-visible"
+FUNCTION = "scaled_scores"
+SERVER_START_S = 120
+RUN_ALL_S = 240
+VALIDATE_S = 300
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cell_index(nb, grade_id: str) -> int:
+    for i, cell in enumerate(nb.cells):
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return i
+    raise AssertionError(f"{CHAPTER}: no cell with grade_id {grade_id}")
+
+
+def _solution_source() -> str:
+    """The exercise's answer cell as in the solutions, nbgrader's marker lines left out."""
+    nb = nbformat.read(ROOT / "solutions" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    src = nb.cells[_cell_index(nb, EXERCISE)].source
+    return "\n".join(ln for ln in src.splitlines()
+                     if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_path):
+    """`make lab` on a temporary copy of the chapter's release: (base URL, token, folder)."""
+    if not (ROOT / ".venv" / "bin" / "jupyter").exists():
+        pytest.skip("no .venv/bin/jupyter: run `make install` first")
+    tmp = tmp_path_factory.mktemp("lab")
+    work = tmp / "course"
+    shutil.copytree(ROOT / "notebooks" / CHAPTER, work / CHAPTER)
+    port, token = _free_port(), secrets.token_hex(16)
+    # Fresh user settings, workspaces and config: what the learner sees comes from the shipped
+    # setting (lab/labconfig), not from a previous session on this machine.
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
+            f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
+    log = (tmp / "server.log").open("w")
+    proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab",
+                             f"LAB_ROOT={work}", f"LAB_ARGS={args}"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"make lab did not start (exit {proc.poll()}):\n"
+                                         + (tmp / "server.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield base, token, work
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)   # make, jupyter lab and its kernels: one group
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _wait_idle(page, timeout_s: float) -> None:
+    """Wait until no cell is queued or running ([*]) and the kernel is idle."""
+    page.wait_for_function(
+        """() => !Array.from(document.querySelectorAll('.jp-InputPrompt'))
+                   .some(p => p.textContent.includes('*'))
+               && document.querySelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')""",
+        timeout=timeout_s * 1000, polling=500)
+
+
+def test_learner_path_in_jupyterlab(lab, watch, screenshots):
+    base, token, work = lab
+    page = watch.page
+    release = nbformat.read(work / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    answer, visible = _cell_index(release, EXERCISE), _cell_index(release, EXERCISE + "-visible")
+    cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+
+    page.goto(f"{base}lab/tree/{CHAPTER}/{CHAPTER}.ipynb?token={token}", wait_until="load")
+    cells.nth(visible).wait_for(state="attached", timeout=120_000)
+    _wait_idle(page, 120)
+    page.wait_for_timeout(3000)   # the news question would appear by now
+    assert page.get_by_text("official Jupyter news").count() == 0, \
+        "JupyterLab asks about Jupyter news: lab/labconfig/default_setting_overrides.json not applied"
+
+    # Run All: the run stops at the first exercise's visible test, which says what to do.
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).first.click()
+    out = cells.nth(visible).locator(".jp-OutputArea")
+    out.get_by_text(f"{FUNCTION} is not implemented yet").wait_for(timeout=RUN_ALL_S * 1000)
+    _wait_idle(page, RUN_ALL_S)
+    out.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshots / "lab_run_all.png"))
+
+    # The learner writes the exercise, runs it and its test: the test passes.
+    cells.nth(answer).locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(_solution_source())
+    page.keyboard.press("Escape")
+    page.keyboard.press("Shift+Enter")      # runs the answer, selects the test cell
+    page.keyboard.press("Shift+Enter")      # runs the test
+    out.get_by_text(f"{FUNCTION}: all").wait_for(timeout=120_000)
+    assert "checks passed" in out.inner_text(), f"the visible test did not pass: {out.inner_text()!r}"
+    _wait_idle(page, 120)
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1000)
+    out.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshots / "lab_exercise_passes.png"))
+
+    # nbgrader's Validate runs the whole notebook and reports what still fails.
+    page.get_by_role("button", name="Validate").first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=VALIDATE_S * 1000)
+    dialog.get_by_text(re.compile("not implemented yet|failed|passed", re.I)).first.wait_for(
+        timeout=VALIDATE_S * 1000)
+    text = dialog.inner_text()
+    page.screenshot(path=str(screenshots / "lab_validate.png"))
+    assert "stable_softmax is not implemented yet" in text, \
+        f"Validate does not report the next unanswered exercise: {text[:2000]!r}"
+    assert f"{FUNCTION} is not implemented yet" not in text, \
+        f"Validate still reports the answered exercise as missing: {text[:2000]!r}"
+    # JupyterLab asks its own server only; no request went elsewhere (news, updates, fonts).
+    # No console error, no request outside the local server (news, updates, fonts), no failed
+    # request but JupyterLab's own: it aborts a pending save of the workspace layout when a newer
+    # one supersedes it (net::ERR_ABORTED on PUT .../lab/api/workspaces/).
+    watch.failed = [f for f in watch.failed
+                    if not ("/lab/api/workspaces/" in f and f.startswith("PUT ") and "ERR_ABORTED" in f)]
+    watch.assert_clean("JupyterLab")
