@@ -15,14 +15,15 @@ JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # process: float sums then round the same way in every run, and two test workers fill 2 cores.
 # (make lab leaves the learner's default alone.)
 THREADS ?= 1
-RUNS_CHAPTERS := execute sync test test-portable grade autograde
+RUNS_CHAPTERS := execute sync test test-portable grade autograde hub-rehearsal
 $(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
 $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute clean
+.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute clean \
+	hub-install hub-rehearsal
 
 help:
 	@echo "make lab                  open JupyterLab on the student notebooks"
@@ -31,6 +32,8 @@ help:
 	@echo "make release              regenerate notebooks/ from solutions/"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
+	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
+	@echo "make hub-rehearsal        a class on a local JupyterHub: release, fetch, submit, collect, autograde, feedback"
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
@@ -150,8 +153,28 @@ release: $(STAMP)
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
 # (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
+# JOBS=N grades N submissions at a time, each in its own sandbox and its own copy of the gradebook,
+# merged by one writer (course_utils/grading/parallel.py); default: the cores, fewer if memory is short.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force)
+	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
+
+# A class on JupyterHub, rehearsed on this machine (docs/jupyterhub.md): JupyterHub (the `hub`
+# extra of pyproject.toml) and its proxy (configurable-http-proxy, pinned in tools/hub, from npm;
+# needs Node.js 20 and npm), then tools/hub_rehearsal.py: two students and the instructor through
+# the hub and nbgrader's exchange, graded by the course's grader. Neither make lab nor make test
+# installs these; tests/test_hub_rehearsal.py runs the rehearsal where they are installed.
+HUB_NODE := tools/hub
+HUB_STAMP := $(VENV)/.hub-installed
+$(HUB_STAMP): $(STAMP) pyproject.toml $(HUB_NODE)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "the hub's proxy needs Node.js (20) and npm: sudo apt-get install nodejs npm"; exit 2; }
+	$(BIN)/python -m pip install --quiet -e '.[dev,hub]'
+	npm ci --prefix $(HUB_NODE) --no-audit --no-fund --loglevel=error
+	touch $(HUB_STAMP)
+
+hub-install: $(HUB_STAMP)
+
+hub-rehearsal: $(HUB_STAMP)
+	$(BIN)/python tools/hub_rehearsal.py $(if $(JOBS),--jobs $(JOBS))
 
 # The text sources are what people edit: sync brings each .ipynb's cells up to date from its
 # .py and keeps the outputs of unchanged cells; execute then runs them. Commit a re-execution on
@@ -165,5 +188,5 @@ execute: sync
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
 # gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
 clean:
-	rm -rf $(VENV) .pytest_cache .grading-cache site/_build site/_vendor
+	rm -rf $(VENV) .pytest_cache .grading-cache site/_build site/_vendor $(HUB_NODE)/node_modules hub-rehearsal
 	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +

@@ -5,7 +5,6 @@ notebooks/<chapter>/ the *release* that learners open. The gradebook is never co
 The grader's steps named here live in course_utils/grading/ (execution.py, feedback.py).
 """
 import os
-import tempfile
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
@@ -18,13 +17,14 @@ from nbgrader.preprocessors import (
                                     SaveAutoGrades,
 )
 
+from course_utils.grading.exchange import COURSE_ID, exchange_root
 from course_utils.grading.execution import SandboxedExecute
 from course_utils.grading.feedback import FaultNote, ScrubHidden, ShortTracebacks
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-c.CourseDirectory.course_id = "attention-course"
+c.CourseDirectory.course_id = COURSE_ID
 c.CourseDirectory.root = ROOT
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
@@ -33,7 +33,11 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(ROOT, "gradebook.db")
 # it never goes into the release or a submission's copy (tests/test_grading.py checks the release).
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py", "*.md",
                             "jupytext.toml"]
-c.Exchange.root = os.path.join(tempfile.gettempdir(), "attention-course-exchange")
+# nbgrader's exchange: $COURSE_EXCHANGE, else <TMPDIR>/attention-course-exchange (docs/jupyterhub.md).
+c.Exchange.root = exchange_root()
+# All students: a student configuration read system-wide on a hub sets the student id to the hub
+# user (course_utils/grading/exchange.py); in the course root the instructor's commands see everyone.
+c.CourseDirectory.student_id = "*"
 
 # Each submission runs in its own sandbox (course_utils/grading/sandbox.py: bubblewrap, cgroups,
 # limits in Limits / GRADING_* variables), the course's own Python whatever kernelspec the notebook

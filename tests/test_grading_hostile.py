@@ -27,7 +27,7 @@ import nbformat
 import pytest
 
 from course_utils import grading
-from course_utils.grading import sandbox
+from course_utils.grading import exchange, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -369,9 +369,16 @@ def hostile(tmp_path_factory, request):
     subs["h-sly"] = _answer(_answer(lean_solution(), exercises[0], SLY_COMPARE), exercises[1], SLY_SKIP)
     subs["h-sly-expected"] = _answer(lean_solution(), exercises[3], SLY_EXPECTED)
     # Looking around the box and leaving things behind, then 64 MiB of output and scripts in HTML.
+    # The class's exchange (issue 22), with another student's submission waiting in inbound/.
+    exchange_root = course / "exchange"
+    inbound = exchange_root / exchange.COURSE_ID / "inbound"
+    waiting = inbound / f"h-other+{CHAPTER}+2026-01-01 00:00:00.000000 UTC+abc"
+    waiting.mkdir(parents=True)
+    shutil.copy(release, waiting / release.name)
+    mp.setenv(exchange.EXCHANGE_VARIABLE, str(exchange_root))
     snoop_paths = [str(REPO / "solutions"), str(course / "solutions"), str(course / "gradebook.db"),
                    str(course / "submitted"), str(Path(tempfile.gettempdir()) / "attention-course-exchange"),
-                   str(REPO / "course_utils" / "grading")]
+                   str(REPO / "course_utils" / "grading"), str(inbound), str(waiting / release.name)]
     box = lean_solution()
     for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS]):
         _after(box, f"{exercises[0]}-hidden", source)
@@ -401,8 +408,9 @@ def hostile(tmp_path_factory, request):
     (course / "submitted" / "h-not-a-chapter" / "ch99_nothing").mkdir(parents=True)
     nbformat.write(solution, course / "submitted" / "h-not-a-chapter" / "ch99_nothing" / "x.ipynb")
 
-    results = grading.instructor_autograde(root=course, force=False)
-    yield {"course": course, "results": {s: r for (s, ch), r in results.items()}, "src": src,
+    # Two at a time (issue 22): a hostile submission graded beside another changes nothing of it.
+    results = grading.instructor_autograde(root=course, force=False, jobs=2)
+    yield {"inbound": [str(inbound), str(waiting / release.name)], "course": course, "results": {s: r for (s, ch), r in results.items()}, "src": src,
            "exercises": exercises, "solution": solution, "wrong": wrong_ex, "before": before,
            "release": release, "release_before": release_before, "other": other}
 
@@ -635,10 +643,17 @@ def test_the_box_shows_nothing_of_the_course_the_class_or_the_host(hostile):
     res = hostile["results"]["h-box"]
     assert res.auto_score == _full(hostile), res.table()
     text = _outputs(hostile, "h-box")
-    assert not re.search(r"^READ /", text, re.M) and len(re.findall(r"^ABSENT /", text, re.M)) == 6, text[-3000:]
+    assert not re.search(r"^READ /", text, re.M) and len(re.findall(r"^ABSENT /", text, re.M)) == 8, text[-3000:]
     pids = int(re.search(r"PIDS (\d+)", text).group(1))
     assert pids <= 4 and "SYS False" in text and "UID 1000" in text, text[-3000:]
     assert not re.search(r"^WROTE /", text, re.M) and len(re.findall(r"^REFUSED /", text, re.M)) == 2, text[-3000:]
+
+
+def test_the_exchange_inbound_is_not_readable_from_the_box(hostile):
+    # The class's exchange holds every student's submission in inbound/ until it is collected.
+    text = _outputs(hostile, "h-box")
+    for path in hostile["inbound"]:
+        assert f"ABSENT {path}" in text.splitlines(), (path, text[-3000:])
 
 
 def test_hidden_tests_do_not_leak_through_history_or_outputs(hostile):

@@ -6,6 +6,8 @@ One module per idea:
 - :mod:`~course_utils.grading.course` -- the explicit course root, chapters, nbgrader as a program, release
 - :mod:`~course_utils.grading.intake` -- a submission read safely and rebuilt from the trusted release
 - :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
+- :mod:`~course_utils.grading.parallel` -- N submissions at a time, merged into the gradebook by one writer
+- :mod:`~course_utils.grading.exchange` -- nbgrader's exchange: its folder, a student's configuration
 - :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; the checks' records collected
 - :mod:`~course_utils.grading.reference` -- the solution's own run, once per chapter, that submissions are held to
 - :mod:`~course_utils.grading.verdict` -- who decides a test's result: the grader, from plain data, outside the kernel

@@ -15,9 +15,10 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course_utils.grading import reference, sandbox
+from course_utils.grading import parallel, reference, sandbox
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -32,55 +33,69 @@ from course_utils.grading.gradebook import (
     update_gradebook_tests,
     write_grades_csv,
 )
-from course_utils.grading.intake import fingerprint, intake, one_line, submitted_notebook
+from course_utils.grading.intake import fingerprint, submitted_notebook
 from course_utils.grading.results import RECORD, NotebookGrades
 
 UNSANDBOXED = "GRADING_UNSANDBOXED"   # =1: let `make autograde` grade without bubblewrap (trusted work only)
 
 
-def _last_error(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "ERROR" in ln or "Error" in ln]
-    return one_line((errors or lines or ["no log"])[-1], 150)
-
-
 def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *, force: bool = False,
                   feedback: bool = True, limits: sandbox.Limits | None = None,
-                  base: Path | None = None) -> dict[str, NotebookGrades]:
+                  base: Path | None = None, jobs: int = 1, progress: bool = False) -> dict[str, NotebookGrades]:
     """Grade ``{student: notebook}`` for ``chapter`` in ``course``; only what changed unless ``force``.
 
     ``base``: the folder the submissions were collected in (``submitted/``): no link between it
     and a notebook is followed. The instructor's ``submitted/`` is never modified (nbgrader
-    reads rebuilt copies from a staging folder the kernels cannot see).
+    reads rebuilt copies from a staging folder the kernels cannot see). ``jobs``: how many
+    submissions are graded at a time, each in its own nbgrader process and sandbox, into its own
+    copy of the gradebook; the results are merged into the gradebook by this process alone, one
+    student at a time (``parallel.py``), so ``jobs`` never changes a grade.
     """
     limits = limits or sandbox.Limits.from_env()
     # Every submission is held to the solution's own run (verdict.py); made once, then cached.
     env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
     nb_name = chapter_notebook(chapter, course).stem
     release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
-    graded = []
+    todo: dict[str, tuple[Path, str]] = {}
     for student, path in submissions.items():
         fp = fingerprint(path, chapter, course, limits, base)
-        out = course / "autograded" / student / chapter
-        record = out / RECORD
+        record = course / "autograded" / student / chapter / RECORD
         if not force and record.exists() and json.loads(record.read_text()).get("fingerprint") == fp:
             continue
-        staging = Path(tempfile.mkdtemp(prefix="grading-intake-"))
+        todo[student] = (path, fp)
+    graded = []
+    if todo:
+        snap_dir = Path(tempfile.mkdtemp(prefix="grading-snapshot-"))
+        os.chmod(snap_dir, 0o700)
         try:
-            faults = intake(path, chapter, release, staging / student / chapter / f"{nb_name}.ipynb", course, base)
-            proc = nbgrader("autograde", chapter, "--force", f"--student={student}",
-                            f"--CourseDirectory.submitted_directory={staging}", course=course, check=False,
-                            env=env, timeout=limits.notebook_s + 300)
+            snapshot = parallel.snapshot_gradebook(course, snap_dir)
+            pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="grading")
+            running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
+                                   limits, env, base): student for student, (path, _) in todo.items()}
+            try:
+                for n, done in enumerate(as_completed(running), 1):
+                    student = running[done]
+                    result = done.result()
+                    try:
+                        parallel.merge(course, chapter, result)   # the one writer of the gradebook
+                    finally:
+                        parallel.discard(result)
+                    record = course / "autograded" / student / chapter / RECORD
+                    if result.error:
+                        record.write_text(json.dumps({"fingerprint": None, "faults": result.faults + [result.error]}))
+                    else:
+                        record.write_text(json.dumps({"fingerprint": todo[student][1], "graded": time.time()}))
+                        graded.append(student)
+                    if progress:
+                        print(f"  [{n}/{len(todo)}] {student} ({result.seconds:.0f} s)"
+                              + (f": {result.error}" if result.error else ""), flush=True)
+            except BaseException:   # Ctrl-C or a gradebook error: start nothing more
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            finally:
+                pool.shutdown(wait=True)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        if proc.returncode != 0 or not (out / f"{nb_name}.ipynb").exists():
-            faults = faults + [f"nbgrader could not grade it ({_last_error(proc.stderr)})"]
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / RECORD).write_text(json.dumps({"fingerprint": None, "faults": faults}))
-        else:
-            (out / RECORD).write_text(json.dumps({"fingerprint": fp, "graded": time.time()}))
-            graded.append(student)
+            shutil.rmtree(snap_dir, ignore_errors=True)
     if feedback and graded:
         nbgrader("generate_feedback", chapter, "--force", course=course, check=False)
         for student in submissions:   # nbgrader rewrote every student's feedback of the chapter
@@ -98,15 +113,16 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
             else:
                 record = course / "autograded" / student / chapter / RECORD
                 data = json.loads(record.read_text())
-                data["faults"] = data.get("faults", []) + [f"no feedback could be made ({_last_error(proc.stderr)})"]
+                data["faults"] = data.get("faults", []) + [f"no feedback could be made ({parallel.last_error(proc.stderr)})"]
                 record.write_text(json.dumps(data))
     return read_grades(course, chapter, list(submissions))
 
 
-def autograde_in(course: Path, chapter: str, submissions: Mapping[str, Path],
-                 feedback: bool = False, limits: sandbox.Limits | None = None) -> dict[str, NotebookGrades]:
-    """Submit ``{student: notebook}`` to ``chapter`` of ``course``, autograde all of them, read the grades."""
-    return grade_chapter(course, chapter, submissions, force=True, feedback=feedback, limits=limits)
+def autograde_in(course: Path, chapter: str, submissions: Mapping[str, Path], feedback: bool = False,
+                 limits: sandbox.Limits | None = None, jobs: int = 1) -> dict[str, NotebookGrades]:
+    """Submit ``{student: notebook}`` to ``chapter`` of ``course``, autograde all of them (``jobs``
+    at a time), read the grades."""
+    return grade_chapter(course, chapter, submissions, force=True, feedback=feedback, limits=limits, jobs=jobs)
 
 
 def grade(notebook: Path, root: Path | None = None, student: str = "you") -> NotebookGrades:
@@ -127,8 +143,13 @@ def grade(notebook: Path, root: Path | None = None, student: str = "you") -> Not
         shutil.rmtree(course, ignore_errors=True)
 
 
-def instructor_autograde(root: Path | None = None, force: bool = False) -> dict[tuple[str, str], NotebookGrades]:
-    """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary."""
+def instructor_autograde(root: Path | None = None, force: bool = False,
+                         jobs: int | str | None = None) -> dict[tuple[str, str], NotebookGrades]:
+    """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary.
+
+    ``jobs``: submissions graded at a time (``None`` or ``"auto"``: from the cores and memory,
+    :func:`~course_utils.grading.parallel.default_jobs`).
+    """
     root = course_root(root)
     submitted = root / "submitted"
     folders = sorted(p for p in submitted.glob("*/*") if p.is_dir()) if submitted.exists() else []
@@ -142,7 +163,9 @@ def instructor_autograde(root: Path | None = None, force: bool = False) -> dict[
         print(f"WARNING: {UNSANDBOXED}=1: grading WITHOUT A SANDBOX; a submission can read and write "
               "everything you can", flush=True)
     limits = sandbox.Limits.from_env()
-    print(f"limits: {limits.describe()} (GRADING_* variables change them)")
+    jobs = parallel.parse_jobs(jobs, limits)
+    print(f"limits: {limits.describe()} (GRADING_* variables change them); {jobs} at a time "
+          f"({parallel.usable_cores()} cores; JOBS=N changes it)")
     for w in iso.warnings:
         print(f"WARNING: {w}")
     backup = backup_gradebook(root)
@@ -165,7 +188,8 @@ def instructor_autograde(root: Path | None = None, force: bool = False) -> dict[
         print(f"autograding {ch}: {len(students)} submissions ...", flush=True)
         subs = {s: submitted_notebook(f, nb_name) for s, f in students.items()}
         try:
-            graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted)
+            graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted, jobs=jobs,
+                                   progress=True)
         except RuntimeError as e:   # the solution's own run failed: nothing of this chapter can be graded
             print(f"ERROR: {e}", flush=True)
             for s in students:

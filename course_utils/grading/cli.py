@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("release", help="regenerate notebooks/ from solutions/")
     a = sub.add_parser("autograde", help="grade submitted/, write feedback and grades.csv")
     a.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
+    a.add_argument("--jobs", "-j", default=None,
+                   help="submissions graded at a time, each in its own sandbox (default: auto, from the "
+                        "cores and the memory limit per box)")
     e = sub.add_parser("execute", help="re-execute notebooks in place")
     e.add_argument("path", type=Path, nargs="?", default=None)
     args = parser.parse_args(argv)
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in release(root):
             print(f"wrote {p.relative_to(root)}")
     elif args.command == "autograde":
-        instructor_autograde(root, force=args.force)
+        instructor_autograde(root, force=args.force, jobs=args.jobs)
     elif args.command == "execute":
         execute(args.path if args.path is not None else root / "solutions")
     return 0

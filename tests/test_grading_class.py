@@ -1,0 +1,225 @@
+"""A class, not a folder: nbgrader's exchange end to end, and grading in parallel (issue 22).
+
+* ``test_the_exchange_loop``: an instructor and two students through nbgrader's exchange with
+  nbgrader's own command line, in a throwaway course and a temporary exchange: release, fetch,
+  submit, collect, ``python -m course_utils.grading autograde --jobs 2`` (the course's grader:
+  sandbox, limits), release feedback, and each student fetches their feedback, *only their own*.
+  Both students run as the same Unix account (as under a local spawner) with their hub name in
+  ``JUPYTERHUB_USER`` and their own home: the exchange must name submissions after the hub
+  user. One student's notebook looks for the exchange's inbound folder, the other student's
+  submission, ``submitted/`` and the gradebook from inside its box: none is there.
+* ``test_parallel_grades_equal_serial_grades``: a small class with a poisoned submission graded
+  three at a time, then one at a time: the same grades, cell by cell, and the same faults.
+
+Chapter 3 grades fastest; the submissions are lean (the setup cell and the graded cells, which a
+learner may do), so each grades in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from course_utils import grading
+from course_utils.grading import exchange, parallel, sandbox
+
+CHAPTER = "ch03_scaled_dot_product"
+REPO = Path(__file__).resolve().parent.parent
+LIMITS = sandbox.Limits(notebook_s=120, cell_s=30, memory_mb=2048, processes=64, children=8, file_mb=64)
+SANDBOXED = sandbox.isolation().sandboxed
+pytestmark = pytest.mark.skipif(CHAPTER not in grading.chapters(REPO), reason=f"needs {CHAPTER}")
+
+
+def _meta(cell) -> dict:
+    meta = cell.metadata.get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _lean(nb_path: Path):
+    """The notebook's first code cell and its graded cells, outputs cleared."""
+    nb = nbformat.read(nb_path, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells = [c for i, c in enumerate(nb.cells) if i == first or _meta(c).get("grade_id")]
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+    return nb
+
+
+def _wrong():
+    ns: dict = {}
+    exec((REPO / "tests" / "wrong_answers" / f"{CHAPTER}.py").read_text(), ns)
+    return ns["EXERCISE"], ns["SOURCE"]
+
+
+def _set_answer(nb, grade_id: str, source: str):
+    cell = next(c for c in nb.cells if _meta(c).get("grade_id") == grade_id)
+    cell.source = source
+    return nb
+
+
+def _answers_from(solution, nb):
+    """``nb`` (a fetched release) with the answer cells of ``solution``."""
+    answers = {_meta(c)["grade_id"]: c.source for c in solution.cells
+               if _meta(c).get("solution") and _meta(c).get("grade_id")}
+    for c in nb.cells:
+        if _meta(c).get("grade_id") in answers:
+            c.source = answers[_meta(c)["grade_id"]]
+    return nb
+
+
+def _run(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _nbgrader(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return _run(sys.executable, "-m", "nbgrader", *args, cwd=cwd, env=env)
+
+
+SNOOP = """import pathlib
+for p in {paths!r}:
+    try:
+        print(("READ " if pathlib.Path(p).exists() else "ABSENT ") + p)
+    except OSError:
+        print("ABSENT " + p)
+"""
+
+
+def test_the_exchange_loop(tmp_path):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base[exchange.EXCHANGE_VARIABLE] = str(tmp_path / "exchange")
+    base.update(LIMITS.to_env())
+    if not SANDBOXED:   # trusted notebooks only; the box's part of the test is skipped below
+        base["GRADING_UNSANDBOXED"] = "1"
+    course = grading.new_course([CHAPTER], REPO)
+    try:
+        teacher = {**base, "HOME": str(tmp_path / "home" / "teacher")}
+        _nbgrader("release_assignment", CHAPTER, "--force", cwd=course, env=teacher)
+
+        solution = _lean(grading.chapter_notebook(CHAPTER, course))
+        wrong_ex, wrong_src = _wrong()
+        homes, envs = {}, {}
+        for student in ("alice", "bob"):
+            home = homes[student] = tmp_path / "home" / student
+            exchange.write_student_config(home, tmp_path / "exchange")
+            envs[student] = {**base, "HOME": str(home), "JUPYTERHUB_USER": student}
+            _nbgrader("fetch_assignment", CHAPTER, cwd=home, env=envs[student])
+
+        inbound = tmp_path / "exchange" / exchange.COURSE_ID / "inbound"
+        for student in ("alice", "bob"):
+            home = homes[student]
+            fetched = home / CHAPTER / f"{CHAPTER}.ipynb"
+            nb = _answers_from(solution, _lean(fetched))
+            if student == "bob":
+                _set_answer(nb, wrong_ex, wrong_src)
+                others = sorted(inbound.iterdir())   # alice's submission, already in the exchange
+                assert others, "alice's submission is not in the exchange"
+                paths = [str(tmp_path / "exchange"), str(inbound), str(others[0]),
+                         str(next(others[0].glob("*.ipynb"))), str(course / "gradebook.db"),
+                         str(course / "submitted"), str(homes["alice"])]
+                nb.cells.append(nbformat.v4.new_code_cell(SNOOP.format(paths=paths)))
+            nb.cells.append(nbformat.v4.new_markdown_cell(f"Submitted by {student}-sentinel."))
+            nbformat.write(nb, fetched)
+            _nbgrader("submit", CHAPTER, cwd=home, env=envs[student])
+
+        _nbgrader("collect", CHAPTER, cwd=course, env=teacher)
+        # The hub's user names, not the Unix account's (root here, or whoever runs the tests).
+        collected = sorted(p.name for p in (course / "submitted").iterdir())
+        assert collected == ["alice", "bob"], collected
+        assert (course / "submitted" / "alice" / CHAPTER / "timestamp.txt").exists()
+
+        out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", "--jobs", "2",
+                   cwd=course, env=teacher).stdout
+        assert "2 at a time" in out, out
+        grades = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
+        assert set(grades) == {"alice", "bob"}, grades
+        assert float(grades["alice"][4]) > float(grades["bob"][4]) > 0, grades
+        assert not grades["alice"][6] and not grades["bob"][6], grades
+
+        graded_bob = nbformat.read(course / "autograded" / "bob" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+        seen = "\n".join(str(o.get("text", "")) for c in graded_bob.cells if c.cell_type == "code" for o in c.outputs)
+        if SANDBOXED:
+            assert not re.search(r"^READ ", seen, re.M) and len(re.findall(r"^ABSENT ", seen, re.M)) == len(paths), seen
+
+        _nbgrader("release_feedback", CHAPTER, cwd=course, env=teacher)
+        for student, other in (("alice", "bob"), ("bob", "alice")):
+            _nbgrader("fetch_feedback", CHAPTER, cwd=homes[student], env=envs[student])
+            html = sorted((homes[student] / CHAPTER / "feedback").glob("*/*.html"))
+            assert len(html) == 1, f"{student} fetched {len(html)} feedback files: {html}"
+            text = html[0].read_text()
+            assert f"{student}-sentinel" in text and f"{other}-sentinel" not in text, student
+    finally:
+        shutil.rmtree(course, ignore_errors=True)
+
+
+DEAD = "import os\nos._exit(1)\n"
+
+
+def test_parallel_grades_equal_serial_grades(tmp_path, monkeypatch):
+    for k, v in LIMITS.to_env().items():
+        monkeypatch.setenv(k, v)
+    course = grading.new_course([CHAPTER], REPO)
+    try:
+        src = grading.chapter_notebook(CHAPTER, course)
+        release = course / "notebooks" / CHAPTER / src.name
+        wrong_ex, wrong_src = _wrong()
+        exercises = [_meta(c)["grade_id"] for c in _lean(src).cells
+                     if _meta(c).get("solution") and not _meta(c).get("grade")]
+        poisoned = _lean(src)    # bad metadata, a duplicated test cell, then a dead kernel
+        poisoned.cells.insert(1, nbformat.v4.new_code_cell("y = 2", metadata={"nbgrader": "x"}))
+        at = next(i for i, c in enumerate(poisoned.cells) if _meta(c).get("grade_id") == f"{exercises[0]}-visible")
+        poisoned.cells.insert(at + 1, nbformat.v4.new_code_cell(poisoned.cells[at].source,
+                                                                metadata=dict(poisoned.cells[at].metadata)))
+        at = next(i for i, c in enumerate(poisoned.cells) if _meta(c).get("grade_id") == f"{exercises[1]}-hidden")
+        poisoned.cells.insert(at + 1, nbformat.v4.new_code_cell(DEAD))
+        notebooks = {"c-solution": _lean(src), "c-wrong": _set_answer(_lean(src), wrong_ex, wrong_src),
+                     "c-poisoned": poisoned, "c-blank": _lean(release)}
+        subs = {}
+        for student, nb in notebooks.items():
+            subs[student] = tmp_path / f"{student}.ipynb"
+            nbformat.write(nb, subs[student])
+
+        def summary(results):
+            return {s: ([(c.grade_id, c.score) for c in r.cells if not c.manual], r.faults, r.auto_score)
+                    for s, r in results.items()}
+
+        parallel = summary(grading.autograde_in(course, CHAPTER, subs, jobs=3))
+        # A grader marks a written answer meanwhile: regrading keeps it (the merge writes only
+        # what nbgrader's autograde writes).
+        written = next(c.grade_id for c in grading.read_grades(course, CHAPTER, ["c-solution"])["c-solution"].cells
+                       if c.manual)
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            gb.find_grade(written, src.stem, CHAPTER, "c-solution").manual_score = 1.5
+            gb.db.commit()
+        serial = summary(grading.autograde_in(course, CHAPTER, subs, jobs=1))
+        assert parallel == serial
+        kept = {c.grade_id: c.score for c in grading.read_grades(course, CHAPTER, ["c-solution"])["c-solution"].cells}
+        assert kept[written] == 1.5, kept
+        full = serial["c-solution"][2]
+        assert full > 0 and serial["c-blank"][2] == 0, serial
+        assert 0 < serial["c-wrong"][2] < full, serial
+        assert 0 < serial["c-poisoned"][2] < full and any("kernel died" in f for f in serial["c-poisoned"][1]), serial
+    finally:
+        shutil.rmtree(course, ignore_errors=True)
+
+
+def test_jobs_default_from_the_cores_and_memory():
+    limits = sandbox.Limits()
+    assert parallel.parse_jobs("3", limits) == 3
+    assert parallel.parse_jobs(None, limits) == parallel.parse_jobs("auto", limits) == parallel.default_jobs(limits)
+    assert 1 <= parallel.default_jobs(limits) <= parallel.usable_cores()
+    assert parallel.default_jobs(sandbox.Limits(memory_mb=10**9)) == 1   # memory, not cores, decides
+    for bad in ("-1", "two", "1.5"):
+        with pytest.raises(SystemExit, match="jobs"):
+            parallel.parse_jobs(bad, limits)
