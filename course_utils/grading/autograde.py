@@ -52,8 +52,6 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
     student at a time (``parallel.py``), so ``jobs`` never changes a grade.
     """
     limits = limits or sandbox.Limits.from_env()
-    # Every submission is held to the solution's own run (verdict.py); made once, then cached.
-    env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
     nb_name = chapter_notebook(chapter, course).stem
     release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
     todo: dict[str, tuple[Path, str]] = {}
@@ -65,6 +63,8 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
         todo[student] = (path, fp)
     graded = []
     if todo:
+        # Every submission is held to the solution's own run (verdict.py); made once, then cached.
+        env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
         snap_dir = Path(tempfile.mkdtemp(prefix="grading-snapshot-"))
         os.chmod(snap_dir, 0o700)
         try:
