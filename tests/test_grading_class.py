@@ -27,6 +27,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from notebook_helpers import lean as _lean
+from notebook_helpers import meta as _meta
 
 from course_utils import grading
 from course_utils.grading import exchange, parallel, sandbox
@@ -38,20 +40,6 @@ SANDBOXED = sandbox.isolation().sandboxed
 pytestmark = pytest.mark.skipif(CHAPTER not in grading.chapters(REPO), reason=f"needs {CHAPTER}")
 
 
-def _meta(cell) -> dict:
-    meta = cell.metadata.get("nbgrader", {})
-    return meta if isinstance(meta, dict) else {}
-
-
-def _lean(nb_path: Path):
-    """The notebook's first code cell and its graded cells, outputs cleared."""
-    nb = nbformat.read(nb_path, as_version=4)
-    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells = [c for i, c in enumerate(nb.cells) if i == first or _meta(c).get("grade_id")]
-    for c in nb.cells:
-        if c.cell_type == "code":
-            c.outputs, c.execution_count = [], None
-    return nb
 
 
 def _wrong():

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_helpers import lean as _lean
+from notebook_helpers import meta as _meta
 
 from course_utils import grading
 from course_utils.grading import exchange, sandbox
@@ -46,20 +48,6 @@ def _wrong_answer() -> tuple[str, str]:
     return mod.EXERCISE, mod.SOURCE
 
 
-def _meta(cell) -> dict:
-    meta = cell.metadata.get("nbgrader", {})
-    return meta if isinstance(meta, dict) else {}
-
-
-def _lean(nb_path: Path):
-    """The notebook with its first (setup) cell and its graded cells only, outputs cleared."""
-    nb = nbformat.read(nb_path, as_version=4)
-    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells = [c for i, c in enumerate(nb.cells) if i == first or _meta(c).get("grade_id")]
-    for c in nb.cells:
-        if c.cell_type == "code":
-            c.outputs, c.execution_count = [], None
-    return nb
 
 
 def _index(nb, grade_id: str) -> int:

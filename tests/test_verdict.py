@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_utils import checks
-from course_utils.grading import execution, verdict
+from course_utils.grading import sandbox, verdict
 
 
 def _records(monkeypatch, fn) -> list[dict]:
@@ -138,7 +138,7 @@ def test_answer_names_are_what_the_answer_cells_define(source, names):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source, metadata={"nbgrader": {"solution": True}}),
                 nbformat.v4.new_code_cell("def not_an_answer(): pass")]
-    assert execution.answer_names(nb) == names
+    assert sandbox.answer_names(nb) == names
 
 
 def test_a_solution_that_fails_its_own_tests_cannot_be_the_reference(tmp_path):

@@ -400,19 +400,25 @@ def guard_call(function: str, argument_json: str) -> str:
 
 # --- what the tests read -------------------------------------------------------------------
 
+def _parsed_cells(cells, keep) -> list[ast.Module]:
+    """The parsed code cells whose nbgrader metadata ``keep`` accepts (cells that do not parse are left out)."""
+    trees = []
+    for cell in cells:
+        if cell.cell_type == "code" and keep(cell.metadata.get("nbgrader", {})):
+            try:
+                trees.append(ast.parse(cell.source))
+            except SyntaxError:
+                pass
+    return trees
+
+
 def chapter_bindings(solution: Path) -> dict[str, tuple[str, str | None]]:
     """``{name: (module, attr)}`` bound by the imports of the chapter's instructor cells."""
     import nbformat
 
     out: dict[str, tuple[str, str | None]] = {}
-    for cell in nbformat.read(solution, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or meta.get("solution") or meta.get("grade"):
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+    cells = nbformat.read(solution, as_version=4).cells
+    for tree in _parsed_cells(cells, lambda meta: not meta.get("solution") and not meta.get("grade")):
         for node in tree.body:
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -422,6 +428,19 @@ def chapter_bindings(solution: Path) -> dict[str, tuple[str, str | None]]:
                     if a.name != "*":
                         out[a.asname or a.name] = (node.module, a.name)
     return out
+
+
+def answer_names(nb) -> list[str]:
+    """The top-level names the answer cells (nbgrader ``solution``) of a notebook define."""
+    names: list[str] = []
+    for tree in _parsed_cells(nb.cells, lambda meta: meta.get("solution")):
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return sorted(set(names))
 
 
 def names_read(source: str) -> list[str]:
