@@ -22,7 +22,7 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool lab lint test test-portable grade release autograde sync execute clean
+.PHONY: help install sandbox-tool lab lint test test-portable grade release autograde sync execute bench clean
 
 help:
 	@echo "make lab                  open JupyterLab on the student notebooks"
@@ -34,7 +34,8 @@ help:
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
-	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
+	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
+	@echo "make bench                the performance tables, measured side by side (about 10 min; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
 
 # Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
@@ -66,7 +67,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(JUPYTER_ROOT_FLAG)
 
 lint: $(STAMP)
-	$(BIN)/ruff check course_utils tests tools conftest.py nbgrader_config.py solutions
+	$(BIN)/ruff check course_utils tests tools benchmarks conftest.py nbgrader_config.py solutions
 
 # Two workers with one thread each: on a 2-core machine that is faster than one worker with
 # two threads (the notebooks' small tensors gain little from a second thread).
@@ -100,6 +101,13 @@ sync: $(STAMP)
 
 execute: sync
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
+
+# The course's performance claims as tables of ratios measured side by side in one run, each row with
+# the machine's own ceiling (matmul peak, copy bandwidth) measured in the same run; one thread and
+# all threads, and CUDA where present. Not part of make test. Prints the tables and saves them in
+# benchmarks/results/ (latest.md: the full run the README quotes). BENCH_QUICK=1: smaller sizes.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(if $(filter-out 0,$(BENCH_QUICK)),--quick)
 
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
 # gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
