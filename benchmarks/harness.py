@@ -38,7 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from course_utils import cost
 
 __all__ = [
-    "Ceiling", "Table", "Timing", "all_threads", "alternate", "count_flops", "devices", "machine_description",
+    "Ceiling", "Table", "Timing", "all_threads", "alternate", "best_ceilings", "count_flops", "devices", "headline", "machine_description",
     "measure_ceilings", "save", "sync", "thread_settings", "to_markdown",
 ]
 
@@ -101,10 +101,11 @@ class Timing:
 
 def alternate(fns: Mapping[str, Callable[[], Any]], rounds: int = 5, warmup: int = 2,
               min_sample_s: float = 0.01, budget_s: float | None = None, min_rounds: int = 3,
-              device: str = "cpu") -> Timing:
+              device: str = "cpu", long_call_s: float = 0.25) -> Timing:
     """Time each of ``fns`` (no arguments) side by side, round-robin.
 
-    After ``warmup`` untimed calls of each function (which also gives its rough duration),
+    After ``warmup`` untimed calls of each function (one when a call lasts over ``long_call_s``;
+    the last gives its rough duration),
     each function is called ``n`` times per sample, ``n`` chosen so that a sample lasts at
     least ``min_sample_s`` (short calls are otherwise below the clock's resolution and the
     loop's overhead). Then ``rounds`` rounds: in round ``r`` the functions run in the order
@@ -128,6 +129,8 @@ def alternate(fns: Mapping[str, Callable[[], Any]], rounds: int = 5, warmup: int
             fns[name]()
             sync(device)
             once = time.perf_counter() - start
+            if once > long_call_s:       # a long call is its own warm-up: no need to repeat it
+                break
         inner[name] = max(1, math.ceil(min_sample_s / max(once, 1e-7)))
         round_s += inner[name] * once
     if budget_s is not None:
@@ -213,6 +216,17 @@ def _bandwidth(device: str, mib: int, rounds: int) -> float:
     return 2 * src.nbytes / min(t.seconds["copy"]) / 1e9
 
 
+def best_ceilings(*runs: Mapping[tuple[str, int], Ceiling]) -> dict[tuple[str, int], Ceiling]:
+    """The better of several measurements of the same ceilings (the machine can do at least that)."""
+    out: dict[tuple[str, int], Ceiling] = {}
+    for run in runs:
+        for key, c in run.items():
+            old = out.get(key)
+            out[key] = c if old is None else Ceiling(c.device, c.threads, max(c.peak_gflops, old.peak_gflops),
+                                                     max(c.bandwidth_gbs, old.bandwidth_gbs), c.matmul_n, c.copy_mib)
+    return out
+
+
 def measure_ceilings(device_list: Sequence[str], matmul_n: int = 2048, copy_mib: int = 256,
                      rounds: int = 5, threads: Sequence[int] | None = None) -> dict[tuple[str, int], Ceiling]:
     """The ceilings of every device: on the CPU at each of ``threads`` (default
@@ -239,6 +253,11 @@ class Table:
     ``ratios`` must hold a finite positive number in every row (a ratio measured in this run),
     and every key in ``ceilings`` too (the row's achieved fraction of, or distance to, the
     ceiling it names). ``notes`` are printed under the table.
+
+    ``ceiling_of`` maps a ceiling column to the :class:`Ceiling` field it is a fraction of
+    (``"peak_gflops"`` or ``"bandwidth_gbs"``): while the table is measured such a column holds
+    the achieved rate (GFLOP/s or GB/s), and :meth:`finalize` divides it by the ceiling of the
+    row's device and thread count once the run has measured its ceilings for the last time.
     """
 
     key: str
@@ -249,6 +268,21 @@ class Table:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    ceiling_of: dict[str, str] = field(default_factory=dict)
+    finalized: bool = False
+
+    def finalize(self, ceilings: Mapping[tuple[str, int], Ceiling]) -> None:
+        """Turn the achieved rates of the ``ceiling_of`` columns into fractions of the ceilings
+        (the rate itself is kept under ``<column>_achieved``)."""
+        if self.finalized:
+            raise RuntimeError(f"table {self.key} is already finalized")
+        for row in self.rows:
+            label = row.get("threads")
+            setting = (row.get("device", "cpu"), all_threads() if label == "GPU" else int(label))
+            for col, kind in self.ceiling_of.items():
+                row[f"{col}_achieved"] = row[col]
+                row[col] = row[col] / getattr(ceilings[setting], kind)
+        self.finalized = True
 
     def problems(self) -> list[str]:
         """What makes the table ill-formed (empty when it is well-formed)."""
@@ -261,6 +295,8 @@ class Table:
             out.append(f"{self.key}: no rows")
         if not self.ceilings:
             out.append(f"{self.key}: no ceiling column")
+        if self.ceiling_of and not self.finalized:
+            out.append(f"{self.key}: the ceiling columns hold rates, not fractions (finalize was not called)")
         for i, row in enumerate(self.rows):
             missing = keys - set(row)
             if missing:
@@ -282,15 +318,19 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def to_markdown(tables: Sequence[Table], machine: Mapping[str, Any], ceilings: Mapping[tuple[str, int], Ceiling],
-                header: str = "") -> str:
-    """The whole run as Markdown: the machine, its ceilings, then every table with its notes."""
+                header: str = "", summary: str = "") -> str:
+    """The whole run as Markdown: the machine, its ceilings, the ``summary`` (the headline
+    ratios), then every table with its notes."""
     lines = [f"# `make bench` results{header}", ""]
     lines += [f"- **{k}**: {v}" for k, v in machine.items()]
-    lines += ["", "## The machine's ceilings (measured in this run; best of the rounds)", "",
+    lines += ["", "## The machine's ceilings (measured at the start and at the end of this run; the better of "
+              "the two, each the best of its rounds)", "",
               "| device | threads | fp32 matmul peak (GFLOP/s) | copy bandwidth (GB/s) |", "|---|---|---|---|"]
     for c in ceilings.values():
         lines.append(f"| {c.device} | {c.threads} | {c.peak_gflops:.1f} (n = {c.matmul_n}) | "
                      f"{c.bandwidth_gbs:.1f} ({c.copy_mib} MiB) |")
+    if summary:
+        lines += ["", "## Headline ratios (CPU; every one measured side by side in this run)", "", summary.rstrip()]
     for t in tables:
         lines += ["", f"## {t.title}", ""]
         lines.append("| " + " | ".join(h for _, h, _ in t.columns) + " |")
@@ -332,17 +372,18 @@ def machine_description() -> dict[str, Any]:
 
 
 def save(tables: Sequence[Table], machine: Mapping[str, Any], ceilings: Mapping[tuple[str, int], Ceiling],
-         out_dir: Path, stem: str, config: Mapping[str, Any], latest: str | None = None) -> list[Path]:
+         out_dir: Path, stem: str, config: Mapping[str, Any], latest: str | None = None,
+         summary: str = "") -> list[Path]:
     """Write ``stem.json`` and ``stem.md`` into ``out_dir``, and the same under the name ``latest``
     (e.g. ``"latest"``) when given."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {
         "machine": dict(machine), "config": dict(config),
         "ceilings": [asdict(c) for c in ceilings.values()],
-        "tables": [asdict(t) for t in tables],
+        "tables": [asdict(t) for t in tables], "headline": summary,
     }
     text = json.dumps(data, indent=1, default=str)
-    md = to_markdown(tables, machine, ceilings, header=f" ({config.get('mode', '')})")
+    md = to_markdown(tables, machine, ceilings, header=f" ({config.get('mode', '')})", summary=summary)
     written = []
     for name in [stem] + ([latest] if latest else []):
         for suffix, content in ((".json", text), (".md", md)):
@@ -350,3 +391,30 @@ def save(tables: Sequence[Table], machine: Mapping[str, Any], ceilings: Mapping[
             path.write_text(content)
             written.append(path)
     return written
+
+
+# --------------------------------------------------------------------------------------------
+# the headline: one line per claim, the README quotes it
+# --------------------------------------------------------------------------------------------
+
+def headline(tables: Sequence[Table], selectors: Sequence[tuple[str, str, Mapping[str, Any], str, str]],
+             threads: Sequence[int]) -> str:
+    """A short Markdown table: for each ``(claim, table key, row filter, column, format)`` the
+    value in the CPU row that matches the filter, at each thread count (a column per count).
+    Selectors whose row is missing (a table left out, another size) are skipped."""
+    by_key = {t.key: t for t in tables}
+    lines = ["| claim | " + " | ".join(f"{n} thread{'s' if n > 1 else ''}" for n in threads) + " |",
+             "|---|" + "---|" * len(threads)]
+    for claim, key, where, col, fmt in selectors:
+        t = by_key.get(key)
+        if t is None:
+            continue
+        cells = []
+        for n in threads:
+            row = next((r for r in t.rows if r.get("device", "cpu") == "cpu"
+                        and r.get("threads", str(n)) == str(n)
+                        and all(r.get(k) == v for k, v in where.items())), None)
+            cells.append(_cell(row.get(col), fmt) if row else "–")
+        if any(c != "–" for c in cells):
+            lines.append(f"| {claim} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

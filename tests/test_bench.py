@@ -116,3 +116,38 @@ def test_results_are_saved_with_the_machine(tmp_path, capsys):
 def test_parallel_grading_hook_reads_the_grader():
     from course_utils.grading import autograde
     assert suites.parallel_grading_jobs() == ("jobs" in inspect.signature(autograde.grade_chapter).parameters)
+
+
+def test_readme_gets_the_headline_between_its_markers(tmp_path):
+    from benchmarks.__main__ import END, START, update_readme
+    machine = {"CPU": "Some CPU", "cores available": 2, "torch": "2.13.0", "ATen CPU capability": "AVX2",
+               "date (UTC)": "2026-01-01 00:00", "load average at start": "0.10 0.20 0.30", "CUDA": "CUDA: none"}
+    results = tmp_path / "latest.json"
+    results.write_text(json.dumps({"machine": machine, "headline": "| claim | 1 thread |\n|---|---|\n| x | 2.00 |\n"}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold table\n{END}\nafter\n")
+    update_readme(readme, results)
+    text = readme.read_text()
+    assert "old table" not in text and "| x | 2.00 |" in text and "Some CPU" in text, text
+    assert text.startswith("intro\n") and text.endswith(f"{END}\nafter\n"), text
+    update_readme(readme, results)
+    assert readme.read_text() == text, "updating twice must change nothing"
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no .* block"):
+        update_readme(readme, results)
+
+
+def test_finalize_divides_rates_by_the_best_ceiling():
+    start = {("cpu", 1): harness.Ceiling("cpu", 1, 50.0, 10.0, 8, 1)}
+    end = {("cpu", 1): harness.Ceiling("cpu", 1, 100.0, 5.0, 8, 1)}
+    best = harness.best_ceilings(start, end)
+    assert (best[("cpu", 1)].peak_gflops, best[("cpu", 1)].bandwidth_gbs) == (100.0, 10.0)
+    t = harness.Table("x", "x", columns=[("device", "", ""), ("threads", "", ""), ("g", "", ""), ("b", "", "")],
+                      ratios=[], ceilings=["g", "b"], ceiling_of={"g": "peak_gflops", "b": "bandwidth_gbs"},
+                      rows=[{"device": "cpu", "threads": "1", "g": 25.0, "b": 5.0}])
+    assert any("finalize" in p for p in t.problems()), "rates must not pass for fractions"
+    t.finalize(best)
+    assert (t.rows[0]["g"], t.rows[0]["b"], t.rows[0]["g_achieved"]) == (0.25, 0.5, 25.0)
+    assert t.problems() == []
+    with pytest.raises(RuntimeError, match="already"):
+        t.finalize(best)
