@@ -217,13 +217,24 @@ def _bandwidth(device: str, mib: int, rounds: int) -> float:
 
 
 def best_ceilings(*runs: Mapping[tuple[str, int], Ceiling]) -> dict[tuple[str, int], Ceiling]:
-    """The better of several measurements of the same ceilings (the machine can do at least that)."""
+    """The better of several measurements of the same ceilings: the machine can do at least that.
+
+    On one device, a ceiling at ``n`` threads is also at least the one at fewer threads (``n``
+    threads may always do the work of fewer): on a machine that other programs share, the
+    all-threads measurement can come out lower than the one-thread one.
+    """
     out: dict[tuple[str, int], Ceiling] = {}
     for run in runs:
         for key, c in run.items():
             old = out.get(key)
             out[key] = c if old is None else Ceiling(c.device, c.threads, max(c.peak_gflops, old.peak_gflops),
                                                      max(c.bandwidth_gbs, old.bandwidth_gbs), c.matmul_n, c.copy_mib)
+    for (device, threads), c in sorted(out.items()):
+        fewer = [o for (d, t), o in out.items() if d == device and t < threads]
+        if fewer:
+            out[(device, threads)] = Ceiling(device, threads, max([c.peak_gflops] + [o.peak_gflops for o in fewer]),
+                                             max([c.bandwidth_gbs] + [o.bandwidth_gbs for o in fewer]),
+                                             c.matmul_n, c.copy_mib)
     return out
 
 
@@ -323,8 +334,18 @@ def to_markdown(tables: Sequence[Table], machine: Mapping[str, Any], ceilings: M
     ratios), then every table with its notes."""
     lines = [f"# `make bench` results{header}", ""]
     lines += [f"- **{k}**: {v}" for k, v in machine.items()]
+    load = machine.get("load average at start", "")
+    cores = machine.get("cores available")
+    try:
+        busy = float(str(load).split()[0]) > float(cores)
+    except (ValueError, TypeError, IndexError):
+        busy = False
+    if busy:
+        lines += ["", f"**The machine was shared**: the load average at the start ({load}) was above its {cores} cores. "
+                  "The all-threads rows then measure waiting for a busy core as much as the code; compare the "
+                  "one-thread rows, and ratios rather than times."]
     lines += ["", "## The machine's ceilings (measured at the start and at the end of this run; the better of "
-              "the two, each the best of its rounds)", "",
+              "the two, each the best of its rounds, and at all threads at least the one-thread value)", "",
               "| device | threads | fp32 matmul peak (GFLOP/s) | copy bandwidth (GB/s) |", "|---|---|---|---|"]
     for c in ceilings.values():
         lines.append(f"| {c.device} | {c.threads} | {c.peak_gflops:.1f} (n = {c.matmul_n}) | "

@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -90,22 +91,20 @@ CONFIGS = {
 
 @dataclass
 class Context:
-    """What every table needs: the devices, the CPU thread settings and the ceilings."""
+    """What every table needs: the devices, the CPU thread settings, the ceilings measured at the
+    start (the tables store achieved rates; :meth:`~benchmarks.harness.Table.finalize` turns them
+    into fractions of the run's final ceilings) and where progress lines go."""
 
     devices: list[str]
     threads: list[int]
     ceilings: dict[tuple[str, int], Ceiling]
     log: Callable[[str], None] = print
-    notes: list[str] = field(default_factory=list)
 
     def settings(self):
         """``(device, threads)`` pairs: the CPU at every thread count, CUDA once."""
         for device in self.devices:
             for threads in (self.threads if device == "cpu" else [all_threads()]):
                 yield device, threads
-
-    def ceiling(self, device: str, threads: int) -> Ceiling:
-        return self.ceilings[(device, threads)]
 
 
 def _threads_label(device: str, threads: int) -> str:
@@ -575,6 +574,8 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
             per_sub.append(time.perf_counter() - t0)
             floors.append(_startup_seconds())
             scores.append(f"{res.auto_score:g}/{res.auto_max:g}")
+            if res.auto_score != res.auto_max or res.reason:
+                t.notes.append(f"WARNING: submission {i} (the solution) got {scores[-1]}: {res.reason or 'points lost'}")
         serial = statistics.median(per_sub)
         floor = statistics.median(floors)
         t.rows.append({"mode": "serial", "threads": "1", "submissions": n, "jobs": 1, "s_per_sub": serial,
@@ -599,7 +600,6 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        import shutil
         shutil.rmtree(course, ignore_errors=True)
     iso = sandbox.isolation()
     t.notes.append(f"sandbox: {'bubblewrap' if iso.sandboxed else 'none (' + '; '.join(iso.warnings) + ')'}; "

@@ -151,3 +151,11 @@ def test_finalize_divides_rates_by_the_best_ceiling():
     assert t.problems() == []
     with pytest.raises(RuntimeError, match="already"):
         t.finalize(best)
+
+
+def test_more_threads_never_lower_the_ceiling():
+    measured = {("cpu", 1): harness.Ceiling("cpu", 1, 100.0, 30.0, 8, 1),
+                ("cpu", 2): harness.Ceiling("cpu", 2, 60.0, 40.0, 8, 1)}
+    best = harness.best_ceilings(measured)
+    assert (best[("cpu", 2)].peak_gflops, best[("cpu", 2)].bandwidth_gbs) == (100.0, 40.0)
+    assert (best[("cpu", 1)].peak_gflops, best[("cpu", 1)].bandwidth_gbs) == (100.0, 30.0)
