@@ -159,3 +159,36 @@ def test_more_threads_never_lower_the_ceiling():
     best = harness.best_ceilings(measured)
     assert (best[("cpu", 2)].peak_gflops, best[("cpu", 2)].bandwidth_gbs) == (100.0, 40.0)
     assert (best[("cpu", 1)].peak_gflops, best[("cpu", 1)].bandwidth_gbs) == (100.0, 30.0)
+
+
+def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(monkeypatch, tmp_path):
+    """The grading table with the grader replaced by a stand-in: serial only, then with a
+    ``jobs`` argument (the hook for the grader's coming --jobs option) a parallel row too."""
+    from types import SimpleNamespace
+
+    from course_utils import grading
+    from course_utils.grading import autograde
+
+    calls = []
+
+    def serial_only(course, chapter, subs, force=False, feedback=True):
+        calls.append((len(subs), 1))
+        return {s: SimpleNamespace(auto_score=20.0, auto_max=20.0, reason="") for s in subs}
+
+    def with_jobs(course, chapter, subs, force=False, feedback=True, jobs=1):
+        calls.append((len(subs), jobs))
+        return {s: SimpleNamespace(auto_score=20.0, auto_max=20.0, reason="") for s in subs}
+
+    monkeypatch.setattr(grading, "new_course", lambda chapters, root: tmp_path / "course", raising=False)
+    monkeypatch.setattr(suites, "_startup_seconds", lambda: 0.5)
+    ctx = suites.Context(["cpu"], [1], {}, log=lambda s: None)
+    cfg = suites.CONFIGS["tiny"]
+    for fake, rows in ((serial_only, 1), (with_jobs, 2)):
+        monkeypatch.setattr(grading, "grade_chapter", fake, raising=False)
+        monkeypatch.setattr(autograde, "grade_chapter", fake)
+        t = suites.grading_table(cfg, ctx)
+        assert [r["mode"] for r in t.rows] == ["serial", "parallel"][:rows], t.rows
+        assert t.problems() == [], t.problems()
+        assert all(r["score"] == "20/20" for r in t.rows)
+    jobs = harness.all_threads()
+    assert calls[-1] == (max(2, jobs) * cfg.grading_submissions, jobs), f"the parallel call: {calls}"
