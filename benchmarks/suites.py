@@ -52,7 +52,7 @@ class Config:
     mode: str
     rounds: int = 5
     budget_s: float = 8.0                  # at most this long per timed group (never fewer than 3 rounds)
-    min_sample_s: float = 0.01             # a sample repeats a short call until it lasts this long
+    min_sample_s: float = 0.02             # a sample repeats a short call until it lasts this long
     threads: tuple[int, ...] | None = None  # CPU thread counts (default: 1 and all)
     matmul_n: int = 2048
     copy_mib: int = 256
