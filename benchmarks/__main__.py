@@ -89,7 +89,7 @@ def run(mode: str, only: list[str] | None = None, skip: list[str] = (), cpu_only
     log(cuda_line)
     log(f"measuring the ceilings (fp32 matmul n = {cfg.matmul_n}, copy {cfg.copy_mib} MiB) ...")
     threads = list(cfg.threads or harness.thread_settings())
-    ceilings = harness.measure_ceilings(device_list, cfg.matmul_n, cfg.copy_mib, cfg.rounds, threads)
+    ceilings = harness.measure_ceilings(device_list, cfg.matmul_n, cfg.copy_mib, cfg.ceiling_rounds, threads)
     for c in ceilings.values():
         log(f"  {c.device}, {c.threads} thread(s): {c.peak_gflops:.1f} GFLOP/s, {c.bandwidth_gbs:.1f} GB/s")
     ctx = suites.Context(device_list, threads, ceilings, log=log)
@@ -101,7 +101,7 @@ def run(mode: str, only: list[str] | None = None, skip: list[str] = (), cpu_only
         tables.append(suites.SUITES[name](cfg, ctx))
         log(f"  ({tables[-1].seconds:.0f} s)")
     log("measuring the ceilings again ...")
-    end = harness.measure_ceilings(device_list, cfg.matmul_n, cfg.copy_mib, cfg.rounds, threads)
+    end = harness.measure_ceilings(device_list, cfg.matmul_n, cfg.copy_mib, cfg.ceiling_rounds, threads)
 
     def describe(cs):
         return "; ".join(f"{c.device} {c.threads} thread(s): {c.peak_gflops:.1f} GFLOP/s, {c.bandwidth_gbs:.1f} GB/s"

@@ -205,14 +205,14 @@ def _peak(device: str, n: int, rounds: int) -> float:
     a = torch.randn(n, n, device=device, generator=g)
     b = torch.randn(n, n, device=device, generator=g)
     out = torch.empty(n, n, device=device)
-    t = alternate({"mm": lambda: torch.mm(a, b, out=out)}, rounds=rounds, min_sample_s=0.05, device=device)
+    t = alternate({"mm": lambda: torch.mm(a, b, out=out)}, rounds=rounds, min_sample_s=0.02, device=device)
     return 2 * n ** 3 / min(t.seconds["mm"]) / 1e9
 
 
 def _bandwidth(device: str, mib: int, rounds: int) -> float:
     src = torch.ones(mib * 2 ** 20 // 4, device=device)
     dst = torch.empty_like(src)
-    t = alternate({"copy": lambda: dst.copy_(src)}, rounds=rounds, min_sample_s=0.05, device=device)
+    t = alternate({"copy": lambda: dst.copy_(src)}, rounds=rounds, min_sample_s=0.02, device=device)
     return 2 * src.nbytes / min(t.seconds["copy"]) / 1e9
 
 
@@ -238,10 +238,14 @@ def best_ceilings(*runs: Mapping[tuple[str, int], Ceiling]) -> dict[tuple[str, i
     return out
 
 
-def measure_ceilings(device_list: Sequence[str], matmul_n: int = 2048, copy_mib: int = 256,
-                     rounds: int = 5, threads: Sequence[int] | None = None) -> dict[tuple[str, int], Ceiling]:
+def measure_ceilings(device_list: Sequence[str], matmul_n: int = 1024, copy_mib: int = 256,
+                     rounds: int = 15, threads: Sequence[int] | None = None) -> dict[tuple[str, int], Ceiling]:
     """The ceilings of every device: on the CPU at each of ``threads`` (default
-    :func:`thread_settings`), on CUDA once (recorded under :func:`all_threads`)."""
+    :func:`thread_settings`), on CUDA once (recorded under :func:`all_threads`).
+
+    Each is the best of ``rounds`` short samples (about 20 ms): on a shared machine, the best
+    sample is the one least disturbed by other programs, the closest to what the machine can do.
+    """
     out = {}
     for device in device_list:
         settings = list(threads or thread_settings()) if device == "cpu" else [all_threads()]

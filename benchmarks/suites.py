@@ -54,8 +54,9 @@ class Config:
     budget_s: float = 8.0                  # at most this long per timed group (never fewer than 3 rounds)
     min_sample_s: float = 0.02             # a sample repeats a short call until it lasts this long
     threads: tuple[int, ...] | None = None  # CPU thread counts (default: 1 and all)
-    matmul_n: int = 2048
+    matmul_n: int = 1024
     copy_mib: int = 256
+    ceiling_rounds: int = 15
     attn_lengths: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
     attn_heads: int = 2
     attn_d: int = 64
@@ -79,10 +80,11 @@ class Config:
 
 CONFIGS = {
     "full": Config("full"),
-    "quick": Config("quick", rounds=3, budget_s=4.0, matmul_n=1024, copy_mib=128, attn_lengths=(128, 512, 2048),
+    "quick": Config("quick", rounds=3, budget_s=4.0, copy_mib=128, attn_lengths=(128, 512, 2048),
                     dec_contexts=(64, 2048), conv_sizes=(8, 32), train_steps=5, train_rounds=2,
                     grading_submissions=1),
-    "tiny": Config("tiny", rounds=2, budget_s=0.2, min_sample_s=0.0, threads=(1,), matmul_n=128, copy_mib=4, attn_lengths=(32, 64), attn_heads=2,
+    "tiny": Config("tiny", rounds=2, budget_s=0.2, min_sample_s=0.0, threads=(1,), matmul_n=128, copy_mib=4,
+                   ceiling_rounds=2, attn_lengths=(32, 64), attn_heads=2,
                    attn_d=16, attn_radius=4, mha_shape=(2, 16, 32, 4), kv_variants=(("MHA", 4), ("GQA-2", 2), ("MQA", 1)),
                    dec_contexts=(8, 32), dec_batches=(1, 2), dec_model=(32, 4), conv_sizes=(4,), conv_channels=2,
                    train_steps=1, train_rounds=2, train_small=True, grading_submissions=1),
