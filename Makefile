@@ -35,7 +35,7 @@ help:
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
 	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
-	@echo "make bench                the performance tables, measured side by side (about 10 min; BENCH_QUICK=1: smaller)"
+	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv and caches (never the gradebook, submissions or grades)"
 
 # Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config

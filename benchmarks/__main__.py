@@ -1,6 +1,6 @@
 """``python -m benchmarks``: run the benchmark tables, print them, save them (``make bench``).
 
-    python -m benchmarks                 # the full run (make bench), about 10 minutes on 2 cores
+    python -m benchmarks                 # the full run (make bench): 2-9 minutes on 2 cores
     python -m benchmarks --quick         # smaller sizes (make bench BENCH_QUICK=1)
     python -m benchmarks --only attention,decoding --no-save
     python -m benchmarks --readme        # copy the last full run's headline into README.md
