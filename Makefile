@@ -22,7 +22,7 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute clean \
+.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute bench clean \
 	hub-install hub-rehearsal
 
 help:
@@ -40,7 +40,8 @@ help:
 	@echo "make site                 build the course site (learner's version, stored outputs) in site/_build/html"
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
-	@echo "make lint                 ruff on course_utils, tests, tools and the chapter sources"
+	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
+	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
 # Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
@@ -77,7 +78,7 @@ lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(LAB_ROOT)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check course_utils tests tools conftest.py nbgrader_config.py solutions site tests_site
+	$(BIN)/ruff check course_utils tests tools benchmarks conftest.py nbgrader_config.py solutions site tests_site
 
 # Two workers with one thread each: on a 2-core machine that is faster than one worker with
 # two threads (the notebooks' small tensors gain little from a second thread).
@@ -184,6 +185,13 @@ sync: $(STAMP)
 
 execute: sync
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
+
+# The course's performance claims as tables of ratios measured side by side in one run, each row with
+# the machine's own ceiling (matmul peak, copy bandwidth) measured in the same run; one thread and
+# all threads, and CUDA where present. Not part of make test. Prints the tables and saves them in
+# benchmarks/results/ (latest.md: the full run the README quotes). BENCH_QUICK=1: smaller sizes.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(if $(filter-out 0,$(BENCH_QUICK)),--quick)
 
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
 # gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.

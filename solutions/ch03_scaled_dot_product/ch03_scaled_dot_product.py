@@ -1540,6 +1540,8 @@ for name in times:
 #   a mask (the last lines), and in this version of PyTorch on the CPU it keeps an
 #   $L\times L$ tensor for the backward pass (68.0 MiB against 4.0 MiB at
 #   $L = 4096$). The mask changes the *result*, not the cost.
+#
+# Timings on your machine differ; `make bench` measures these ratios (eager against fused against banded, at one thread and at all threads) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 # * **the banded computation** is what saves: time and memory grow linearly (fitted memory
 #   slope 0.95, time about 1), and at the longest length it is the fastest of the
 #   five and keeps 5.3 MiB, close to the fused kernel.

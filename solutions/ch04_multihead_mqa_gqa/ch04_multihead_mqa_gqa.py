@@ -969,6 +969,8 @@ if not GRADING:   # times are printed, never asserted: they depend on the machin
 #   key/value head is read once per step. Repeating them with `repeat_kv` before the fused
 #   kernel would read each one $h/g$ times and lose most of the gain.)
 #
+# Timings on your machine differ; `make bench` measures the time per token with and without the cache, for MHA, GQA and MQA, with the fraction of the memory bandwidth each step reaches (and the module against `nn.MultiheadAttention`, section 9) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
+#
 # ## 8. From a trained MHA model to GQA: mean-pooling the heads
 #
 # Training a GQA model from scratch costs a full training run. Ainslie et al. (2023) start

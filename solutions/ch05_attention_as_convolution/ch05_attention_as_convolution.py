@@ -927,6 +927,7 @@ finally:
 # others. That is the case for convolutions wherever locality is the right assumption, and
 # for attention where it is not. Vision Transformers (the upcoming chapter 7) take the
 # attention side, with patches instead of pixels to keep $L$ small.
+# Timings on your machine differ; `make bench` measures this ratio, and the FLOPs of each layer, side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q1", "locked": true, "schema_version": 3, "solution": false}
 # **Question 1 (2 points).** You are building a model for $256\times 256$ medical images where

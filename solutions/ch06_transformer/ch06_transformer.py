@@ -884,6 +884,7 @@ plt.show()
 # label smoothing (these tasks have exactly one right output, and are scored by exact match). The Transformer has 2 encoder and 2 decoder layers, $d_\text{model} = 64$, 4 heads
 # and $d_\text{ff} = 128$. All three run on the CPU, one after the other, so their training times
 # can be compared (they are measured while other programs share the machine: compare their ratios).
+# Timings on your machine differ; `make bench` measures the three models' training throughput side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -1062,6 +1062,7 @@ if not GRADING:
 # one error is 0.003, so on 8×8 digits the two are tied. Dosovitskiy et al. found the ViT's
 # advantage only with large pre-training data; on small data the CNN's built-in locality and
 # translation equivariance usually matter more. Here the images are so small that 4 patches suffice.
+# Timings on your machine differ; `make bench` measures every family's training throughput (examples and tokens per second) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 #
 # ### 5.2 Where does the class token look?
 #
