@@ -989,7 +989,7 @@ if not GRADING:   # times are printed, never asserted: they depend on the machin
 #   Llama's reference code): a step writes its one new key and value in place. A cache that grows
 #   by `torch.cat` would also copy itself, whole, at every step, and that copy, not only the
 #   reading, would then be in the gap. The next cell takes one step of batch 16 apart.
-# * **Batch 1.** The three variants cost about the same, and it is not because the weights
+# * **Batch 1.** With a short context the three variants cost about the same, and it is not because the weights
 #   dominate: MQA's key and value projections are 8 times smaller than MHA's (section 5's table).
 #   The cell after next shows what does dominate.
 #
@@ -1004,7 +1004,8 @@ if not GRADING:   # times are printed, never asserted: they depend on the machin
 n_long, b_long = contexts[-1], 16
 gen = torch.Generator().manual_seed(1)
 print(f"one layer, batch {b_long}, context {n_long}, ms per step (median of 15 calls, processor time):")
-print(f"{'':>6} {'grouped_sdpa':>13} {'repeat_kv + fused':>18} {'torch.cat copy':>15} {'whole step, 2 layers':>21}")
+print(f"{'':>6} {'grouped_sdpa':>13} {'repeat_kv + fused':>18} {'torch.cat copy':>15} {'copy / attention':>17}"
+      f" {'whole step, 2 layers':>21}")
 for name, g in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
     q1 = torch.randn(b_long, 8, 1, 32, generator=gen)                        # one new query per sequence
     k_c, v_c = torch.randn(2, b_long, g, n_long, 32, generator=gen)           # the cache of one layer
@@ -1017,16 +1018,18 @@ for name, g in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
         t_copy = cost.seconds_per_call(lambda: (torch.cat([k_c, kv1], 2), torch.cat([v_c, kv1], 2)), repeats=15,
                                        clock=time.process_time)
     repeated = "(the same call)" if g == 8 else f"{t_repeat * 1e3:.2f}"    # repeat_kv(x, 1) is x itself
-    print(f"{name:>6} {t_grouped * 1e3:>13.2f} {repeated:>18} {t_copy * 1e3:>15.2f} {batched[name][-1] * 1e3:>21.2f}")
+    print(f"{name:>6} {t_grouped * 1e3:>13.2f} {repeated:>18} {t_copy * 1e3:>15.2f} {t_copy / t_grouped:>17.2f}"
+          f" {batched[name][-1] * 1e3:>21.2f}")
 
 # %% [markdown]
 # Read the rows against each other (the absolute numbers move with the machine's load). With
 # `repeat_kv` first, GQA-2 and MQA cost about what MHA's attention costs, or more: the copy
 # writes $h/g$ times the cache before the kernel reads it, so the saving is gone; folded into
 # `grouped_sdpa` they cost a fraction of it. The `torch.cat` column is what every step of a
-# concatenating cache adds per layer, for keys and values together: for MHA it is as large as
-# the attention itself or larger (it reads the whole cache and writes it again), which is why the
-# course's `KVCache` preallocates. (The last column is the whole step, both layers, from the
+# concatenating cache adds per layer, for keys and values together: for MHA it is of the same
+# order as the attention itself (the "copy / attention" column: it reads the whole cache and
+# writes it again, where the attention only reads it), which is why the course's `KVCache`
+# preallocates. (The last column is the whole step, both layers, from the
 # table above, measured in wall-clock time.)
 #
 # **Batch 1: the cost of calling PyTorch.** One decoding step of the small decoder issues the

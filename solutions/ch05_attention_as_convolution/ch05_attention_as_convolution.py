@@ -932,7 +932,7 @@ if not GRADING:
     claims.check("ch05: on white noise too a tap is missed (white noise; taps with a head nearest, mean over 5 starts)",
                  mean_taps["white noise"], below=8.9)
     claims.check("ch05: the photo's neighbouring pixels are correlated (correlation)", neighbour_correlation(small), above=0.6)
-    claims.check("ch05: white noise's are not (|correlation|)", abs(neighbour_correlation(noise)), below=0.2)
+    claims.check("ch05: white noise's are not (absolute correlation)", abs(neighbour_correlation(noise)), below=0.2)
 
 # %% [markdown]
 # The control answers the question. White noise, whose neighbouring pixels are unrelated
