@@ -1000,10 +1000,10 @@ plt.show()
 # of magnitude only in the second half of the way (at the tap itself: 1.6·10⁻⁵ of the first loss
 # on the photo, 1.8·10⁻⁵ on noise): a far better arrangement exists, but the gradient at the
 # stuck one points nowhere. Starting the heads wide ($\alpha = e^{-1}$) postpones
-# the staircase, and with the value matrices fixed that was enough (each head knew its tap); with
-# the values learned too, the heads first have to agree on who takes which tap, and by the time
-# they sharpen, two may have settled on the same one. Learning *which* head does what is a harder
-# problem than learning *where* a head looks.
+# the staircase, and with the value matrices fixed that was enough (each head knew its tap). With
+# the values learned too, the heads must also settle who takes which tap, and (our reading of the
+# runs, which the cell does not test) by the time they sharpen two may have settled on the same
+# one. Learning *which* head does what is a harder problem than learning *where* a head looks.
 #
 # **Cordonnier et al.'s learned centres.** Their figure of learned centres comes from a different
 # experiment: a 6-layer network of 9-head quadratic attention trained for CIFAR-10
