@@ -1069,8 +1069,6 @@ print(f"d_model 256 / d_model 32: MHA {step_ms[(256, 'MHA')] / step_ms[(32, 'MHA
 # gigabytes and a batch-1 step *is* bound by reading them (Pope et al. 2022); there too MQA saves
 # little at batch 1 with a short context, because the cache is small beside the weights.
 #
-# Timings on your machine differ; `make bench` measures the time per token with and without the cache, for MHA, GQA and MQA, with the fraction of the memory bandwidth each step reaches (and the module against `nn.MultiheadAttention`, section 9) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
-#
 # ## 8. From a trained MHA model to GQA: mean-pooling the heads
 #
 # Training a GQA model from scratch costs a full training run. Ainslie et al. (2023) start
