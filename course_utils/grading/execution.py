@@ -99,6 +99,30 @@ def answer_names(nb) -> list[str]:
     return sorted(set(names))
 
 
+def execute(path: Path, timeout: int = 600) -> None:
+    """Execute notebook(s) in place, in their own folder, keeping outputs (for solutions/).
+
+    The kernel is the course's own Python (``sandbox.kernel_manager``), whatever ``python3``
+    kernels the machine has. This is the instructor's own trusted code: no sandbox.
+    """
+    from jupyter_core.utils import run_sync
+    from nbclient import NotebookClient
+
+    paths = sorted(Path(path).glob("*/*.ipynb")) if Path(path).is_dir() else [Path(path)]
+    for p in paths:
+        nb = nbformat.read(p, as_version=4)
+        # No per-cell timestamps: they would change the release on every execution.
+        km = sandbox.kernel_manager()
+        try:
+            NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
+                           resources={"metadata": {"path": str(p.parent)}}).execute()
+        finally:
+            if km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
+        nbformat.write(nb, p)
+        print(f"executed {p}")
+
+
 class _Stop(Exception):
     pass
 
