@@ -80,25 +80,6 @@ _cg_checks._record_only = False
 """
 
 
-def answer_names(nb) -> list[str]:
-    """The top-level names the answer cells (nbgrader ``solution``) of a notebook define."""
-    names: list[str] = []
-    for cell in nb.cells:
-        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return sorted(set(names))
-
-
 def execute(path: Path, timeout: int = 600) -> None:
     """Execute notebook(s) in place, in their own folder, keeping outputs (for solutions/).
 
@@ -121,6 +102,25 @@ def execute(path: Path, timeout: int = 600) -> None:
                 run_sync(km.shutdown_kernel)(now=True)
         nbformat.write(nb, p)
         print(f"executed {p}")
+
+
+def answer_names(nb) -> list[str]:
+    """The top-level names the answer cells (nbgrader ``solution``) of a notebook define."""
+    names: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return sorted(set(names))
 
 
 class _Stop(Exception):
