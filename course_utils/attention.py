@@ -298,20 +298,53 @@ class KVCache:
     times less memory than the repeated ones). :class:`MultiHeadAttention` appends to it in
     self-attention; in cross-attention it fills an empty cache once from the source and marks
     it ``static``, and afterwards reuses those keys and values without recomputing them.
+
+    Storage is preallocated, as in Llama's reference code: the keys and values live in buffers
+    ``(batch, n_kv_heads, capacity, d_head)``, an append writes only the new positions into them,
+    and ``k``/``v`` are views of the first ``T`` positions. ``max_len`` sets the capacity of the
+    first allocation (the longest sequence the cache will hold, prompt included); without it, or
+    when a sequence outgrows it, the capacity doubles, so that ``T`` appends cost O(T) copies in
+    all instead of the O(T^2) of concatenating the whole cache at every step. While autograd
+    records (a step that needs gradients), appends concatenate instead: writing in place into a
+    buffer that earlier steps saved for the backward pass would break it.
     """
 
     def __init__(self, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
-                 static: bool = False):
+                 static: bool = False, max_len: int | None = None):
         if (k is None) != (v is None):
             raise ValueError("give both k and v, or neither")
-        self.k, self.v = k, v
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"max_len must be a positive number of positions, got {max_len}")
+        if k is not None and (k.dim() != 4 or k.shape[:3] != v.shape[:3]):
+            raise ValueError(f"k and v must have shape (batch, n_kv_heads, T, d_head), "
+                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        self.max_len = max_len
+        # buffers (batch, n_kv_heads, capacity, d_head) and the positions filled; given k and v
+        # are taken as they are (full buffers, no copy)
+        self._k, self._v = k, v
+        self._len = 0 if k is None else k.shape[2]
         self.static = static  # True once filled by cross-attention: reused, never appended to
 
+    @property
+    def k(self) -> torch.Tensor | None:
+        """The cached keys ``(batch, n_kv_heads, T, d_head)``, or None while empty."""
+        return None if self._k is None else self._k[:, :, :self._len]
+
+    @property
+    def v(self) -> torch.Tensor | None:
+        """The cached values ``(batch, n_kv_heads, T, d_head)``, or None while empty."""
+        return None if self._v is None else self._v[:, :, :self._len]
+
+    @property
+    def capacity(self) -> int:
+        """Positions the buffers can hold before they are reallocated."""
+        return 0 if self._k is None else self._k.shape[2]
+
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+        return self._len
 
     def __repr__(self) -> str:
-        shape = None if self.k is None else tuple(self.k.shape)
+        shape = None if self._k is None else tuple(self.k.shape)
         return f"KVCache(k={shape})"
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,26 +352,45 @@ class KVCache:
         if k.dim() != 4 or k.shape != v.shape[:3] + k.shape[3:] or k.shape[:3] != v.shape[:3]:
             raise ValueError(f"append expects k and v of shape (batch, n_kv_heads, T_new, d_head), "
                              f"got {tuple(k.shape)} and {tuple(v.shape)}")
-        if self.k is None:
-            self.k, self.v = k, v
+        if self._k is not None and (k.shape[:2] != self._k.shape[:2] or k.shape[3] != self._k.shape[3]
+                                    or v.shape[3] != self._v.shape[3]):
+            raise ValueError(f"cannot append keys of shape {tuple(k.shape)} to a cache of shape "
+                             f"{tuple(self.k.shape)}: batch, heads and d_head must agree")
+        new_len = self._len + k.shape[2]
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            # recording for backward: no in-place writes into tensors earlier steps saved
+            self._k = k if self._k is None else torch.cat([self.k, k], dim=2)
+            self._v = v if self._v is None else torch.cat([self.v, v], dim=2)
+        elif self._k is None or new_len > self.capacity:
+            wanted = max(new_len, self.max_len or 0, 2 * self.capacity if self._k is not None else 0)
+            self._k = self._grow(self._k, k, wanted)
+            self._v = self._grow(self._v, v, wanted)
         else:
-            if k.shape[:2] != self.k.shape[:2] or k.shape[3] != self.k.shape[3]:
-                raise ValueError(f"cannot append keys of shape {tuple(k.shape)} to a cache of shape "
-                                 f"{tuple(self.k.shape)}: batch, heads and d_head must agree")
-            self.k = torch.cat([self.k, k], dim=2)
-            self.v = torch.cat([self.v, v], dim=2)
+            self._k[:, :, self._len:new_len] = k
+            self._v[:, :, self._len:new_len] = v
+        self._len = new_len
         return self.k, self.v
+
+    def _grow(self, buf: torch.Tensor | None, new: torch.Tensor, capacity: int) -> torch.Tensor:
+        """A buffer of ``capacity`` positions holding the cached ``buf[:, :, :T]`` and then ``new``."""
+        b, g, t_new, d = new.shape
+        out = new.new_empty((b, g, capacity, d), dtype=new.dtype if buf is None else buf.dtype)
+        if buf is not None:
+            out[:, :, :self._len] = buf[:, :, :self._len]
+        out[:, :, self._len:self._len + t_new] = new
+        return out
 
     def reorder(self, index: torch.Tensor) -> KVCache:
         """A new cache holding batch rows ``index`` (beam search reorders its hypotheses)."""
-        if self.k is None:
-            return KVCache(static=self.static)
-        index = index.to(self.k.device)
-        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static)
+        if self._k is None:
+            return KVCache(static=self.static, max_len=self.max_len)
+        index = index.to(self._k.device)
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static,
+                       max_len=self.max_len)
 
     def nbytes(self) -> int:
-        """Bytes held by the cached keys and values."""
-        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+        """Bytes held by the cached keys and values (the ``T`` positions filled, not the capacity)."""
+        return 0 if self._k is None else self.k.nbytes + self.v.nbytes
 
 
 class MultiHeadAttention(nn.Module):

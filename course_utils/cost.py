@@ -14,6 +14,8 @@ test them; :func:`saved_bytes` and :func:`count_torch_calls` are exact.
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["count_torch_calls", "saved_bytes", "seconds_per_call", "torch_threads"]
+__all__ = ["count_torch_calls", "machine", "saved_bytes", "seconds_per_call", "torch_threads"]
 
 
 def seconds_per_call(fn: Callable, *args: Any, repeats: int = 5, warmup: int = 1,
@@ -109,3 +111,22 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+def machine() -> str:
+    """The machine a timing was measured on, in one line, to print beside the timing.
+
+    The processor's name (from ``/proc/cpuinfo`` on Linux, else ``platform``), the logical CPUs,
+    PyTorch's threads and version, e.g. ``"AMD EPYC, 2 logical CPUs, 1 torch thread, torch
+    2.13.0+cpu"``. Timings are only comparable between runs that print the same line.
+    """
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown processor"
+    threads = torch.get_num_threads()
+    return (f"{name}, {os.cpu_count()} logical CPUs, {threads} torch thread{'s' if threads > 1 else ''}, "
+            f"torch {torch.__version__}")

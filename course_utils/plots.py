@@ -274,3 +274,100 @@ def draw_qkv_roles(axes=None):
         ax.set_ylim(-0.1, 6.5)
         ax.axis("off")
     return axes
+
+
+def _cells(ax, x0, y0, rows, cols, colours, size=0.32, label=None):
+    """A ``rows x cols`` grid of squares from ``(x0, y0)`` (top left); ``colours[r][c]`` fills each."""
+    for r in range(rows):
+        for c in range(cols):
+            ax.add_patch(plt.Rectangle((x0 + c * size, y0 - (r + 1) * size), size, size,
+                                       facecolor=colours[r][c], edgecolor="0.35", linewidth=0.6))
+    if label:
+        ax.text(x0 + cols * size / 2, y0 + 0.12, label, ha="center", va="bottom", fontsize=8)
+
+
+def draw_split_merge_heads(seq: int = 3, n_heads: int = 4, d_head: int = 2, ax=None):
+    """Splitting ``(L, d_model)`` into heads, attention in each head, and merging back.
+
+    Left: the projected queries of one sequence, ``(L, n_heads * d_head)``, columns coloured by
+    the head that owns them. ``split_heads`` views them as ``(L, n_heads, d_head)`` and moves the
+    head axis forward: ``n_heads`` matrices ``(L, d_head)``. Each head attends on its own (its
+    own ``L x L`` weights), and ``merge_heads`` puts the heads' outputs side by side again,
+    ``(L, d_model)``: the concatenation that ``W^O`` then mixes. Returns the ``Axes``.
+    """
+    colours = plt.cm.tab10.colors
+    d_model, s = n_heads * d_head, 0.32
+    gap = seq * s + 0.35
+    x_heads = d_model * s + 2.9
+    x_w = x_heads + d_head * s + 1.0
+    x_out = x_w + seq * s + 1.0
+    x_merge = x_out + d_head * s + 2.9
+    ax = _canvas(ax, 14, 1.2 + 0.9 * n_heads)
+    head_colour = [[colours[c // d_head] for c in range(d_model)] for _ in range(seq)]
+    top = 0.25
+    for x, text in ((d_model * s / 2, f"x @ W_q: (L={seq}, d_model={d_model})"), (x_heads + d_head * s / 2, "(L, d_head)"),
+                    (x_w + seq * s / 2, "weights (L, L)"), (x_out + d_head * s / 2, "out (L, d_head)"),
+                    (x_merge + d_model * s / 2, f"merged: (L, d_model={d_model})")):
+        ax.text(x, top, text, ha="center", va="bottom", fontsize=8)
+    _cells(ax, 0, 0, seq, d_model, head_colour, s)
+    for r in range(seq):
+        ax.text(-0.1, -(r + 0.5) * s, f"token {r}", ha="right", va="center", fontsize=7)
+    arrow = dict(arrowstyle="-|>", color="0.3", lw=1)
+    for h in range(n_heads):
+        y = -h * gap
+        ax.text(x_heads - 0.12, y - seq * s / 2, f"head {h}", ha="right", va="center", fontsize=8, color=colours[h])
+        _cells(ax, x_heads, y, seq, d_head, [[colours[h]] * d_head] * seq, s)
+        w = np.linspace(0.15, 0.9, seq * seq).reshape(seq, seq)
+        _cells(ax, x_w, y, seq, seq, [[plt.cm.Greys(v) for v in row] for row in w], s)
+        _cells(ax, x_out, y, seq, d_head, [[colours[h]] * d_head] * seq, s)
+        ax.annotate("", xy=(x_w - 0.1, y - seq * s / 2), xytext=(x_heads + d_head * s + 0.1, y - seq * s / 2), arrowprops=arrow)
+        ax.annotate("", xy=(x_out - 0.1, y - seq * s / 2), xytext=(x_w + seq * s + 0.1, y - seq * s / 2), arrowprops=arrow)
+    ax.annotate("", xy=(x_heads - 0.75, -seq * s / 2), xytext=(d_model * s + 0.1, -seq * s / 2), arrowprops=arrow)
+    ax.text(d_model * s + 0.15, -seq * s - 0.15, "split_heads:\nview (L, h, d_head),\ntranspose -> (h, L, d_head)",
+            ha="left", va="top", fontsize=7)
+    ax.annotate("", xy=(x_merge - 0.1, -seq * s / 2), xytext=(x_out + d_head * s + 0.1, -seq * s / 2), arrowprops=arrow)
+    ax.text(x_out + d_head * s + 0.3, -seq * s - 0.15, "merge_heads:\ntranspose -> (L, h, d_head),\nreshape (L, d_model)",
+            ha="left", va="top", fontsize=7)
+    _cells(ax, x_merge, 0, seq, d_model, head_colour, s)
+    ax.text(x_merge + d_model * s / 2, -seq * s - 0.15, "then @ W_o mixes the heads", ha="center", va="top", fontsize=8)
+    ax.text(x_w + seq * s / 2, -(n_heads - 1) * gap - seq * s - 0.1, "each head: its own softmax over the keys",
+            ha="center", va="top", fontsize=8)
+    ax.set_xlim(-1.0, x_merge + d_model * s + 0.3)
+    ax.set_ylim(-(n_heads - 1) * gap - seq * s - 0.5, 0.6)
+    return ax
+
+
+def draw_kv_cache(prompt: int = 4, steps: int = 3, ax=None):
+    """Cached decoding: a prefill of ``prompt`` tokens, then ``steps`` steps of one token each.
+
+    Each row is one call of the model. Dark squares: keys/values computed in that call and
+    appended to the cache; light squares: keys/values read from the cache; the arrows show
+    which keys the call's queries attend to (causal: every key at or before the query). The
+    work per step is one token's projections, but the memory read grows with the cache.
+    Returns the ``Axes``.
+    """
+    s = 0.5
+    total = prompt + steps
+    ax = _canvas(ax, 1.0 + 0.62 * total + 4.5, 0.75 * (steps + 1) + 1.2)
+    for row in range(steps + 1):
+        y = -row * 0.8
+        n_new = prompt if row == 0 else 1
+        start = 0 if row == 0 else prompt + row - 1
+        for t in range(start + n_new):
+            new = t >= start
+            ax.add_patch(plt.Rectangle((t * s * 1.2, y), s, s, facecolor="#3d85c6" if new else "#cfe2f3",
+                                       edgecolor="0.3", linewidth=0.8))
+            ax.text(t * s * 1.2 + s / 2, y + s / 2, f"{t}", ha="center", va="center", fontsize=7,
+                    color="white" if new else "black")
+        what = (f"prefill: {prompt} prompt tokens in one call (causal inside the prompt)" if row == 0 else
+                f"step {row}: 1 new token; its query reads {start + 1} keys/values ({start} cached)")
+        ax.text((total + 0.3) * s * 1.2, y + s / 2, what, va="center", fontsize=8)
+    ax.add_patch(plt.Rectangle((0, 0.85), s, s * 0.6, facecolor="#3d85c6", edgecolor="0.3"))
+    ax.text(s * 1.3, 0.85 + s * 0.3, "computed in this call, appended to the cache", va="center", fontsize=8)
+    ax.add_patch(plt.Rectangle((s * 14, 0.85), s, s * 0.6, facecolor="#cfe2f3", edgecolor="0.3"))
+    ax.text(s * 15.3, 0.85 + s * 0.3, "read from the cache", va="center", fontsize=8)
+    ax.text(0, -(steps + 1) * 0.8 + 0.25, "position ->  (the cache keeps un-repeated key/value heads: "
+            "n_kv_heads x d_head numbers per position and layer)", fontsize=8)
+    ax.set_xlim(-0.2, (total + 0.3) * s * 1.2 + 6.5)
+    ax.set_ylim(-(steps + 1) * 0.8, 1.5)
+    return ax

@@ -82,3 +82,10 @@ def test_torch_threads_restores():
     with pytest.raises(ValueError):
         with cost.torch_threads(0):
             pass
+
+
+def test_machine_names_the_processor_threads_and_torch():
+    text = cost.machine()
+    assert torch.__version__ in text and "logical CPUs" in text and "torch thread" in text
+    with cost.torch_threads(1):
+        assert "1 torch thread," in cost.machine()

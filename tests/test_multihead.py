@@ -164,6 +164,50 @@ def test_kv_cache_reorder_is_used_by_decoding_index_state():
     assert cache.k.flatten().tolist() == [0.0, 1.0, 2.0]               # the original is untouched
 
 
+def test_kv_cache_is_preallocated_and_appends_in_place():
+    """With ``max_len`` the buffers are allocated once; appends write only the new positions."""
+    g = torch.Generator().manual_seed(9)
+    ks, vs = torch.randn(2, 3, 12, 4, generator=g), torch.randn(2, 3, 12, 4, generator=g)
+    cache = A.KVCache(max_len=12)
+    with torch.no_grad():
+        cache.append(ks[:, :, :5], vs[:, :, :5])
+        ptr, seen = cache.k.data_ptr(), cache.k
+        for t in range(5, 12):
+            k, v = cache.append(ks[:, :, t:t + 1], vs[:, :, t:t + 1])
+            assert k.data_ptr() == ptr and cache.capacity == 12          # no reallocation, no copy of the cache
+    assert torch.equal(cache.k, ks) and torch.equal(cache.v, vs) and len(cache) == 12
+    assert seen.shape[2] == 5 and torch.equal(seen, ks[:, :, :5])       # an earlier view still shows its 5 positions
+    assert cache.nbytes() == ks.nbytes + vs.nbytes
+    with pytest.raises(ValueError, match="max_len"):
+        A.KVCache(max_len=0)
+
+
+def test_kv_cache_without_max_len_doubles_its_capacity():
+    cache = A.KVCache()
+    capacities = []
+    with torch.no_grad():
+        for t in range(20):
+            cache.append(torch.full((1, 1, 1, 2), float(t)), torch.full((1, 1, 1, 2), -float(t)))
+            capacities.append(cache.capacity)
+    assert capacities[:5] == [1, 2, 4, 4, 8] and capacities[-1] == 32   # log2(T) reallocations, O(T) copies
+    assert cache.k[0, 0, :, 0].tolist() == [float(t) for t in range(20)]
+    assert cache.v[0, 0, :, 1].tolist() == [-float(t) for t in range(20)]
+
+
+def test_kv_cache_keeps_gradients_when_autograd_records():
+    """Appends that need gradients concatenate (no in-place write into saved tensors)."""
+    torch.manual_seed(10)
+    m = A.MultiHeadAttention(D, H, n_kv_heads=2)
+    x = torch.randn(2, 6, D, requires_grad=True)
+    cache = A.KVCache(max_len=6)
+    outs = [m(x[:, :3], cache=cache, causal=True)[0]]
+    outs += [m(x[:, t:t + 1], cache=cache, causal=True)[0] for t in range(3, 6)]
+    torch.cat(outs, 1).sum().backward()
+    full = x.detach().clone().requires_grad_()
+    m(full, causal=True)[0].sum().backward()
+    torch.testing.assert_close(x.grad, full.grad, atol=1e-5, rtol=1e-5)
+
+
 def test_bias_is_added_to_the_scaled_scores():
     torch.manual_seed(7)
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)

@@ -1,8 +1,9 @@
 """The learner's path in JupyterLab, in headless Chromium: `make lab`'s own server on a copy of
 chapter 3's release (the fastest chapter to run).
 
-Open the chapter; no news popup (lab/labconfig, shipped with `make lab`); Run All stops at the
-first exercise's visible test, which says the exercise is not implemented yet; write that
+Open the chapter; no news popup (lab/labconfig, shipped with `make lab`); Run All runs to the
+end (the visible test cells are tagged ``raises-exception``), and every exercise's visible test
+says the exercise is not implemented yet, the first and the second alike; write the first
 exercise's solution into its cell and run it and its test: the test passes; save and press
 nbgrader's Validate: its dialog reports the exercises still left, and no longer the first.
 Screenshots: site/_build/screenshots/lab_*.png.
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "ch03_scaled_dot_product"
 EXERCISE = "ex1_scores"            # its answer cell; its visible tests are EXERCISE + "-visible"
 FUNCTION = "scaled_scores"
+NEXT_EXERCISE, NEXT_FUNCTION = "ex2_softmax", "stable_softmax"   # Run All reaches its test too
 SERVER_START_S = 120
 RUN_ALL_S = 240
 VALIDATE_S = 300
@@ -119,11 +121,14 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     assert page.get_by_text("official Jupyter news").count() == 0, \
         "JupyterLab asks about Jupyter news: lab/labconfig/default_setting_overrides.json not applied"
 
-    # Run All: the run stops at the first exercise's visible test, which says what to do.
+    # Run All: the visible test cells are tagged raises-exception, so the run goes on past a
+    # failing one: the first exercise's visible test says what to do, and so does the next one's.
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).first.click()
     out = cells.nth(visible).locator(".jp-OutputArea")
     out.get_by_text(f"{FUNCTION} is not implemented yet").wait_for(timeout=RUN_ALL_S * 1000)
+    cells.nth(_cell_index(release, NEXT_EXERCISE + "-visible")).locator(".jp-OutputArea").get_by_text(
+        f"{NEXT_FUNCTION} is not implemented yet").wait_for(timeout=RUN_ALL_S * 1000)
     _wait_idle(page, RUN_ALL_S)
     out.scroll_into_view_if_needed()
     page.screenshot(path=str(screenshots / "lab_run_all.png"))

@@ -132,7 +132,7 @@ def rnn_forward(x, h0, W_xh, W_hh, b_h):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex1_rnn_forward-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex1_rnn_forward-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_rnn_by_hand():
     # One input unit, one hidden unit: h1 = tanh(1), h2 = tanh(0.5 h1), h3 = tanh(0.5 h2).
     x = torch.tensor([[[1.0], [0.0], [0.0]]])
@@ -484,7 +484,7 @@ def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_decoder_io-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_decoder_io-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_offset_example():
     dec_in, dec_out = checks.call(make_decoder_io, [[7, 8, 9], [5]])
     checks.expect_dtype(dec_in, torch.long, "decoder_input")
@@ -569,7 +569,7 @@ def encode(encoder, src, src_lengths):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_encode-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex3_encode-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_encode_shapes_and_values():
     torch.manual_seed(2)
     enc = rnn.Encoder(vocab_size=12, emb_dim=6, hidden=8, bidirectional=True)
@@ -648,7 +648,7 @@ def decoder_step(decoder, prev_tokens, hidden, context):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_step-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_step-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_decoder_step():
     torch.manual_seed(4)
     model = rnn.Seq2Seq(src_vocab=10, tgt_vocab=9, emb_dim=6, hidden=8, context_every_step=True)
@@ -944,7 +944,7 @@ def memory_table(V=6):
     return torch.log(probs / probs.sum(-1, keepdim=True))
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_greedy-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_greedy-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_greedy_chain():
     table = chain_table()
     tokens, scores = checks.call(greedy_decode, markov_step(table), {"t": torch.zeros(2)}, max_len=10)
@@ -1053,7 +1053,7 @@ def beam_search(step, state, max_len, beam_size=4, alpha=0.0, sos_id=SOS_ID, eos
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex6_beam-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex6_beam-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def trap_table(V=6):
     """From <sos>, token 4 (p=0.6) beats token 3 (p=0.4); but after 4 every token is equally
     likely (p=1/6 each) while after 3, <eos> is certain."""

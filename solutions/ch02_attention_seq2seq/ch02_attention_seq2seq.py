@@ -151,7 +151,7 @@ def additive_score(query, UH, W, v):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex1_additive-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex1_additive-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _additive_by_hand(s, UH, W, v):
     out = torch.empty(UH.shape[:2])
     for b in range(UH.shape[0]):
@@ -265,7 +265,7 @@ def general_score(query, keys, W_a):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_luong_scores-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_luong_scores-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _q = torch.tensor([[1.0, 2.0]])
 _K = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [3.0, -1.0]]])
 _Wa = torch.tensor([[0.0, 1.0], [1.0, 0.0]])          # swaps the two coordinates
@@ -370,7 +370,7 @@ def masked_softmax(scores, mask):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_masked_softmax-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex3_masked_softmax-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _sc = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 5.0, 5.0]])
 _mk = torch.tensor([[True, True, False, False], [True, True, True, True]])
 _want = torch.tensor([[1 / (1 + math.e), math.e / (1 + math.e), 0.0, 0.0], [0.0034, 0.0034, 0.4966, 0.4966]])
@@ -420,7 +420,7 @@ def context_vector(weights, values):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_context-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_context-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 checks.run_checks("context_vector", [
     ("shape (batch, d_v)", lambda: checks.expect_shape(
         checks.call(context_vector, torch.full((2, 3), 1 / 3), torch.randn(2, 3, 5)), (2, 5), "context")),
@@ -552,7 +552,7 @@ def local_m_mask(t, lengths, D, src_len):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_local_window-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_local_window-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _t, _len = torch.tensor([1, 5]), torch.tensor([6, 3])
 checks.run_checks("local_m_mask", [
     ("shape (batch, S) and dtype bool", lambda: (
@@ -635,7 +635,7 @@ def attention_decoder_step(model, prev_tokens, s_prev, memory, UH, mask):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex6_decoder_step-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex6_decoder_step-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 torch.manual_seed(5)
 _m = ra.AttentionSeq2Seq(12, 9, emb_dim=6, hidden=8, score="additive").eval()
 _src, _len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])

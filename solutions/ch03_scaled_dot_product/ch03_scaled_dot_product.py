@@ -259,7 +259,7 @@ def scaled_scores(q, k):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex1_scores-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex1_scores-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _g = torch.Generator().manual_seed(1)     # test cells draw from their own generator
 _Qw = torch.tensor([[1., 2], [4, 3]])
 _Kw = torch.tensor([[2., 1], [3, 4]])
@@ -350,7 +350,7 @@ def stable_softmax(x, dim=-1):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_softmax-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_softmax-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _g = torch.Generator().manual_seed(2)
 _x = torch.tensor([[1., 2, 3], [0, 0, 0]])
 _want_x = torch.tensor([[0.09003057, 0.24472847, 0.66524096], [1 / 3, 1 / 3, 1 / 3]])
@@ -623,7 +623,7 @@ def sdp_attention(q, k, v, mask=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_attention-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex3_attention-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _p1 = 1 / (1 + math.exp(7 / math.sqrt(2)))      # softmax([4, 11] / sqrt 2)[0]
 _p2 = 1 / (1 + math.exp(13 / math.sqrt(2)))     # softmax([11, 24] / sqrt 2)[0]
 _Ww = torch.tensor([[_p1, 1 - _p1], [_p2, 1 - _p2]], dtype=torch.float64)
@@ -772,7 +772,7 @@ def causal_mask(L_q, L_k=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_causal-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_causal-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _tri = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]).bool()
 
 
@@ -944,7 +944,7 @@ def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_cross-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_cross-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _g = torch.Generator().manual_seed(4)
 _xd, _xe = torch.randn(2, 3, 4, generator=_g), torch.randn(2, 5, 6, generator=_g)
 _Wq, _Wk, _Wv = torch.randn(4, 8, generator=_g), torch.randn(6, 8, generator=_g), torch.randn(6, 7, generator=_g)
@@ -1086,7 +1086,7 @@ class SelfAttention(nn.Module):
         ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex6_module-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex6_module-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _g = torch.Generator().manual_seed(8)
 _x = torch.randn(2, 5, 16, generator=_g)
 

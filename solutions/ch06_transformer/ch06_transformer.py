@@ -191,7 +191,7 @@ def sinusoidal_table(max_len, d_model):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _check_first_rows():
     pe = checks.call(sinusoidal_table, 6, 8)
     checks.expect_shape(pe, (6, 8), "sinusoidal_table(6, 8)")
@@ -424,7 +424,7 @@ def encoder_layer_forward(layer, x, mask=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_encoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_encoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _encoder_case(norm_first, seed, lengths=None, forbidden=()):
     torch.manual_seed(seed)
     layer = T.EncoderLayer(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
@@ -534,7 +534,7 @@ def decoder_mask(tgt_in, pad_id=PAD_ID):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_decoder_mask-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex3_decoder_mask-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _tgt = torch.tensor([[SOS_ID, 5, 6, 7], [SOS_ID, 8, PAD_ID, PAD_ID]])
 
 
@@ -641,7 +641,7 @@ def decoder_layer_forward(layer, y, memory, memory_mask=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _decoder_case(norm_first, seed, lengths=None, forbidden=()):
     torch.manual_seed(seed)
     layer = T.DecoderLayer(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
@@ -814,7 +814,7 @@ def warmup_lr(step, d_model, warmup):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_warmup-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_warmup-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _warm_start():
     got = checks.call(warmup_lr, 1, 512, 4000)
     want = 512 ** -0.5 * 4000 ** -1.5

@@ -110,7 +110,7 @@ def prefix_lm_mask(L, prefix_len):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex1_prefix_mask-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex1_prefix_mask-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _mask_case(L, p):
     got = checks.call(prefix_lm_mask, L, p)
     checks.expect_shape(got, (L, L), f"prefix_lm_mask({L}, {p})")
@@ -244,7 +244,7 @@ def mlm_corrupt_batch(tokens, mask_id, vocab_size, generator, p=0.15, first_regu
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_mlm_corrupt-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_mlm_corrupt-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _corrupt_case(tokens, seed, p=0.15):
     want = families.mlm_corrupt(tokens, MASK_ID, V_TOY, p=p, first_regular_id=data.TOY_FIRST_WORD_ID,
                                 generator=torch.Generator().manual_seed(seed))
@@ -601,7 +601,7 @@ def filter_logits(logits, top_k=None, top_p=None):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_filter_logits-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex3_filter_logits-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _probs = torch.tensor([0.05, 0.4, 0.1, 0.3, 0.15])
 _z = _probs.log()
 
@@ -892,7 +892,7 @@ def patchify(images, patch):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_patchify-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_patchify-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _patch_case(shape, patch, seed=0):
     images = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
     with checks.forbid(F.unfold, torch.nn.Unfold.forward):
@@ -982,7 +982,7 @@ def vit_forward(model, images):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_vit_forward-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_vit_forward-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _vit_case(seed, forbidden=(), **kw):
     torch.manual_seed(seed)
     model = vit.ViT(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw}).eval()

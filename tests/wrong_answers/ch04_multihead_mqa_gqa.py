@@ -5,7 +5,11 @@
 sees only the first key. Visible and hidden tests catch it; the exercise loses all its points.
 
 ``HIDDEN_ONLY``: for every exercise, a plausible answer that passes its visible tests and
-fails its hidden ones.
+fails its hidden ones. Each of them is also rejected by the probe with which the chapter's
+experiments decide whether to use the learner's function (they fall back to the reference).
+
+``MORE_WRONG``: the strided "repair" of the notes' GQA code (``x.repeat``), which must lose all
+of exercise 3's points (its visible test names the pairing).
 """
 
 EXERCISE = "ex4_cache"
@@ -66,4 +70,13 @@ def merge_heads(x):
     grouped = weight.reshape(n_groups, n_heads // n_groups, d_head, weight.shape[1])
     return grouped.mean(dim=1).reshape(n_groups * d_head, weight.shape[1])
 ''',
+}
+
+MORE_WRONG = {
+    # The "natural repair" of the notes' GQA code (section 5): the whole stack of key/value heads
+    # repeated n_rep times, so query head i reads key/value head i % g instead of i // (h/g).
+    # Right shape, wrong pairing: the visible test's head order and the hidden values catch it.
+    "repeat_strided": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)
+'''),
 }
