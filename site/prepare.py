@@ -27,6 +27,9 @@ SOLUTION_BEGIN = "### BEGIN SOLUTION"
 # GLOSSARY.md links a term to a chapter section in the repository's student notebook
 # (notebooks/chNN_x/chNN_x.ipynb#anchor); on the site the same section is chapters/chNN_x.ipynb.
 REPO_LINK = re.compile(r"\]\((?:\./)?notebooks/(ch\d\d_\w+)/\1\.ipynb(#[^)\s]*)?\)")
+# The chapters point to the last `make bench` tables in the repository; the site carries them as a page.
+BENCH = Path("benchmarks") / "results" / "latest.md"
+BENCH_LINK = re.compile(r"\]\((?:\.\./\.\./)?benchmarks/results/latest\.md\)")
 
 
 def chapters(root: Path) -> list[Path]:
@@ -73,11 +76,15 @@ def prepare(root: Path, out: Path) -> list[Path]:
     written = []
     for src in chapters(root):
         nb = learner_version(nbformat.read(src, as_version=4))
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source = BENCH_LINK.sub("](../performance.md)", cell.source)
         target = out / "chapters" / src.name
         nbformat.write(nb, target)
         written.append(target)
     shutil.copy(root / "site" / "index.md", out / "index.md")
     (out / "glossary.md").write_text(glossary_for_site((root / "GLOSSARY.md").read_text()))
+    shutil.copy(root / BENCH, out / "performance.md")
     return written
 
 
