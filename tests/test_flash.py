@@ -1,0 +1,90 @@
+"""The online softmax and FlashAttention's tiling in PyTorch (chapter 8, course_utils.flash)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import cost, flash
+
+
+def test_online_softmax_equals_softmax_with_huge_scores():
+    x = torch.randn(4, 37, dtype=torch.float64) * 300       # exp would overflow without the max
+    for block in (1, 5, 37, 64):
+        torch.testing.assert_close(flash.online_softmax(x, block), torch.softmax(x, -1))
+
+
+def test_online_update_over_blocks_equals_softmax_times_v():
+    s, v = torch.randn(3, 6, 20, dtype=torch.float64), torch.randn(3, 20, 5, dtype=torch.float64)
+    m = torch.full((3, 6, 1), float("-inf"), dtype=torch.float64)
+    l, acc = torch.zeros(3, 6, 1, dtype=torch.float64), torch.zeros(3, 6, 5, dtype=torch.float64)
+    for j in range(0, 20, 7):
+        m, l, acc = flash.online_softmax_update(m, l, acc, s[..., j:j + 7], v[:, j:j + 7])
+    torch.testing.assert_close(acc / l, torch.softmax(s, -1) @ v)
+    torch.testing.assert_close(m, s.amax(-1, keepdim=True))
+
+
+def test_online_update_keeps_a_fully_masked_block_harmless():
+    m = torch.full((1, 2, 1), float("-inf"))
+    l, acc = torch.zeros(1, 2, 1), torch.zeros(1, 2, 3)
+    m, l, acc = flash.online_softmax_update(m, l, acc, torch.full((1, 2, 4), float("-inf")), torch.randn(1, 4, 3))
+    assert torch.isinf(m).all() and (l == 0).all() and (acc == 0).all() and not acc.isnan().any()
+    s, v = torch.randn(1, 2, 4), torch.randn(1, 4, 3)
+    m, l, acc = flash.online_softmax_update(m, l, acc, s, v)
+    torch.testing.assert_close(acc / l, torch.softmax(s, -1) @ v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("L_q,L_k,bq,bk", [(37, 37, 8, 5), (20, 33, 7, 64), (33, 20, 4, 3), (16, 16, 16, 16),
+                                           (1, 9, 1, 2)])
+def test_flash_equals_sdpa_in_values_and_gradients(causal, L_q, L_k, bq, bk):
+    g = torch.Generator().manual_seed(L_q * 100 + L_k)
+    q = torch.randn(2, 3, L_q, 16, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, 3, L_k, 16, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(2, 3, L_k, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    out = flash.flash_attention(q, k, v, causal, bq, bk)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref)
+    d_out = torch.randn(out.shape, dtype=torch.float64, generator=g)
+    got = torch.autograd.grad(out, (q, k, v), d_out)
+    want = torch.autograd.grad(ref, (q, k, v), d_out)
+    for name, a, b in zip("qkv", got, want):
+        torch.testing.assert_close(a, b, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def test_flash_passes_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3))
+    assert torch.autograd.gradcheck(lambda q, k, v: flash.flash_attention(q, k, v, True, 4, 3), (q, k, v))
+
+
+def test_naive_attention_equals_sdpa():
+    q, k, v = (torch.randn(2, 9, 8, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        torch.testing.assert_close(flash.naive_attention(q, k, v, causal),
+                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+def test_flash_keeps_linear_memory_for_backward_and_naive_keeps_quadratic():
+    saved = {}
+    for L in (256, 512, 1024):
+        q, k, v = (torch.randn(1, 1, L, 32, requires_grad=True) for _ in range(3))
+        saved[L] = (cost.saved_bytes(flash.naive_attention, q, k, v, True),
+                    cost.saved_bytes(flash.flash_attention, q, k, v, True))
+        # flash keeps q, k, v, out (4 * L * 32 floats) and one log-sum-exp per query
+        assert saved[L][1] == 4 * (4 * L * 32 + L)
+    assert saved[1024][0] / saved[512][0] > 3.5, "the naive version's memory grows as L^2"
+    assert saved[1024][1] / saved[512][1] == pytest.approx(2.0), "flash's memory grows as L"
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True])
+def test_bad_tile_sizes_are_rejected(bad):
+    q = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match="block_q"):
+        flash.flash_attention(q, q, q, block_q=bad)
+
+
+def test_mismatched_shapes_are_rejected():
+    with pytest.raises(ValueError, match="must agree"):
+        flash.flash_attention(torch.randn(1, 4, 8), torch.randn(1, 5, 6), torch.randn(1, 5, 6))
