@@ -1,0 +1,168 @@
+"""Real text every machine has: the Python standard library's own source, as bytes (chapter 8).
+
+:func:`stdlib_corpus` reads a fixed, sorted list of pure-Python modules of the standard library
+(code, comments and docstrings; nothing is downloaded), keeps ASCII (any other byte becomes ``?``)
+and returns one byte string. The vocabulary is the 128 ASCII codes (:data:`VOCAB_SIZE`): token id =
+byte value, no tokenizer to train. The files differ slightly between Python patch releases, so
+claims on models trained on it are stated with tolerances.
+
+:func:`train_lm` is the small next-token training loop of chapter 8 (AdamW, cosine decay, random
+windows of the training text), :func:`eval_loss` the mean cross-entropy over fixed windows of the
+held-out text, and :func:`loss_by_position` the loss at each position of long windows (to see what
+positional schemes do beyond the length they were trained on).
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["ABLATIONS", "CH08_BUDGET", "CH08_MODEL", "STDLIB_FILES", "VOCAB_SIZE", "ch08_model", "decode",
+           "encode", "eval_loss", "loss_by_position", "random_windows", "split_corpus", "stdlib_corpus",
+           "train_lm"]
+
+VOCAB_SIZE = 128
+
+# Pure-Python modules present in every CPython 3.11+ (sorted); the corpus is their concatenation.
+STDLIB_FILES = (
+    "abc.py", "bisect.py", "calendar.py", "colorsys.py", "contextlib.py", "copy.py", "csv.py",
+    "dataclasses.py", "difflib.py", "enum.py", "fnmatch.py", "fractions.py", "functools.py",
+    "heapq.py", "keyword.py", "numbers.py", "operator.py", "queue.py", "random.py", "shlex.py",
+    "statistics.py", "string.py", "textwrap.py", "tokenize.py", "types.py", "weakref.py",
+)
+
+
+def stdlib_corpus(files: Sequence[str] = STDLIB_FILES, root: str | Path | None = None) -> bytes:
+    """The ASCII text of ``files`` from the standard library (``sysconfig``'s ``stdlib`` path),
+    each preceded by a ``# file: name`` line, in the order given. A missing file raises."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    parts = []
+    for name in files:
+        path = root / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not in this Python's standard library")
+        raw = path.read_bytes().replace(b"\r\n", b"\n")
+        parts.append(f"# file: {name}\n".encode() + bytes(b if b < 128 else ord("?") for b in raw))
+    return b"\n".join(parts)
+
+
+def encode(text: bytes | str) -> torch.Tensor:
+    """Bytes (or an ASCII string) -> ``(n,)`` int64 ids."""
+    if isinstance(text, str):
+        text = text.encode("ascii", errors="replace")
+    ids = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+    if len(ids) and int(ids.max()) >= VOCAB_SIZE:
+        raise ValueError("encode expects ASCII text (byte values < 128)")
+    return ids
+
+
+def decode(ids: torch.Tensor | Sequence[int]) -> str:
+    """``(n,)`` ids -> a string (ids outside ASCII show as ``?``)."""
+    return "".join(chr(i) if 0 <= i < VOCAB_SIZE else "?" for i in torch.as_tensor(ids).tolist())
+
+
+def random_windows(data: torch.Tensor, batch: int, length: int, generator: torch.Generator
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` random windows of ``data``: inputs ``(batch, length)`` and their next tokens."""
+    if len(data) <= length:
+        raise ValueError(f"the text ({len(data)} tokens) must be longer than a window ({length})")
+    start = torch.randint(0, len(data) - length, (batch,), generator=generator)
+    idx = start[:, None] + torch.arange(length + 1)
+    chunk = data[idx]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, length: int = 64,
+             lr: float = 3e-3, warmup: int = 20, seed: int = 0, weight_decay: float = 0.01) -> list[float]:
+    """Next-token training on random windows of ``data``; returns the loss of every step.
+
+    AdamW, linear warm-up for ``warmup`` steps then cosine decay to 10 % of ``lr``, gradient
+    clipping at 1.0. ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a
+    generator seeded with ``seed``, so two models trained with the same seed see the same text.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for step in range(steps):
+        frac = min(1.0, (step + 1) / max(1, warmup))
+        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr * min(frac, decay)
+        x, y = random_windows(data, batch, length, g)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def _fixed_windows(data: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` evenly spaced windows of ``data`` (the same for every model)."""
+    if len(data) <= length:
+        raise ValueError(f"the text ({len(data)} tokens) must be longer than a window ({length})")
+    starts = torch.linspace(0, len(data) - length - 1, n).long()
+    idx = starts[:, None] + torch.arange(length + 1)
+    chunk = data[idx]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+@torch.no_grad()
+def loss_by_position(model: nn.Module, data: torch.Tensor, length: int, n: int = 32,
+                     batch: int = 16) -> torch.Tensor:
+    """Mean cross-entropy (nats) at each position ``(length,)`` over ``n`` fixed windows of ``data``."""
+    model.eval()
+    x, y = _fixed_windows(data, length, n)
+    total = torch.zeros(length)
+    for i in range(0, n, batch):
+        logits = model(x[i:i + batch])
+        total += F.cross_entropy(logits.transpose(1, 2), y[i:i + batch], reduction="none").sum(0)
+    return total / n
+
+
+def eval_loss(model: nn.Module, data: torch.Tensor, length: int = 64, n: int = 64) -> float:
+    """Mean cross-entropy (nats per byte) over ``n`` fixed windows of ``length`` tokens of ``data``."""
+    return float(loss_by_position(model, data, length, n).mean())
+
+
+# --- chapter 8's experiment: one budget, each modern part swapped for its chapter 6 counterpart ---
+
+#: The model and budget of chapter 8's experiments (tools/ch08_ablation.py uses the same).
+CH08_MODEL = dict(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2)
+CH08_BUDGET = dict(steps=500, batch=32, length=64, lr=3e-3)
+
+#: name -> the DecoderConfig fields that differ from the modern decoder.
+ABLATIONS = {
+    "modern (RMSNorm, SwiGLU, RoPE, GQA 4/2)": {},
+    "LayerNorm instead of RMSNorm": {"norm": "layer"},
+    "ReLU FFN (4d) instead of SwiGLU": {"ffn": "relu"},
+    "learned positions instead of RoPE": {"positions": "learned"},
+    "sinusoidal positions instead of RoPE": {"positions": "sinusoidal"},
+    "MHA (4 K/V heads) instead of GQA": {"n_kv_heads": 4},
+    "all four swapped (chapter 6/7 GPT-style)": {"norm": "layer", "ffn": "relu", "positions": "learned",
+                                                 "n_kv_heads": 4},
+}
+
+
+def split_corpus(text: bytes, held_out: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids of the first ``1 - held_out`` of the text (training) and of the rest (validation)."""
+    data = encode(text)
+    n = int(len(data) * (1 - held_out))
+    return data[:n], data[n:]
+
+
+def ch08_model(changes: dict | None = None, seed: int = 0) -> nn.Module:
+    """Chapter 8's small decoder (:data:`CH08_MODEL`) with ``changes`` to its config, seeded."""
+    from course_utils.llama import DecoderConfig, ModernDecoder
+    torch.manual_seed(seed)
+    return ModernDecoder(DecoderConfig(**{**CH08_MODEL, **(changes or {})}))
