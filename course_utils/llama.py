@@ -202,12 +202,17 @@ class RotaryAttention(MultiHeadAttention):
     """Chapter 4's :class:`~course_utils.attention.MultiHeadAttention` (GQA, ``KVCache``) with RoPE
     applied to the queries and keys after the projections, at positions offset by the cache length.
     Causal self-attention only. ``rope=False``: no rotation (for the ablations with absolute positions).
+
+    ``rotate`` is the rotation used, ``rotate(x (batch, heads, seq, d_head), offset, base)``:
+    :func:`apply_rope_half` unless set otherwise (chapter 8 plugs in the learner's version and the
+    interleaved layout to compare them).
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, bias: bool = False,
                  rope: bool = True, rope_base: float = 10000.0):
         super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
         self.rope, self.rope_base = rope, rope_base
+        self.rotate = None
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """``x (batch, L_new, d_model)`` -> ``(batch, L_new, d_model)``; with a cache, the new
@@ -220,8 +225,9 @@ class RotaryAttention(MultiHeadAttention):
         k = split_heads(self.k_proj(x), self.n_kv_heads)       # (B, G, L, dh)
         v = split_heads(self.v_proj(x), self.n_kv_heads)       # (B, G, L, dh)
         if self.rope:
-            q = apply_rope_half(q, offset, self.rope_base)
-            k = apply_rope_half(k, offset, self.rope_base)
+            rotate = self.rotate or apply_rope_half
+            q = rotate(q, offset, self.rope_base)
+            k = rotate(k, offset, self.rope_base)
         if cache is not None:
             k, v = cache.append(k, v)                         # (B, G, offset + L, dh)
         mask = causal_mask(q.shape[2], k.shape[2], device=x.device)   # bottom-right aligned

@@ -1,0 +1,1009 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: all
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 8: A modern decoder (LLaMA-style), and attention as production computes it
+#
+# *Attention, from Seq2Seq to Transformers*: what LLaMA-style decoders change in chapter 7's
+# GPT-style decoder (RMSNorm, SwiGLU, RoPE inside attention, grouped-query attention with a KV
+# cache, pre-norm, no biases); the course's parts assembled into that model and checked equal to
+# Hugging Face's `LlamaForCausalLM`; a small one trained on the Python standard library's own
+# source; which change matters at this scale; and how attention is computed without the
+# $L \times L$ matrix (the online softmax and FlashAttention's tiling).
+#
+# **What you will build**: RMSNorm; the SwiGLU feed-forward; RoPE in Hugging Face's layout, applied
+# at positions offset by the cache length; one piece of the weight loading from Hugging Face; the
+# online-softmax update at the heart of FlashAttention. The reference versions live in
+# `course_utils.llama` (`rms_norm`, `SwiGLU`, `apply_rope_half`, `interleaved_to_half`,
+# `ModernDecoder`, `load_hf_llama`), `course_utils.flash` (`online_softmax_update`,
+# `flash_attention`) and `course_utils.textlm` (the corpus and the training loop).
+#
+# **Exercises** (graded by the test cells below each one): 1 `rms_norm` (2 points), 2 `swiglu` (3),
+# 3 `rope_half` (4), 4 `course_key` (2), 5 `online_update` (4); two written questions (4).
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils import (
+    attention,
+    checks,
+    claims,
+    cost,
+    decoding,
+    flash,
+    llama,
+    relpos,
+    textlm,
+    train,
+)
+
+train.set_seed(0)
+GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+torch.set_printoptions(precision=4, sci_mode=False)
+
+# %% [markdown]
+# ## 1. What chapter 7 left open
+#
+# Chapter 7 built a GPT-style decoder from chapter 6's block: learned positions added to the token
+# embeddings, LayerNorm, a ReLU feed-forward of width $4d$, multi-head attention, biases
+# everywhere. It named LLaMA as a pointer. The open models most people read today (LLaMA 1-3,
+# Mistral, Qwen, ...) are the same decoder with five parts changed (Touvron et al. 2023, §2.2):
+#
+# | part | chapter 6/7 (GPT-style) | LLaMA-style | where the course has it |
+# |---|---|---|---|
+# | normalisation | LayerNorm (centre, scale, shift) | **RMSNorm** (scale only), pre-norm | this chapter |
+# | feed-forward | $W_2\,\mathrm{ReLU}(W_1 x)$, width $4d$ | **SwiGLU**, width $\approx\frac{2}{3}4d$ | this chapter |
+# | positions | added to the input, once | **RoPE** on $q$ and $k$ in every layer | chapter 5 (`relpos.apply_rope`) |
+# | key/value heads | one per query head (MHA) | **GQA**, cached un-repeated | chapter 4 (`MultiHeadAttention`, `KVCache`) |
+# | biases | in every linear layer and norm | **none** | — |
+#
+# The diagram shows one block of each (pre-norm in both: chapter 6 measured why).
+
+# %%
+def draw_blocks(ax):
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 7.4)
+    ax.axis("off")
+    cols = {"chapter 6/7 block": (2.5, ["LayerNorm", "MHA (+ bias)", "+", "LayerNorm", "ReLU FFN 4d (+ bias)", "+"],
+                                  "x + learned position"),
+            "LLaMA-style block": (7.5, ["RMSNorm", "GQA, RoPE on q, k", "+", "RMSNorm", "SwiGLU 8d/3", "+"],
+                                  "x (no position added)")}
+    for title, (x0, boxes, bottom) in cols.items():
+        ax.text(x0, 7.1, title, ha="center", fontsize=12, weight="bold")
+        ax.text(x0, 0.2, bottom, ha="center", fontsize=10)
+        for i, label in enumerate(boxes):
+            y = 0.9 + i * 1.0
+            if label == "+":
+                ax.add_patch(plt.Circle((x0, y + 0.25), 0.22, fc="white", ec="0.3"))
+                ax.text(x0, y + 0.25, "+", ha="center", va="center")
+            else:
+                colour = "#f6d7a7" if "Norm" in label else "#a7c7f6" if ("MHA" in label or "GQA" in label) else "#b7e3b0"
+                ax.add_patch(plt.Rectangle((x0 - 1.6, y), 3.2, 0.5, fc=colour, ec="0.3"))
+                ax.text(x0, y + 0.25, label, ha="center", va="center", fontsize=9)
+            ax.annotate("", (x0, y + 1.0), (x0, y + 0.5 if label != "+" else y + 0.47),
+                        arrowprops=dict(arrowstyle="-|>", color="0.3"))
+        for start, end in ((0.5, 3.15), (3.4, 6.15)):     # the residual paths
+            ax.annotate("", (x0 - 0.22, end), (x0 - 1.9, start),
+                        arrowprops=dict(arrowstyle="-|>", color="0.55", connectionstyle="angle,angleA=90,angleB=0"))
+
+
+fig, ax = plt.subplots(figsize=(9, 5.2))
+draw_blocks(ax)
+ax.set_title("One decoder block, bottom to top (grey: the residual paths)")
+plt.show()
+
+# %% [markdown]
+# ## 2. RMSNorm: LayerNorm without the centring
+#
+# LayerNorm (Ba et al. 2016) normalises each vector's features with their mean $\mu$ and standard
+# deviation, then applies a gain $g$ and a bias $b$: $\frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} g + b$.
+# Zhang & Sennrich (2019) argued that the re-*scaling* is what helps, not the re-*centring*, and
+# dropped the mean and the bias:
+#
+# $$\mathrm{RMSNorm}(x) = \frac{x}{\sqrt{\frac{1}{d}\sum_{i=1}^d x_i^2 + \epsilon}} \odot g .$$
+#
+# Two consequences you can check: on a vector whose mean is already zero, RMSNorm *is* LayerNorm
+# (without bias); and it costs one reduction over the features instead of two (the mean, then the
+# variance), with no subtraction and no bias, which the paper reports as 7-64 % less running time
+# on its models. Hugging Face's `LlamaRMSNorm` computes it in float32 even for half-precision
+# inputs, then casts back.
+#
+# ### Exercise 1: RMSNorm (1 + 1 points)
+#
+# Write `rms_norm(x, weight, eps=1e-6)` for `x (..., d)` and `weight (d,)`, following the formula
+# (the mean of the squares over the last axis, $\epsilon$ inside the square root).
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_rms_norm", "locked": false, "schema_version": 3, "solution": true}
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm of ``x (..., d)`` with gain ``weight (d,)``; same shape as ``x``."""
+    ### BEGIN SOLUTION
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_rms_norm-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
+_g = torch.Generator().manual_seed(1)
+_x1 = torch.randn(2, 5, 8, generator=_g, dtype=torch.float64)
+_w1 = torch.randn(8, generator=_g, dtype=torch.float64)
+checks.run_checks("rms_norm", [
+    ("shape kept", lambda: checks.expect_shape(checks.call(rms_norm, _x1, _w1), (2, 5, 8), "rms_norm(x)")),
+    ("unit gain: the output's root mean square is 1", lambda: checks.expect_close(
+        checks.call(rms_norm, _x1, torch.ones(8, dtype=torch.float64)).pow(2).mean(-1), torch.ones(2, 5), "mean of squares",
+        atol=1e-4)),
+    ("the formula, with a gain", lambda: checks.expect_close(
+        checks.call(rms_norm, _x1, _w1), _x1 / _x1.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * _w1, "rms_norm(x)")),
+    ("no centring: a constant vector stays constant", lambda: checks.expect_close(
+        checks.call(rms_norm, torch.full((1, 4), 3.0, dtype=torch.float64), torch.ones(4, dtype=torch.float64)),
+        torch.ones(1, 4), "rms_norm(3, 3, 3, 3)", atol=1e-4)),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex1_rms_norm-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests: eps inside the square root (a large eps shows where it is), float32, 1-D input,
+# no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(101)
+_xh1 = torch.randn(3, 16, generator=_g, dtype=torch.float64) * 0.1
+_wh1 = torch.randn(16, generator=_g, dtype=torch.float64)
+with checks.forbid(llama.rms_norm, (F, "rms_norm"), (torch, "rms_norm")):
+    _big_eps = checks.call(rms_norm, _xh1, _wh1, 1.0)
+    _f32 = checks.call(rms_norm, _xh1[0].float(), _wh1.float())
+checks.run_checks("rms_norm (hidden)", [
+    ("eps = 1 inside the square root", lambda: checks.expect_close(
+        _big_eps, _xh1 / (_xh1.pow(2).mean(-1, keepdim=True) + 1.0).sqrt() * _wh1, "rms_norm(x, w, eps=1)")),
+    ("1-D float32", lambda: checks.expect_close(_f32, llama.rms_norm(_xh1[0].float(), _wh1.float()), "rms_norm(x[0])",
+                                                atol=1e-5)),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Your function (if it agrees with the reference on a probe) against LayerNorm: on centred vectors
+# they agree; on the raw vectors they do not, since LayerNorm also removes the mean. The timing
+# compares PyTorch's own fused `F.rms_norm` and `F.layer_norm` (one thread; each is a single
+# pass over memory here, so the difference is small: the saving counts on accelerators, where a
+# norm is limited by memory traffic and every extra pass costs).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_rms(fn):
+    g = torch.Generator().manual_seed(7)
+    return fn(torch.randn(2, 3, 6, generator=g, dtype=torch.float64) * 0.05, torch.randn(6, generator=g, dtype=torch.float64), 0.5)
+
+
+rms = checks.learner_or_reference(rms_norm, llama.rms_norm, _probe_rms, name="rms_norm")
+x_demo = torch.randn(4, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 3.0
+centred = x_demo - x_demo.mean(-1, keepdim=True)
+ones = torch.ones(64, dtype=torch.float64)
+print(f"centred input: max |RMSNorm - LayerNorm| = {(rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs().max().item():.1e}")
+print(f"raw input (mean 3): max |RMSNorm - LayerNorm| = {(rms(x_demo, ones, 1e-5) - F.layer_norm(x_demo, (64,), eps=1e-5)).abs().max().item():.2f}")
+assert (rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs().max() < 1e-9, \
+    "on centred vectors RMSNorm must equal LayerNorm without bias"
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+x_big = torch.randn(4096, 512)
+w_big, b_big = torch.ones(512), torch.zeros(512)
+with cost.torch_threads(1):
+    t_ln = cost.seconds_per_call(F.layer_norm, x_big, (512,), w_big, b_big, repeats=20)
+    t_rms = cost.seconds_per_call(F.rms_norm, x_big, (512,), w_big, repeats=20)
+print(f"F.layer_norm {t_ln * 1e3:.2f} ms, F.rms_norm {t_rms * 1e3:.2f} ms on a (4096, 512) float32 tensor, one thread")
+
+# %% [markdown]
+# ## 3. SwiGLU: a gated feed-forward
+#
+# Shazeer (2020) replaced the feed-forward $W_2\,\mathrm{ReLU}(W_1 x)$ with a *gated linear unit*:
+# two projections of $x$, one passed through an activation and used as a gate on the other,
+#
+# $$\mathrm{SwiGLU}(x) = W_\text{down}\big(\mathrm{SiLU}(W_\text{gate}\,x) \odot W_\text{up}\,x\big),
+#   \qquad \mathrm{SiLU}(z) = z\,\sigma(z),$$
+#
+# with no biases. Three matrices instead of two: to keep the parameters (and the FLOPs) of a ReLU
+# FFN of width $4d$, the hidden width shrinks to $\frac{2}{3}\cdot 4d$ ($3 \cdot d \cdot \frac{8d}{3} = 2 \cdot d \cdot 4d$).
+# LLaMA rounds it up to a multiple of 256: $d = 4096$ gives 11008. In Shazeer's experiments
+# (T5 pre-training, same compute) the GLU variants had lower perplexity than ReLU; the paper offers
+# no explanation ("we attribute their success ... to divine benevolence").
+#
+# ### Exercise 2: SwiGLU (1 + 2 points)
+#
+# Write `swiglu(x, W_gate, W_up, W_down)` for `x (..., d)`, `W_gate` and `W_up` of shape
+# `(d_ff, d)` and `W_down (d, d_ff)` (the layout of `nn.Linear.weight`: `y = x @ W.T`).
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_swiglu", "locked": false, "schema_version": 3, "solution": true}
+def swiglu(x, W_gate, W_up, W_down):
+    """``W_down(silu(W_gate x) * W_up x)`` for ``x (..., d)``; returns ``(..., d)``."""
+    ### BEGIN SOLUTION
+    return (F.silu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
+_g = torch.Generator().manual_seed(2)
+_x2 = torch.randn(5, 4, generator=_g, dtype=torch.float64)
+_Wg, _Wu, _Wd = (torch.randn(6, 4, generator=_g, dtype=torch.float64), torch.randn(6, 4, generator=_g, dtype=torch.float64),
+                 torch.randn(4, 6, generator=_g, dtype=torch.float64))
+_h2 = _x2 @ _Wg.T
+checks.run_checks("swiglu", [
+    ("shape (n, d) -> (n, d)", lambda: checks.expect_shape(checks.call(swiglu, _x2, _Wg, _Wu, _Wd), (5, 4), "swiglu(x)")),
+    ("the formula", lambda: checks.expect_close(
+        checks.call(swiglu, _x2, _Wg, _Wu, _Wd), (_h2 * torch.sigmoid(_h2) * (_x2 @ _Wu.T)) @ _Wd.T, "swiglu(x)")),
+    ("the gate is the SiLU branch, not the up branch", lambda: checks.expect_close(
+        checks.call(swiglu, _x2, _Wg, torch.zeros(6, 4, dtype=torch.float64), _Wd), torch.zeros(5, 4), "swiglu with W_up = 0")),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: (batch, seq, d) inputs, equal to the course's SwiGLU module with the same weights.
+### BEGIN HIDDEN TESTS
+torch.manual_seed(102)
+_mod2 = llama.SwiGLU(8, 12).double()
+_xh2 = torch.randn(2, 3, 8, dtype=torch.float64)
+with checks.forbid(llama.SwiGLU.forward):
+    _got2 = checks.call(swiglu, _xh2, _mod2.gate_proj.weight.detach(), _mod2.up_proj.weight.detach(),
+                        _mod2.down_proj.weight.detach())
+checks.run_checks("swiglu (hidden)", [
+    ("(batch, seq, d), equal to llama.SwiGLU", lambda: checks.expect_close(_got2, _mod2(_xh2).detach(), "swiglu(x)")),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The hidden size, and the parameter count against the ReLU FFN of width $4d$, for this chapter's
+# model ($d = 64$) and LLaMA-7B's ($d = 4096$):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_swiglu(fn):
+    g = torch.Generator().manual_seed(8)
+    return fn(torch.randn(2, 3, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g),
+              torch.randn(4, 6, generator=g))
+
+
+swi = checks.learner_or_reference(swiglu, lambda x, g, u, d: (F.silu(x @ g.T) * (x @ u.T)) @ d.T, _probe_swiglu, name="swiglu")
+for d, multiple in ((64, 8), (4096, 256)):
+    h = llama.swiglu_hidden(d, multiple)
+    print(f"d = {d:5d}: SwiGLU width {h:6d}, {3 * d * h:>11,} weights; ReLU FFN width {4 * d:6d}, {2 * d * 4 * d + 5 * d:>11,} weights (with biases)")
+ffn = llama.SwiGLU(64, llama.swiglu_hidden(64))
+x_ffn = torch.randn(2, 5, 64)
+out_mod = ffn(x_ffn)
+out_fn = swi(x_ffn, ffn.gate_proj.weight, ffn.up_proj.weight, ffn.down_proj.weight)
+assert torch.allclose(out_mod, out_fn, atol=1e-5), "the SwiGLU module must equal the function with its weights"
+print("the module llama.SwiGLU equals swiglu() with its weights")
+
+# %% [markdown]
+# ## 4. RoPE inside attention, and its two layouts
+#
+# Chapter 5 rotated features $(2i, 2i{+}1)$ of the vector at position $m$ by the angle
+# $m\,\theta_i$, $\theta_i = 10000^{-2i/d}$, so that a rotated query and key score
+# $q^\top R_{n-m} k$: only the offset counts (Su et al. 2021). In a LLaMA-style decoder the rotation
+# is applied **to $q$ and $k$ after their projections, in every layer and every head** (never to
+# $v$, never added to the input). Two details matter when you read real code.
+#
+# **The layout.** The paper and Meta's reference code rotate *interleaved* pairs $(x_{2i},
+# x_{2i+1})$. Hugging Face's `modeling_llama.py` rotates the *split halves*: feature $i$ with
+# feature $i + d/2$, written with `rotate_half` ($[x_1, x_2] \mapsto [-x_2, x_1]$):
+# $\mathrm{RoPE}(x) = x \odot \cos + \mathrm{rotate\_half}(x) \odot \sin$, where `cos` and `sin`
+# repeat the $d/2$ angles twice. The two are the same rotation on permuted features: with
+# $p = [0, 2, 4, \dots, d{-}2,\ 1, 3, \dots, d{-}1]$, `half(x[p]) == interleaved(x)[p]`. Since
+# permuting the features of both $q$ and $k$ leaves $q\cdot k$ unchanged, Hugging Face's conversion
+# script turns Meta's checkpoints into its layout by permuting the rows of each head of $W_q$ and
+# $W_k$ by $p$. Load a checkpoint into code of the other layout without it, and the model runs,
+# silently wrong.
+#
+# **The offset.** With a KV cache of $T$ positions, the next token sits at position $T$, not 0:
+# its query and key must be rotated by $T\theta_i$. The cache stores keys *already rotated*.
+#
+# ### Exercise 3: RoPE, split-halves layout, with an offset (2 + 2 points)
+#
+# Write `rope_half(x, offset=0, base=10000.0)` for `x (..., seq, d)` (even `d`): the vector at
+# sequence index `s` sits at position `offset + s`; pair feature `i` with `i + d/2` and rotate it by
+# `(offset + s) * base ** (-2i / d)`; return a tensor of `x`'s shape and dtype.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_rope", "locked": false, "schema_version": 3, "solution": true}
+def rope_half(x, offset=0, base=10000.0):
+    """RoPE in the split-halves layout at positions ``offset .. offset + seq - 1``; ``x (..., seq, d)``."""
+    ### BEGIN SOLUTION
+    seq, d = x.shape[-2], x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)                     # (d/2,)
+    angle = torch.arange(offset, offset + seq, dtype=torch.float64)[:, None] * theta        # (seq, d/2)
+    cos, sin = angle.cos().repeat(1, 2).to(x.dtype), angle.sin().repeat(1, 2).to(x.dtype)   # (seq, d)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_rope-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+_g = torch.Generator().manual_seed(3)
+_x3 = torch.randn(2, 3, 7, 8, generator=_g, dtype=torch.float64)
+
+
+def _pair_rotated():
+    e = torch.zeros(1, 1, 2, 8, dtype=torch.float64)
+    e[..., 0] = 1.0                                   # feature 0 pairs with feature 4
+    got = checks.call(rope_half, e, 0)[0, 0, 1]       # position 1: angle 1 radian
+    want = torch.zeros(8, dtype=torch.float64)
+    want[0], want[4] = math.cos(1.0), math.sin(1.0)
+    checks.expect_close(got, want, "e_0 rotated at position 1 (feature 0 pairs with feature d/2 = 4)")
+
+
+checks.run_checks("rope_half", [
+    ("shape and dtype kept", lambda: checks.expect_shape(checks.call(rope_half, _x3), (2, 3, 7, 8), "rope_half(x)")),
+    ("position 0 is not rotated", lambda: checks.expect_close(checks.call(rope_half, _x3[:, :, :1]), _x3[:, :, :1], "x at position 0")),
+    ("split-halves pairs: (0, 4) at position 1", _pair_rotated),
+    ("the offset shifts the positions: rope_half(x[s:], offset=s) == rope_half(x)[s:]", lambda: checks.expect_close(
+        checks.call(rope_half, _x3[:, :, 4:], 4), checks.call(rope_half, _x3)[:, :, 4:], "rope_half(x[..., 4:, :], offset=4)")),
+    ("equal to the reference", lambda: checks.expect_close(checks.call(rope_half, _x3, 5), llama.apply_rope_half(_x3, 5),
+                                                            "rope_half(x, offset=5)")),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex3_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: (seq, d) and (batch, seq, d) inputs, another base, float32, a long offset, the
+# permutation to the interleaved layout; no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(103)
+_xh3 = torch.randn(6, 16, generator=_g, dtype=torch.float64)
+_p3 = llama.interleaved_to_half(16)
+with checks.forbid(llama.apply_rope_half, llama.rotate_half, relpos.apply_rope):
+    _r2d = checks.call(rope_half, _xh3, 3, 500000.0)
+    _r3d = checks.call(rope_half, _xh3[None].expand(2, 6, 16), 1000)
+    _r32 = checks.call(rope_half, _xh3.float(), 7)
+    _rperm = checks.call(rope_half, _xh3[:, _p3], 2)
+checks.run_checks("rope_half (hidden)", [
+    ("(seq, d), base 500000", lambda: checks.expect_close(_r2d, llama.apply_rope_half(_xh3[None], 3, 500000.0)[0], "rope_half")),
+    ("(batch, seq, d), offset 1000", lambda: checks.expect_close(_r3d, llama.apply_rope_half(_xh3[None].expand(2, 6, 16), 1000), "rope_half")),
+    ("float32 in, float32 out", lambda: checks.expect_dtype(_r32, torch.float32, "rope_half(float32)")),
+    ("half(x[p]) == interleaved(x)[p]", lambda: checks.expect_close(
+        _rperm, relpos.apply_rope(_xh3, torch.arange(2, 8))[:, _p3], "rope_half(x[:, p], offset=2)")),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The permutation at work on a whole model: the course's decoder (`llama.ModernDecoder`) uses the
+# split-halves layout. Permute the rows of each head of its $W_q$ and $W_k$ by $p^{-1}$ (the way
+# back from Hugging Face's layout to Meta's) and run the attention with the *interleaved* rotation
+# instead: the logits do not change. Run the
+# interleaved rotation on the unpermuted weights: another model. Then the offset: decode with a
+# cache but rotate every new token as if it were at position 0.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_rope(fn):
+    return fn(torch.randn(5, 8, generator=torch.Generator().manual_seed(9), dtype=torch.float64), 3)
+
+
+rope = checks.learner_or_reference(rope_half, llama.apply_rope_half, _probe_rope, name="rope_half")
+torch.manual_seed(0)
+small = llama.ModernDecoder(llama.DecoderConfig(vocab_size=128, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1)).eval()
+tokens_demo = textlm.encode("def add(a, b):\n    return a + b\n")[None]
+d_head = 16
+perm = llama.interleaved_to_half(d_head)
+
+
+def run_with_rotation(model, rotate, tokens, caches=None):
+    """The model's logits with every layer's RoPE done by ``rotate(x (B, H, L, dh), offset, base)``."""
+    for layer in model.layers:
+        layer.attn.rotate = rotate
+    try:
+        with torch.no_grad():
+            return model(tokens, caches)
+    finally:
+        for layer in model.layers:
+            layer.attn.rotate = None
+
+
+def interleaved(x, offset, base):
+    return relpos.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
+
+
+def learner_rope(x, offset, base):
+    return rope(x, offset, base)
+
+
+ref_logits = run_with_rotation(small, learner_rope, tokens_demo)
+permuted = llama.ModernDecoder(small.cfg).eval()
+permuted.load_state_dict(small.state_dict())
+inverse = torch.argsort(perm)                                 # p^-1: split-halves rows -> interleaved rows
+with torch.no_grad():
+    for layer in permuted.layers:
+        for proj in (layer.attn.q_proj, layer.attn.k_proj):
+            w = proj.weight.view(-1, d_head, 32)              # (heads, d_head, d_model)
+            w.copy_(w[:, inverse].clone())
+err_perm = (run_with_rotation(permuted, interleaved, tokens_demo) - ref_logits).abs().max().item()
+err_wrong = (run_with_rotation(small, interleaved, tokens_demo) - ref_logits).abs().max().item()
+print(f"interleaved RoPE on W_q, W_k with rows permuted by p^-1: max |logit difference| = {err_perm:.1e}")
+print(f"interleaved RoPE on the unpermuted weights:            max |logit difference| = {err_wrong:.3f}")
+assert err_perm < 1e-5 < err_wrong, "the permutation must map one layout onto the other, and only it"
+
+# %%
+# NBVAL_CHECK_OUTPUT
+full = run_with_rotation(small, learner_rope, tokens_demo)
+for name, rotate in (("offset = cache length", learner_rope),
+                     ("offset always 0 (a bug)", lambda x, offset, base: rope(x, 0, base))):
+    caches = [attention.KVCache() for _ in small.layers]
+    parts = [run_with_rotation(small, rotate, tokens_demo[:, :10], caches)]
+    parts += [run_with_rotation(small, rotate, tokens_demo[:, t:t + 1], caches) for t in range(10, tokens_demo.shape[1])]
+    err = (torch.cat(parts, 1) - full).abs().max().item()
+    print(f"prefill 10 bytes, then one at a time, {name:24s}: max |logit difference| to the full forward = {err:.1e}")
+    if name.startswith("offset = "):
+        assert err < 1e-5, "cached decoding with the offset must equal the full forward"
+
+# %% [markdown]
+# ## 5. The decoder, and Hugging Face's Llama with the same weights
+#
+# `llama.ModernDecoder` assembles it: token embedding (no positions added), $N$ pre-norm blocks
+# ($h = x + \mathrm{Attn}(\mathrm{RMSNorm}(x))$, $y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}(h))$), a
+# final RMSNorm and an output layer, no biases. Its attention, `llama.RotaryAttention`, *is*
+# chapter 4's `attention.MultiHeadAttention` (the same `q_proj`, `k_proj`, `v_proj`, `out_proj`,
+# GQA through `grouped_sdpa`, the same `KVCache`) with one change: $q$ and $k$ are rotated between
+# the projection and the cache, at positions offset by `len(cache)`.
+#
+# Is it *the* LLaMA? Hugging Face's `transformers` implements Llama as `LlamaForCausalLM`. Build
+# one from a `LlamaConfig` with random weights (nothing is downloaded), copy its weights into the
+# course's decoder under the course's names, and compare. The names differ in a few places
+# (`self_attn.o_proj` is our `attn.out_proj`, `mlp.gate_proj` our `ffn.gate_proj`,
+# `input_layernorm` our `norm1`, ...).
+#
+# ### Exercise 4: one piece of the weight loading (1 + 1 points)
+#
+# Write `course_key(hf_key)` that maps a Hugging Face Llama parameter name to the course's:
+#
+# | Hugging Face | course |
+# |---|---|
+# | `model.embed_tokens.weight` | `embed.weight` |
+# | `model.norm.weight` | `norm.weight` |
+# | `lm_head.weight` | `lm_head.weight` |
+# | `model.layers.{i}.self_attn.{q,k,v}_proj.weight` | `layers.{i}.attn.{q,k,v}_proj.weight` |
+# | `model.layers.{i}.self_attn.o_proj.weight` | `layers.{i}.attn.out_proj.weight` |
+# | `model.layers.{i}.mlp.{gate,up,down}_proj.weight` | `layers.{i}.ffn.{gate,up,down}_proj.weight` |
+# | `model.layers.{i}.input_layernorm.weight` | `layers.{i}.norm1.weight` |
+# | `model.layers.{i}.post_attention_layernorm.weight` | `layers.{i}.norm2.weight` |
+#
+# Raise `KeyError` for any other name.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_keys", "locked": false, "schema_version": 3, "solution": true}
+def course_key(hf_key):
+    """Hugging Face Llama parameter name -> the course's ``ModernDecoder`` name."""
+    ### BEGIN SOLUTION
+    fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    inner = {"self_attn.q_proj": "attn.q_proj", "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj",
+             "self_attn.o_proj": "attn.out_proj", "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj",
+             "mlp.down_proj": "ffn.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    parts = hf_key.split(".")
+    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
+        middle = ".".join(parts[3:-1])
+        if middle in inner:
+            return f"layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
+    raise KeyError(hf_key)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_keys-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
+def _raises_key_error():
+    try:
+        course_key("model.layers.0.self_attn.rotary_emb.inv_freq")
+    except KeyError:
+        return
+    except NotImplementedError:
+        raise checks.CheckFailed("course_key is not implemented yet") from None
+    raise checks.CheckFailed("course_key('model.layers.0.self_attn.rotary_emb.inv_freq') should raise KeyError")
+
+
+checks.run_checks("course_key", [
+    ("embedding", lambda: checks.expect_equal(checks.call(course_key, "model.embed_tokens.weight"), "embed.weight", "embed")),
+    ("o_proj -> out_proj", lambda: checks.expect_equal(checks.call(course_key, "model.layers.1.self_attn.o_proj.weight"),
+                                                       "layers.1.attn.out_proj.weight", "o_proj")),
+    ("the feed-forward", lambda: checks.expect_equal(checks.call(course_key, "model.layers.0.mlp.gate_proj.weight"),
+                                                     "layers.0.ffn.gate_proj.weight", "gate_proj")),
+    ("the norms", lambda: checks.expect_equal(checks.call(course_key, "model.layers.2.post_attention_layernorm.weight"),
+                                              "layers.2.norm2.weight", "post_attention_layernorm")),
+    ("unknown names raise KeyError", _raises_key_error),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex4_keys-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests: every name of a 12-layer model (two-digit layer numbers), the final norm and the
+# output layer.
+### BEGIN HIDDEN TESTS
+_names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"] + [
+    f"model.layers.{i}.{part}.weight" for i in (0, 9, 10, 11)
+    for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                 "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")]
+with checks.forbid(llama.hf_key_to_ours):
+    _mapped = [checks.call(course_key, n) for n in _names]
+checks.run_checks("course_key (hidden)", [
+    ("every name of a 12-layer Llama", lambda: checks.expect_equal(_mapped, [llama.hf_key_to_ours(n) for n in _names],
+                                                                   "the mapped names")),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the comparison (it needs `transformers`, in the course's dev dependencies; the cell says how
+# to install it where it is missing). Three layers, 4 query heads sharing 2 key/value heads,
+# $\theta = 500000$ (LLaMA 3's base), random weights with random norm gains; the loading uses your
+# `course_key` if it passes a probe:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_keys(fn):
+    return [fn(f"model.layers.{i}.{p}.weight") for i in (3, 12) for p in ("self_attn.o_proj", "mlp.up_proj", "input_layernorm")]
+
+
+key_fn = checks.learner_or_reference(course_key, llama.hf_key_to_ours, _probe_keys, name="course_key")
+try:
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+except ImportError:
+    transformers = None
+    print("transformers is not installed: pip install -e '.[dev]' (make install) pins it; the comparison is skipped")
+
+if transformers is not None:
+    hf_cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                                      initializer_range=0.3, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(hf_cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.3)
+    ours = llama.ModernDecoder(llama.config_from_hf(hf_cfg)).eval()
+    ours.load_state_dict({key_fn(k): v for k, v in hf.state_dict().items()})
+    prompt = textlm.encode("import os\nfor x in")[None]
+    with torch.no_grad():
+        want, got = hf(prompt).logits, ours(prompt)
+    logit_err = (got - want).abs().max().item()
+    hf_tokens = hf.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0)
+    our_tokens = llama.greedy_generate(ours, prompt, 30)
+    same = int((hf_tokens == our_tokens).sum()) - prompt.shape[1]
+    print(f"transformers {transformers.__version__}: max |logit difference| = {logit_err:.1e} "
+          f"(logits up to {want.abs().max().item():.1f})")
+    print(f"greedy generation with the KV cache: {same} of 30 tokens equal to HF's generate")
+    assert logit_err <= 1e-5 and same == 30, "the course's decoder must equal Hugging Face's Llama"
+
+# %% [markdown]
+# Equal to rounding (tests/test_llama.py keeps it: three configurations, 1e-5, and 40 generated
+# tokens). With these parts you can read `modeling_llama.py`: `LlamaRMSNorm`, `LlamaMLP`
+# (SwiGLU), `apply_rotary_pos_emb` with `rotate_half`, `repeat_kv`, and a cache that stores the
+# rotated, un-repeated keys.
+#
+# ## 6. Trained on real text every machine has
+#
+# The Python standard library ships its own source: code, comments and docstrings, in English
+# and Python. `textlm.stdlib_corpus()` reads a fixed list of 26 of its modules (`abc.py` ...
+# `weakref.py`), as ASCII bytes; the vocabulary is the 128 byte values, so there is no tokenizer
+# to train. The last 10 % is held out. (The files differ a little between Python releases, so the
+# numbers below vary a little between machines.)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+corpus = textlm.stdlib_corpus()
+train_ids, val_ids = textlm.split_corpus(corpus)
+print(f"{len(corpus):,} bytes from {len(textlm.STDLIB_FILES)} files; {len(train_ids):,} for training, {len(val_ids):,} held out")
+print(textlm.decode(train_ids[2000:2300]))
+
+# %% [markdown]
+# The model: $d = 64$, 2 layers, 4 query heads sharing 2 key/value heads, SwiGLU width 176; about
+# 109 000 parameters. Training: 500 steps of 32 windows of 64 bytes, AdamW with warm-up and cosine
+# decay (`textlm.train_lm`). A uniform guess costs $\ln 128 = 4.85$ nats per byte.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+BUDGET = {**textlm.CH08_BUDGET, "steps": 5 if GRADING else textlm.CH08_BUDGET["steps"]}
+L_TRAIN = BUDGET["length"]
+start = time.perf_counter()
+model = textlm.ch08_model(seed=0)
+losses = textlm.train_lm(model, train_ids, seed=0, **BUDGET)
+val_modern = textlm.eval_loss(model, val_ids, L_TRAIN)
+print(f"{sum(p.numel() for p in model.parameters()):,} parameters, {BUDGET['steps']} steps in {time.perf_counter() - start:.0f} s")
+print(f"training loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f} (mean of the last 20 steps); held out: {val_modern:.3f} nats per byte")
+if not GRADING:
+    claims.check("ch08: the decoder learns the stdlib's bytes (held-out nats per byte)", val_modern, below=1.8)
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.plot(losses, lw=0.8, label="training batches")
+ax.axhline(math.log(128), ls=":", c="0.5", label="uniform guess, ln 128")
+ax.axhline(val_modern, ls="--", c="C3", label=f"held out, end: {val_modern:.2f}")
+ax.set_xlabel("step")
+ax.set_ylabel("cross-entropy (nats per byte)")
+ax.set_title("The LLaMA-style decoder on the standard library's source")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Samples at several temperatures (chapter 7's `decoding.sample_decode` on the model's
+# `decode_step`, one KV cache per layer). Temperature 0 is greedy decoding: with a model this
+# small it soon repeats itself; around 0.6-0.8 it writes things that look like Python (indentation,
+# `def`, `self`, `return`) without meaning much; at 1.0 it invents more freely.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+prompt = textlm.encode("    def ")[None]
+for temperature in (0.0, 0.6, 0.8, 1.0):
+    g = torch.Generator().manual_seed(0)
+    out, _ = decoding.sample_decode(model.decode_step, model.init_state(1), 160, temperature=temperature,
+                                    generator=g, eos_id=-1, prompt=prompt)
+    print(f"--- temperature {temperature} ---")
+    print(textlm.decode(torch.cat([prompt[0], out[0]])))
+
+# %% [markdown]
+# ## 7. Which change matters at this scale?
+#
+# Swap each modern part for its chapter 6 counterpart, one at a time, with the same budget, and
+# measure the held-out loss. One run per variant is not enough to tell differences of a few
+# hundredths apart: `tools/ch08_ablation.py` trained every variant with 5 seeds (the seed sets the
+# weights and the training windows) and wrote `tools/ch08_ablation.md`:
+#
+# | variant | parameters | loss, mean | min-max | std | difference to modern, mean (min-max) |
+# |---|---|---|---|---|---|
+# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | 108,864 | 1.615 | 1.584-1.659 | 0.027 | +0.000 (+0.000 to +0.000) |
+# | LayerNorm instead of RMSNorm | 109,184 | 1.605 | 1.564-1.648 | 0.031 | -0.011 (-0.041 to +0.006) |
+# | ReLU FFN (4d) instead of SwiGLU | 107,456 | 1.674 | 1.650-1.688 | 0.016 | +0.059 (+0.026 to +0.076) |
+# | learned positions instead of RoPE | 141,632 | 1.768 | 1.758-1.775 | 0.007 | +0.153 (+0.109 to +0.181) |
+# | sinusoidal positions instead of RoPE | 108,864 | 1.998 | 1.979-2.010 | 0.014 | +0.382 (+0.348 to +0.421) |
+# | MHA (4 K/V heads) instead of GQA | 117,056 | 1.612 | 1.603-1.626 | 0.009 | -0.004 (-0.055 to +0.027) |
+# | all four swapped (chapter 6/7 GPT-style) | 148,736 | 1.837 | 1.810-1.861 | 0.023 | +0.222 (+0.151 to +0.277) |
+#
+# (Held-out loss in nats per byte, lower is better; the difference is paired: same seed, same
+# training windows. The ReLU FFN of width $4d$ has about as many weights as SwiGLU of width 176;
+# learned positions add a $512 \times 64$ table, MHA two wider projections.) At this scale **the
+# positions matter most**: RoPE beats learned positions by 0.11-0.18 nats per byte in every seed,
+# and sinusoidal ones added to the input by 0.35-0.42. **SwiGLU** helps a little, in every seed
+# (+0.03 to +0.08 for ReLU). **RMSNorm vs LayerNorm** and **GQA vs MHA** make no difference beyond
+# the spread over seeds (their paired differences change sign): RMSNorm is a saving in cost, and GQA
+# a saving in KV-cache memory (half here, chapter 4), not a gain in loss. All four swapped at once
+# (chapter 7's GPT-style decoder) lose 0.15-0.28.
+#
+# The notebook runs one control itself, learned absolute positions in place of RoPE (GPT's
+# choice, and chapter 7's), and then asks the question RoPE was designed around: what
+# happens on sequences **longer than those seen in training** ($4\times$)? Learned positions
+# beyond 64 were never trained (they stay at their random initial values); RoPE rotates by angles
+# it never saw on such offsets.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+start = time.perf_counter()
+learned = textlm.ch08_model({"positions": "learned"}, seed=0)
+textlm.train_lm(learned, train_ids, seed=0, **BUDGET)
+val_learned = textlm.eval_loss(learned, val_ids, L_TRAIN)
+print(f"held-out loss, windows of {L_TRAIN}: RoPE {val_modern:.3f}, learned positions {val_learned:.3f} "
+      f"({time.perf_counter() - start:.0f} s)")
+by_pos = {name: textlm.loss_by_position(m, val_ids, 4 * L_TRAIN, n=32) for name, m in (("RoPE", model), ("learned positions", learned))}
+for name, curve in by_pos.items():
+    print(f"{name:18s} loss by position: 0-63 {curve[:64].mean():.2f}, 64-127 {curve[64:128].mean():.2f}, "
+          f"128-255 {curve[128:].mean():.2f}")
+if not GRADING:
+    claims.check("ch08: RoPE beats learned positions on windows of the training length (loss difference, learned - RoPE)",
+                 val_learned - val_modern, above=0.03)
+    claims.check("ch08: just beyond the training length (positions 64-127) learned positions break down more than RoPE "
+                 "(loss difference, learned - RoPE)", (by_pos["learned positions"][64:128] - by_pos["RoPE"][64:128]).mean().item(),
+                 above=0.8)
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.6))
+for name, curve in by_pos.items():
+    ax.plot(curve.numpy(), label=name)
+ax.axvline(L_TRAIN - 0.5, ls=":", c="0.4", label="training length")
+ax.set_xlabel("position in a window of 256 held-out bytes")
+ax.set_ylabel("cross-entropy (nats per byte)")
+ax.set_title("Loss by position, beyond the length seen in training (one seed)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Over 5 seeds (`tools/ch08_ablation.md`; loss by range of positions, mean and min-max):
+#
+# | positions | 0-63 (seen) | 64-127 | 128-255 |
+# |---|---|---|---|
+# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | 1.59 (1.57-1.62) | 1.93 (1.82-2.08) | 3.27 (3.05-3.53) |
+# | learned positions instead of RoPE | 1.78 (1.76-1.80) | 3.61 (3.52-3.67) | 3.64 (3.52-3.73) |
+# | sinusoidal positions instead of RoPE | 2.00 (1.97-2.01) | 3.31 (3.21-3.44) | 3.40 (3.15-3.63) |
+#
+# Beyond the training length every scheme gets worse, RoPE included. Just beyond it (positions
+# 64-127) RoPE degrades gracefully (1.59 -> 1.93 nats per byte) where learned positions break down
+# (1.78 -> 3.61, close to a model that ignores its context); at 2-4 times the training length RoPE
+# has broken down too (3.27). RoPE's scores depend only on offsets, but offsets above 63 were never
+# seen in training: relative positions are not enough to extrapolate. That is why long-context
+# models extend RoPE explicitly (position interpolation, NTK-aware scaling, YaRN) and train on long
+# sequences.
+#
+# ## 8. Attention as production computes it
+#
+# Every attention in this course so far built the $L_q \times L_k$ matrix of scores, softmaxed it,
+# and (when training) kept it for the backward pass: $O(L^2)$ memory per head. Production kernels
+# never materialise it. Two ideas make that possible.
+#
+# **The online softmax** (Milakov & Gimelshein 2018). A softmax needs the row's maximum (for
+# stability) and its normaliser $\sum_j e^{s_j - m}$, which seems to need the whole row first. It
+# does not: keep a running maximum $m$, a running normaliser $\ell$ and a running output
+# $a = \sum_j e^{s_j - m} v_j$ (unnormalised). When a new block of scores $s_B$ arrives,
+#
+# $$m' = \max(m, \max_j s_{B,j}), \quad \ell' = \ell\, e^{m - m'} + \sum_j e^{s_{B,j} - m'}, \quad
+#   a' = a\, e^{m - m'} + \sum_j e^{s_{B,j} - m'}\, v_{B,j},$$
+#
+# and at the end the output is $a / \ell$. The factor $e^{m - m'}$ rescales what was accumulated
+# against the old maximum. One pass over the keys, nothing of length $L_k$ kept.
+#
+# ### Exercise 5: the online-softmax update (2 + 2 points)
+#
+# Write `online_update(m, l, acc, scores, v)` for one block: `m` and `l` of shape `(..., L_q, 1)`,
+# `acc (..., L_q, d_v)`, the block's `scores (..., L_q, B)` and values `v (..., B, d_v)`; return the
+# new `(m, l, acc)`. Start: `m = -inf`, `l = 0`, `acc = 0`. Masked scores are `-inf`: a row whose
+# scores are all `-inf` so far must keep `l = 0`, `acc = 0` (and no NaN).
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_online", "locked": false, "schema_version": 3, "solution": true}
+def online_update(m, l, acc, scores, v):
+    """Fold a block of ``scores (..., L_q, B)`` and values ``v (..., B, d_v)`` into ``(m, l, acc)``."""
+    ### BEGIN SOLUTION
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+    scale = torch.exp(m - shift)
+    p = torch.exp(scores - shift)
+    return m_new, l * scale + p.sum(-1, keepdim=True), acc * scale + p @ v
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_online-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+def _start_state(L_q, d_v):
+    return (torch.full((L_q, 1), float("-inf"), dtype=torch.float64), torch.zeros(L_q, 1, dtype=torch.float64),
+            torch.zeros(L_q, d_v, dtype=torch.float64))
+
+
+_g = torch.Generator().manual_seed(5)
+_s5 = torch.randn(3, 8, generator=_g, dtype=torch.float64)
+_s5[:, :4] += 5.0                                # the first block holds every row's maximum
+_v5 = torch.randn(8, 2, generator=_g, dtype=torch.float64)
+
+
+def _one_block():
+    m, l, acc = checks.call(online_update, *_start_state(3, 2), _s5, _v5)
+    checks.expect_close(acc / l, torch.softmax(_s5, -1) @ _v5, "acc / l after one block")
+    checks.expect_close(m, _s5.amax(-1, keepdim=True), "m after one block")
+
+
+def _two_blocks_first_max():
+    state = checks.call(online_update, *_start_state(3, 2), _s5[:, :4], _v5[:4])
+    m, l, acc = checks.call(online_update, *state, _s5[:, 4:], _v5[4:])
+    checks.expect_close(acc / l, torch.softmax(_s5, -1) @ _v5, "acc / l after two blocks")
+
+
+checks.run_checks("online_update", [
+    ("one block from the start state = softmax @ V", _one_block),
+    ("two blocks (the maximum in the first) = softmax @ V", _two_blocks_first_max),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex5_online-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: the maximum rising in a later block (everything must be rescaled), huge scores, a
+# fully masked block first, batched heads; no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(105)
+_sh = torch.randn(2, 3, 4, 12, generator=_g, dtype=torch.float64) * 40
+_sh[..., 8:] += 60.0                              # the maximum arrives in the last block
+_vh = torch.randn(2, 3, 12, 5, generator=_g, dtype=torch.float64)
+
+
+def _rising():
+    m = torch.full((2, 3, 4, 1), float("-inf"), dtype=torch.float64)
+    l, acc = torch.zeros(2, 3, 4, 1, dtype=torch.float64), torch.zeros(2, 3, 4, 5, dtype=torch.float64)
+    with checks.forbid(flash.online_softmax_update):
+        for j in range(0, 12, 4):
+            m, l, acc = checks.call(online_update, m, l, acc, _sh[..., j:j + 4], _vh[..., j:j + 4, :])
+    checks.expect_close(acc / l, torch.softmax(_sh, -1) @ _vh, "acc / l, maximum rising")
+
+
+def _masked_first():
+    state = checks.call(online_update, *_start_state(2, 3), torch.full((2, 4), float("-inf"), dtype=torch.float64),
+                        torch.randn(4, 3, dtype=torch.float64))
+    if torch.isnan(state[2]).any() or torch.isnan(state[1]).any():
+        raise checks.CheckFailed("a fully masked block gave NaN")
+    s, v = torch.randn(2, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    m, l, acc = checks.call(online_update, *state, s, v)
+    checks.expect_close(acc / l, torch.softmax(s, -1) @ v, "acc / l after a masked block")
+
+
+checks.run_checks("online_update (hidden)", [("maximum rising in a later block", _rising),
+                                             ("a fully masked block first", _masked_first)])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **FlashAttention** (Dao et al. 2022) tiles both sides: blocks of queries, and for each, a loop
+# over blocks of keys with your update; a tile of scores exists only while it is used. The forward
+# pass keeps the output and one number per query, the log-sum-exp $m + \ln \ell$. The backward
+# pass needs the probabilities $P$ again; instead of storing them it **recomputes** each tile,
+# $P = e^{S - \mathrm{lse}}$, from $q$, $k$ and the log-sum-exp (more arithmetic, far less memory).
+# The cell runs a tiled forward with your `online_update` (if it passes a probe) against PyTorch's
+# `F.scaled_dot_product_attention`, then `flash.flash_attention` (the same forward, and the
+# recomputing backward as a `torch.autograd.Function`) in values and gradients, causal.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def _probe_online(fn):
+    g = torch.Generator().manual_seed(15)
+    s = torch.randn(3, 9, generator=g, dtype=torch.float64) * 20
+    s[:, 6:] += 30
+    v = torch.randn(9, 2, generator=g, dtype=torch.float64)
+    m, l, acc = torch.full((3, 1), float("-inf"), dtype=torch.float64), torch.zeros(3, 1, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64)
+    m, l, acc = fn(m, l, acc, torch.full((3, 3), float("-inf"), dtype=torch.float64), v[:3])
+    for j in range(0, 9, 3):
+        m, l, acc = fn(m, l, acc, s[:, j:j + 3], v[j:j + 3])
+    return acc / l
+
+
+update = checks.learner_or_reference(online_update, flash.online_softmax_update, _probe_online, name="online_update")
+
+
+def tiled_forward(q, k, v, block=16):
+    """Attention by tiles of queries and keys with the online update (no backward)."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    rows = []
+    for i in range(0, q.shape[-2], block):
+        qb = q[..., i:i + block, :]
+        m = torch.full(qb.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+        l, acc = torch.zeros_like(m), torch.zeros(qb.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+        for j in range(0, k.shape[-2], block):
+            m, l, acc = update(m, l, acc, qb @ k[..., j:j + block, :].transpose(-2, -1) * scale, v[..., j:j + block, :])
+        rows.append(acc / l)
+    return torch.cat(rows, dim=-2)
+
+
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(2, 4, 100, 32, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+err_tiled = (tiled_forward(q, k, v) - F.scaled_dot_product_attention(q, k, v)).abs().max().item()
+out = flash.flash_attention(q, k, v, causal=True, block_q=16, block_k=24)
+ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+d_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+grads = torch.autograd.grad(out, (q, k, v), d_out)
+ref_grads = torch.autograd.grad(ref, (q, k, v), d_out)
+err_grad = max((a - b).abs().max().item() for a, b in zip(grads, ref_grads))
+print(f"tiled forward with the online update vs SDPA:  max |difference| = {err_tiled:.1e}")
+print(f"flash_attention (causal, tiles 16 x 24) vs SDPA: output {(out - ref).abs().max().item():.1e}, "
+      f"gradients of q, k, v {err_grad:.1e}")
+assert err_tiled < 1e-10 and err_grad < 1e-10, "tiled attention must equal SDPA in values and gradients"
+
+# %% [markdown]
+# The memory kept for the backward pass, measured with chapter 3's `cost.saved_bytes` (the
+# tensors autograd saves between forward and backward), one head, $d = 64$, float32, causal:
+# chapter 3's explicit attention keeps the $L \times L$ probabilities (and the scores it masked),
+# the tiled one keeps $q$, $k$, $v$, the output and $L$ log-sum-exps. (PyTorch's own SDPA on the CPU
+# also uses a fused, tiled kernel; its memory is in the last column.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'L':>6} | {'explicit L x L (MB)':>20} | {'tiled (MB)':>10} | {'ratio':>6} | {'F.sdpa (MB)':>11}")
+mem = {}
+for L in (256, 512, 1024, 2048):
+    q, k, v = (torch.randn(1, 1, L, 64, requires_grad=True) for _ in range(3))
+    naive_b = cost.saved_bytes(flash.naive_attention, q, k, v, True)
+    flash_b = cost.saved_bytes(flash.flash_attention, q, k, v, True)
+    sdpa_b = cost.saved_bytes(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), q, k, v)
+    mem[L] = (naive_b, flash_b)
+    print(f"{L:>6} | {naive_b / 1e6:>20.2f} | {flash_b / 1e6:>10.2f} | {naive_b / flash_b:>6.1f} | {sdpa_b / 1e6:>11.2f}")
+assert mem[2048][1] == 2 * mem[1024][1] and mem[2048][0] > 3.5 * mem[1024][0], \
+    "tiled memory must grow as L, the explicit version's as L^2"
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+q, k, v = (torch.randn(1, 4, 1024, 64) for _ in range(3))
+with cost.torch_threads(1):
+    times = {name: cost.seconds_per_call(fn, q, k, v, True, repeats=3) for name, fn in (
+        ("explicit L x L", flash.naive_attention), ("tiled in Python (64 x 64)", flash.flash_attention),
+        ("F.scaled_dot_product_attention", lambda a, b, c, causal: F.scaled_dot_product_attention(a, b, c, is_causal=causal)))}
+for name, t in times.items():
+    print(f"{name:32s} {t * 1e3:7.1f} ms  (4 heads, L = 1024, causal, one thread)")
+
+# %% [markdown]
+# Equal values and gradients, memory linear instead of quadratic, and on this CPU the Python tiled
+# version is *slower* than the explicit one: every tile is a separate PyTorch call, and the tiles'
+# intermediate results still go through main memory. **What a real kernel adds** is the speed:
+# FlashAttention runs the whole loop inside one fused GPU kernel, keeps each tile of $q$, $k$, $v$
+# and scores in on-chip SRAM (registers and shared memory, tens of kilobytes per streaming
+# multiprocessor, an order of magnitude faster than the GPU's main memory, HBM), and writes only
+# the output and the log-sum-exp back. Attention is limited by memory traffic, not arithmetic, so
+# reading and writing the $L \times L$ matrix to HBM costs more than recomputing it: the paper
+# reports up to about 3x faster GPT-2 training (Dao et al. 2022) *while doing more FLOPs*. Nothing
+# of that can be seen in Python on a CPU; the algorithm and the memory can.
+#
+# ## 9. Questions
+#
+# The ablation table (section 7) and the extrapolation experiment are what you can measure here;
+# the questions ask what they do and do not show.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q1", "locked": true, "schema_version": 3, "solution": false}
+# **Question 1 (2 points).** At this scale (110 000 parameters, 500 steps, bytes of Python), which
+# of the four changes made a difference larger than the spread over seeds, and which did not?
+# LLaMA's authors adopted all four for models of 7-65 billion parameters. Give one reason why a
+# change can matter little here and still be worth making at scale (think of what each change
+# saves, not only of the loss).
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q1_which_change", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# See section 7's table: RoPE against learned or sinusoidal positions is the change whose
+# difference is far outside the spread over 5 seeds (0.11-0.18 and 0.35-0.42 nats per byte in every
+# seed); SwiGLU against ReLU is smaller but positive in every seed (0.03-0.08); RMSNorm vs LayerNorm
+# and GQA vs MHA differ by less than the seeds do (their paired differences change sign). Reasons
+# to make those anyway: several
+# save cost rather than loss. GQA halves the KV cache here (8x for LLaMA-2-70B's 64 query heads on
+# 8 key/value heads), which is what limits decoding speed and batch size at scale, at a loss that
+# chapter 4 and Ainslie et al. found close to MHA; RMSNorm saves a reduction and a bias per norm;
+# RoPE has no table with a maximum length. SwiGLU's gain in Shazeer's paper is small but measured
+# over long T5 training, far beyond 500 steps; differences that small need more data, longer
+# training and more seeds than this budget allows to be seen.
+# ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q2", "locked": true, "schema_version": 3, "solution": false}
+# **Question 2 (2 points).** FlashAttention's backward pass recomputes the attention probabilities
+# that chapter 3's version stores, so it does *more* floating-point operations. Why is it faster
+# on a GPU all the same, and why did section 8 not see that on this CPU? Use the memory table.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q2_flash", "locked": false, "points": 2, "schema_version": 3, "solution": true}
+# ### BEGIN SOLUTION
+# Attention's arithmetic per byte moved is low: the explicit version writes the L x L scores and
+# probabilities to the GPU's main memory (HBM) and reads them back (forward, then backward): at
+# L = 2048 that is 22.5 MB per head against 2.1 MB for the tiled version (section 8's table), and
+# it grows as L^2. HBM bandwidth, not the FLOPs, limits the time. The tiled kernel keeps each tile
+# in on-chip SRAM and recomputes P from q, k and the log-sum-exp, trading cheap arithmetic for
+# expensive memory traffic. Section 8's version was written in Python: every tile is a separate
+# PyTorch call that reads and writes main memory, with per-call overhead, and a CPU has no
+# programmer-managed SRAM to keep the tile in: the algorithm is there, the fused on-chip kernel
+# that brings the speed is not.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 10. What is still missing
+#
+# The course ends here, with the decoder the field uses, equal to a reference implementation, and
+# the way its attention is computed in practice. What a production model adds beyond it:
+#
+# * **scale and data**: billions of parameters, trillions of tokens, a subword tokenizer
+#   (byte-pair encoding) instead of bytes, mixed precision (bfloat16) and training spread over many
+#   accelerators;
+# * **longer contexts**: RoPE scaling (position interpolation, NTK-aware and YaRN variants) to go
+#   beyond the training length that section 7 showed RoPE does not extrapolate to by itself,
+#   sliding-window attention (chapter 3's pointer, used by Mistral);
+# * **fused kernels**: FlashAttention-2 and -3 on GPUs, paged KV caches and batched serving;
+# * **after pre-training**: instruction tuning and preference optimisation, which change the
+#   weights, not the architecture.
+#
+# ## References
+#
+# * H. Touvron et al. *LLaMA: Open and Efficient Foundation Language Models.* 2023.
+#   [arXiv:2302.13971](https://arxiv.org/abs/2302.13971) (§2.2: pre-normalisation with RMSNorm,
+#   SwiGLU with $\frac{2}{3}4d$, rotary embeddings).
+# * H. Touvron et al. *Llama 2: Open Foundation and Fine-Tuned Chat Models.* 2023.
+#   [arXiv:2307.09288](https://arxiv.org/abs/2307.09288) (grouped-query attention in the 34B and
+#   70B models).
+# * B. Zhang, R. Sennrich. *Root Mean Square Layer Normalization.* NeurIPS 2019.
+#   [arXiv:1910.07467](https://arxiv.org/abs/1910.07467).
+# * N. Shazeer. *GLU Variants Improve Transformer.* 2020. [arXiv:2002.05202](https://arxiv.org/abs/2002.05202).
+# * J. Su et al. *RoFormer: Enhanced Transformer with Rotary Position Embedding.* 2021.
+#   [arXiv:2104.09864](https://arxiv.org/abs/2104.09864).
+# * J. Ainslie et al. *GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
+#   Checkpoints.* 2023. [arXiv:2305.13245](https://arxiv.org/abs/2305.13245).
+# * M. Milakov, N. Gimelshein. *Online normalizer calculation for softmax.* 2018.
+#   [arXiv:1805.02867](https://arxiv.org/abs/1805.02867).
+# * T. Dao, D. Y. Fu, S. Ermon, A. Rudra, C. Ré. *FlashAttention: Fast and Memory-Efficient Exact
+#   Attention with IO-Awareness.* NeurIPS 2022. [arXiv:2205.14135](https://arxiv.org/abs/2205.14135).
+# * T. Dao. *FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning.*
+#   2023. [arXiv:2307.08691](https://arxiv.org/abs/2307.08691).
+# * Hugging Face `transformers`, [`modeling_llama.py`](https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/modeling_llama.py)
+#   (split-halves RoPE, `repeat_kv`) and
+#   [`convert_llama_weights_to_hf.py`](https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/convert_llama_weights_to_hf.py)
+#   (the permutation of $W_q$ and $W_k$); Meta's reference code,
+#   [`llama/model.py`](https://github.com/meta-llama/llama/blob/main/llama/model.py) (interleaved RoPE with complex numbers).
