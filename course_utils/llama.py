@@ -122,9 +122,11 @@ def rope_cos_sin(positions: torch.Tensor, d_head: int, base: float = 10000.0,
     positions = torch.as_tensor(positions)
     if positions.dim() != 1:
         raise ValueError(f"positions must have shape (seq,), got {tuple(positions.shape)}")
+    # float32 as Hugging Face computes it; float64 angles for float64 inputs (exact at large positions)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.int64, device=positions.device)
-                               .float() / d_head))                                 # (d/2,)
-    angle = positions.float()[:, None] * inv_freq[None, :]                          # (seq, d/2)
+                               .to(work) / d_head))                                # (d/2,)
+    angle = positions.to(work)[:, None] * inv_freq[None, :]                         # (seq, d/2)
     angle = torch.cat([angle, angle], dim=-1)                                       # (seq, d)
     return angle.cos().to(dtype), angle.sin().to(dtype)
 
