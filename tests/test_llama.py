@@ -23,10 +23,19 @@ INSTALL = ("transformers is not installed: the HF parity tests need it. Install 
            "extra (make install, or: pip install -e '.[dev]'; it pins transformers==5.24.0).")
 
 
+def _dev_extra_installed() -> bool:
+    """True where the course's dev extra is installed (nbgrader and nbval are in it, not in the core)."""
+    import importlib.util
+    return all(importlib.util.find_spec(name) is not None for name in ("nbgrader", "nbval"))
+
+
 def _transformers():
+    """``transformers``; skipped only in a non-dev install, a failure where the dev extra is installed."""
     try:
         import transformers
     except ImportError:
+        if _dev_extra_installed():   # make install / make test: the pin must be there, never a silent skip
+            pytest.fail("the dev extra is installed but transformers is not: " + INSTALL)
         pytest.skip(INSTALL)
     return transformers
 
@@ -162,6 +171,17 @@ def test_bad_tokens_and_caches_say_what_is_wrong():
 
 
 # --- parity with Hugging Face's Llama ---------------------------------------------------------
+
+def test_a_missing_transformers_skips_only_outside_the_dev_install(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "transformers", None)        # import transformers -> ImportError
+    monkeypatch.setattr(sys.modules[__name__], "_dev_extra_installed", lambda: True)
+    with pytest.raises(pytest.fail.Exception, match="dev extra is installed"):
+        _transformers()
+    monkeypatch.setattr(sys.modules[__name__], "_dev_extra_installed", lambda: False)
+    with pytest.raises(pytest.skip.Exception, match="pip install"):
+        _transformers()
+
 
 @pytest.mark.parametrize("n_kv_heads,theta", [(2, 10000.0), (4, 500000.0), (1, 10000.0)])
 def test_logits_equal_hugging_face_llama(n_kv_heads, theta):
