@@ -1159,7 +1159,9 @@ plt.show()
 #
 # ## 7. What is still missing
 #
-# The course ends here. What separates these toys from the real models is mostly scale and data:
+# Chapter 8 builds the LLaMA-style decoder of section 6 from the course's parts, checks it equal to
+# Hugging Face's implementation, and computes attention by tiles, the way production kernels do.
+# Beyond it, what separates these toys from the real models is mostly scale and data:
 # tokenisers that split words into sub-word units (byte-pair encoding), training on billions of
 # tokens across many accelerators, mixed precision, and, for assistants, instruction tuning and
 # learning from human preferences. Two measurable gaps of this notebook: the models are trained for
