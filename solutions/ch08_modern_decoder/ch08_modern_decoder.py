@@ -722,9 +722,8 @@ if not GRADING:
 # %% [markdown]
 # Again one seed (in the run stored here: 1.61 against 1.77 on windows of the training length,
 # and 1.89 against 3.52 at positions 64-127). Over 5 seeds learned positions were worse by
-# 0.11-0.18 on windows of the training length, in every seed; the cell claims more than 0.03, and
-# more than 0.8 at positions 64-127, where the 5 seeds gave at least 3.52 for learned positions and
-# at most 2.08 for RoPE (table below).
+# 0.11-0.18 on windows of the training length, in every seed, and by 1.58-1.79 at positions 64-127
+# (`tools/claim_spread.md`); the cell claims more than 0.03 and more than 0.8.
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.6))
