@@ -49,6 +49,7 @@
 # in accuracy is said where it shows.
 
 # %%
+import contextlib
 import math
 import time
 
@@ -146,8 +147,16 @@ checks.run_checks("prefix_lm_mask (hidden)", [
 ### END HIDDEN TESTS
 
 # %%
-mask_fn = checks.learner_or_reference(prefix_lm_mask, families.prefix_lm_mask,
-                                      lambda f: [f(6, p) for p in (0, 2, 6)], name="prefix_lm_mask")
+def _probe_mask(f):
+    masks = [f(6, p) for p in (0, 2, 6)]
+    try:
+        f(4, 5)
+    except ValueError:
+        return masks
+    raise checks.CheckFailed("prefix_lm_mask(4, 5) returned a mask instead of raising ValueError")
+
+
+mask_fn = checks.learner_or_reference(prefix_lm_mask, families.prefix_lm_mask, _probe_mask, name="prefix_lm_mask")
 
 # %% [markdown]
 # The picture, for 6 positions: the bidirectional and the causal pattern, and the prefix LM with a
@@ -947,12 +956,12 @@ date_em = {name: r[2] for name, r in date_results.items()}
 if not GRADING:
     for name, em in date_em.items():
         claims.check(f"ch07: dates, the {name} model learns the task (exact match)", em, above=0.2)
-    claims.check("ch07: dates, encoder-decoder minus decoder-only (difference in exact match)",
-                 date_em["encoder-decoder"] - date_em["decoder-only"], above=-1)
-    claims.check("ch07: dates, prefix LM minus decoder-only (difference in exact match)",
-                 date_em["prefix LM"] - date_em["decoder-only"], above=-1)
-    claims.check("ch07: dates, encoder-decoder minus prefix LM (difference in exact match)",
-                 date_em["encoder-decoder"] - date_em["prefix LM"], above=-1)
+    claims.check("ch07: dates, encoder-decoder minus decoder-only is small either way (difference in exact match)",
+                 date_em["encoder-decoder"] - date_em["decoder-only"], above=-0.15, below=0.3)
+    claims.check("ch07: dates, the prefix LM is behind the causal decoder-only model (prefix LM minus decoder-only)",
+                 date_em["prefix LM"] - date_em["decoder-only"], below=-0.1)
+    claims.check("ch07: dates, the encoder-decoder is ahead of the prefix LM (difference in exact match)",
+                 date_em["encoder-decoder"] - date_em["prefix LM"], above=0.15)
 
 # %% [markdown]
 # TEXT_DATES
@@ -1179,14 +1188,20 @@ checks.run_checks("vit_forward (hidden)", [
 ### END HIDDEN TESTS
 
 # %%
+def _vit_reference(model, images):
+    return model(images)
+
+
 def _probe_vit(f):
+    """Your vit_forward must not call the model as a whole (the reference does)."""
     torch.manual_seed(5)
     model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=2).eval()
-    with torch.no_grad():
+    whole = contextlib.nullcontext() if f is _vit_reference else checks.forbid(vit.ViT.forward, vit.ViT.embed)
+    with torch.no_grad(), whole:
         return f(model, x_test[:8])
 
 
-vit_logits = checks.learner_or_reference(vit_forward, lambda model, images: model(images), _probe_vit, name="vit_forward")
+vit_logits = checks.learner_or_reference(vit_forward, _vit_reference, _probe_vit, name="vit_forward")
 
 # %% [markdown]
 # The patch embedding, a linear layer applied to every flattened $P \times P$ patch, *is* a
@@ -1254,10 +1269,10 @@ print("test accuracy on images moved by up to 1 pixel: " + ", ".join(f"{k} {v:.3
 if not GRADING:
     claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.95)
     claims.check("ch07: the CNN learns the digits (test accuracy)", cnn_accuracy, above=0.95)
-    claims.check("ch07: the ViT, on images moved by up to a pixel (test accuracy)", shifted_accuracy["ViT"], above=0)
-    claims.check("ch07: the CNN, on images moved by up to a pixel (test accuracy)", shifted_accuracy["CNN"], above=0)
+    claims.check("ch07: moved by up to a pixel, the ViT loses much of its accuracy (test accuracy)",
+                 shifted_accuracy["ViT"], below=0.6)
     claims.check("ch07: moved by up to a pixel, the CNN keeps more accuracy than the ViT (difference)",
-                 shifted_accuracy["CNN"] - shifted_accuracy["ViT"], above=-1)
+                 shifted_accuracy["CNN"] - shifted_accuracy["ViT"], above=0.07)
 
 # %% [markdown]
 # TEXT_VIT
@@ -1334,14 +1349,10 @@ occlusion_agreement = {k: map_correlation_with(m, occ_map) for k, m in (("last l
 print("mean correlation with the occlusion map:", {k: round(v, 2) for k, v in occlusion_agreement.items()})
 if not GRADING:
     claims.check("ch07: blanking an inked patch lowers the true logit more (occlusion vs ink, mean correlation)",
-                 map_correlation["occlusion"], above=-1)
-    claims.check("ch07: occlusion follows the ink more than the last layer's attention does (difference of correlations)",
-                 map_correlation["occlusion"] - map_correlation["last layer"], above=-1)
-    claims.check("ch07: rollout vs occlusion (mean correlation)", occlusion_agreement["rollout"], above=-1)
-    claims.check("ch07: last layer vs ink (mean correlation)", map_correlation["last layer"], below=1)
-    claims.check("ch07: rollout vs ink (mean correlation)", map_correlation["rollout"], below=1)
-    claims.check("ch07: untrained rollout vs ink (mean correlation)", map_correlation["untrained rollout"], above=-1)
-    claims.check("ch07: last layer vs occlusion (mean correlation)", occlusion_agreement["last layer"], above=-1)
+                 map_correlation["occlusion"], above=0.35)
+    for name, agreement in occlusion_agreement.items():
+        claims.check(f"ch07: the {name} attention map agrees at most weakly with occlusion (mean correlation)",
+                     agreement, below=0.5)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
