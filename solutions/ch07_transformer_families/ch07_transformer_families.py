@@ -622,8 +622,8 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # The speed-up is a ratio of two timings taken once, in one run, on the machine that executed this
 # notebook (one thread; the machine is named in the ViT cell of section 5.1); on another machine, or
 # on a busy one, it differs, and with sequences of at most 16 tokens it is small anyway, so the
-# chapter asserts no timing, only that both give the same tokens. Chapter 4 measured where the cache pays
-# (long contexts), and `make bench` measures the time per token with and without it side by side
+# chapter asserts no timing, only that both give the same tokens. Chapter 4 measured where the
+# cache pays (long contexts), and `make bench` measures the time per token with and without it side by side
 # in one run, with the machine's own ceilings, in
 # [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 
@@ -821,8 +821,8 @@ if not GRADING:
 # already 96 % grammatical, both filters make them all grammatical, at different prices: top-k
 # ($k = 5$) leaves 139 distinct sentences of the unfiltered 170, top-p ($p = 0.9$) 167. Top-k also
 # cuts plausible words where the model hesitates between more than five (the next cell measures
-# how often that happens); top-p cuts only the improbable tail. These are the numbers of sampling seed 0; the
-# ranges in brackets repeat each setting with 5 seeds of the *sampler* (the same model), which is the
+# how often that happens); top-p cuts only the improbable tail. These are the numbers of
+# sampling seed 0; the ranges in brackets repeat each setting with 5 seeds of the *sampler* (the same model), which is the
 # size of pure sampling noise with 200 draws. They answer a puzzle of the first column: fewer
 # distinct sentences at temperature 1 than at 0.7 looks like the wrong way round, but the two ranges
 # overlap (172-183 and 165-174), so with 200 draws that order is not measured; and a count of
@@ -890,8 +890,7 @@ if not GRADING:
 # is the single certain token; where its largest probability is below 0.5 (405 steps) top-p keeps
 # 10.2 tokens on average, and up to 15. The rank correlation of the set's size with the largest
 # probability is −0.90 (with the entropy +0.92); over 5 seeds of the model it was −0.87 to −0.90.
-# Top-k with $k = 5$ keeps five
-# tokens at every step: four that the model itself gives almost no chance where the next token is
+# Top-k with $k = 5$ keeps five tokens at every step: four that the model itself gives almost no chance where the next token is
 # certain, and fewer than top-p finds plausible where it is unsure. That is the adaptivity Holtzman
 # et al. (2020) designed top-p for.
 
@@ -910,8 +909,8 @@ if not GRADING:
 # parameters, initial weights and batches) whose `<sos>` + source positions attend to each other
 # bidirectionally, the separator and the completion causally. All three: 300 steps of 64 pairs, Adam
 # at $3\cdot 10^{-3}$, gradient norm clipped at 1, Pre-LN, greedy decoding, 300 test dates. (Short
-# training on purpose, to fit the budget: all are far from chapter 6's 0.99.) The other differences between the
-# decoder-only arms and the encoder-decoder (positions learned vs sinusoidal, width 48 vs 32, one
+# training on purpose, to fit the budget: all are far from chapter 6's 0.99.) The other differences
+# between the decoder-only arms and the encoder-decoder (positions learned vs sinusoidal, width 48 vs 32, one
 # stack vs two) stay.
 
 # %%
@@ -1005,7 +1004,9 @@ if not GRADING:
 # and why the bidirectional prefix learns more slowly here we have not measured (the generation is
 # consistent with training: greedy completion equals the argmax of the teacher-forced pass in
 # `tests/test_families.py`). Whether the order changes with longer training is not measured either;
-# chapter 6's longer training brings an encoder-decoder to 0.99 on this task.
+# chapter 6's longer training brings an encoder-decoder to 0.99 on this task. What the
+# decoder-only model buys is generality: any task posed as a prompt, one model, one training
+# objective.
 #
 # ## 4. Encoder-decoder, T5-style: one model, many tasks
 #
