@@ -285,7 +285,13 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     q = q.reshape(b, g, r * L_q, d)                    # heads of group j are j*r .. j*r + r - 1
     if mask is not None:
-        mask = mask.expand(b, h, L_q, L_k).reshape(b, g, r * L_q, L_k)
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        mb, mh, mq = mask.shape[:3]
+        if mh != 1:                                    # one mask per head: fold it like the queries
+            mask = mask.expand(mb, h, L_q, L_k).reshape(mb, g, r * L_q, L_k)
+        elif mq != 1:                                  # one mask for all heads: folded row i*L_q + t is row t
+            mask = mask.expand(mb, 1, L_q, L_k).repeat(1, 1, r, 1)
+        # a mask that is the same for every head is never copied per head (a causal mask stays L x L)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     return out.view(b, h, L_q, d)
 
@@ -379,6 +385,19 @@ class KVCache:
             out[:, :, :self._len] = buf[:, :, :self._len]
         out[:, :, self._len:self._len + t_new] = new
         return out
+
+    def crop(self, length: int) -> KVCache:
+        """Keep the first ``length`` positions and forget the rest; return the cache itself.
+
+        The capacity is kept, so the next append writes into the same buffers. Views of the
+        cache taken before (``k``, ``v``, what ``append`` returned) share those buffers: after a
+        crop and a new append their positions past ``length`` hold the new keys and values.
+        """
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._len:
+            raise ValueError(f"crop keeps 0 to {self._len} positions (the cache holds {self._len}), "
+                             f"got {length!r}")
+        self._len = length
+        return self
 
     def reorder(self, index: torch.Tensor) -> KVCache:
         """A new cache holding batch rows ``index`` (beam search reorders its hypotheses)."""

@@ -62,8 +62,12 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
     Equal to ``attention.scaled_dot_product_attention(q, k, v, sliding_window_mask(L, radius))``
     but without the ``L x L`` score matrix: keys and values are padded by ``radius`` on both
-    sides and cut into overlapping windows (``Tensor.unfold``, a view), and each query is
-    compared with its own window only: ``O(L * radius * d)`` time and memory.
+    sides, and for each of the ``2 * radius + 1`` offsets ``m`` every query ``i`` is compared
+    with key ``i - radius + m`` at once (the padded keys shifted by ``m``, a view). Time
+    ``O(L * radius * d)``; memory kept for the backward pass ``O(L * (radius + d))``: the
+    inputs, the ``(L, 2 * radius + 1)`` scores and weights, never a copy of the keys or values
+    per window (a batched product over ``Tensor.unfold`` windows would copy them, ``2 * radius
+    + 1`` times the keys and values, as soon as there is more than one sequence or head).
 
     Args:
         q, k: ``(..., L, d_k)``; v: ``(..., L, d_v)`` (one sequence: self-attention).
@@ -77,11 +81,14 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         raise ValueError(f"sliding-window self-attention needs q and k of the same shape (..., L, d_k) "
                          f"and v (..., L, d_v), got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     L, w = q.shape[-2], 2 * radius + 1
-    k_win = F.pad(k, (0, 0, radius, radius)).unfold(-2, w, 1)          # (..., L, d_k, w)
-    v_win = F.pad(v, (0, 0, radius, radius)).unfold(-2, w, 1)          # (..., L, d_v, w)
-    scores = (q.unsqueeze(-2) @ k_win).squeeze(-2) / math.sqrt(q.shape[-1])    # (..., L, w)
+    k_pad = F.pad(k, (0, 0, radius, radius))                           # (..., L + 2 radius, d_k)
+    v_pad = F.pad(v, (0, 0, radius, radius))
+    scores = torch.stack([(q * k_pad[..., m:m + L, :]).sum(-1) for m in range(w)], -1)   # (..., L, w)
+    scores = scores / math.sqrt(q.shape[-1])
     key_pos = torch.arange(L, device=q.device)[:, None] + torch.arange(w, device=q.device) - radius
     inside = (key_pos >= 0) & (key_pos < L)                            # (L, w): the key exists
     weights = attention.masked_softmax(scores, inside)
-    out = (v_win @ weights.unsqueeze(-1)).squeeze(-1)                  # (..., L, d_v)
+    out = weights[..., 0, None] * v_pad[..., :L, :]
+    for m in range(1, w):
+        out = out + weights[..., m, None] * v_pad[..., m:m + L, :]      # (..., L, d_v)
     return out, weights

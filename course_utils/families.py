@@ -268,12 +268,20 @@ class DecoderOnlyLM(nn.Module):
             self.lm_head.weight = self.stack.embed.weight
         self.use_cache = use_cache
 
-    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False,
+                prefix_len: int | torch.Tensor | None = None):
         """Teacher forcing: ``tokens (batch, T)`` -> logits ``(batch, T, vocab)``, position t
-        predicting token t + 1. Padding keys are masked (pad at the end of a sequence)."""
+        predicting token t + 1. Padding keys are masked (pad at the end of a sequence).
+
+        ``prefix_len`` (an int, or ``(batch,)`` ints): a *prefix LM* (Raffel et al. 2020, §3.2):
+        the first ``prefix_len`` positions attend to each other bidirectionally, the rest causally
+        (:func:`prefix_lm_mask`); ``None`` (default) is the causal mask. Train a prefix LM only on
+        targets after the prefix: a prefix position sees the tokens it would predict."""
         T = tokens.shape[1]
         keys = (tokens != self.stack.pad_id)[:, None, None, :]                   # (batch, 1, 1, T)
-        mask = combine_masks(keys, causal_mask(T, device=tokens.device))         # (batch, 1, T, T)
+        pattern = causal_mask(T, device=tokens.device) if prefix_len is None else \
+            prefix_lm_mask(T, prefix_len, device=tokens.device)
+        mask = combine_masks(keys, pattern)                                      # (batch, 1, T, T)
         x, weights = self.stack.run(self.stack.embed_tokens(tokens), mask, need_weights=need_weights)
         logits = self.lm_head(x)
         return (logits, weights) if need_weights else logits
@@ -281,7 +289,7 @@ class DecoderOnlyLM(nn.Module):
     def init_state(self, batch: int, device=None) -> dict:
         """An empty decoding state: ``tokens (batch, 0)`` and, with ``use_cache``, an empty
         :class:`~course_utils.attention.KVCache` per layer."""
-        state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device)}
+        state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device), "prefix_len": 0}
         if self.use_cache:
             state["caches"] = [KVCache() for _ in self.stack.layers]
         return state
@@ -290,25 +298,36 @@ class DecoderOnlyLM(nn.Module):
         """Feed ``new (batch, T_new)`` after ``state["tokens"]``; return the logits of the new
         positions ``(batch, T_new, V)`` and the state that has seen them (caches extended in place)."""
         tokens = torch.cat([state["tokens"], new], dim=1)
+        prefix = state.get("prefix_len", 0)
         if self.use_cache:
             t0, T_new = state["tokens"].shape[1], new.shape[1]
             mask = causal_mask(T_new, t0 + T_new, device=new.device)   # new queries are the last positions
+            if prefix:   # a prefix LM's prefix was fed as the first chunk: its keys are seen by every query
+                mask = mask | (torch.arange(t0 + T_new, device=new.device) < prefix)[None, :]
             x, _ = self.stack.run(self.stack.embed_tokens(new, offset=t0), mask, caches=state["caches"])
             logits = self.lm_head(x)
-        else:   # everything fed while decoding is a real token (even an id equal to pad_id): causal mask only
+        else:   # everything fed while decoding is a real token (even an id equal to pad_id): no padding mask
             T = tokens.shape[1]
-            x, _ = self.stack.run(self.stack.embed_tokens(tokens), causal_mask(T, device=tokens.device))
+            x, _ = self.stack.run(self.stack.embed_tokens(tokens), prefix_lm_mask(T, prefix, device=tokens.device))
             logits = self.lm_head(x[:, -new.shape[1]:])
         return logits, {**state, "tokens": tokens}
 
     @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor, state: dict | None = None) -> dict:
+    def prefill(self, prompt: torch.Tensor, state: dict | None = None, bidirectional: bool = False) -> dict:
         """Run the prompt ``(batch, P)`` through the model in one pass (filling the caches);
         returns the state after it. The same state as feeding the prompt to :meth:`decode_step`
-        one token at a time (:func:`course_utils.decoding.prefill`), in one forward pass."""
+        one token at a time (:func:`course_utils.decoding.prefill`), in one forward pass.
+
+        ``bidirectional=True`` (a prefix LM, ``forward(..., prefix_len=P)``): the prompt is the
+        prefix, its positions see each other; every later token attends causally. Only for a fresh
+        state (the prefix must be fed in one piece)."""
         state = self.init_state(prompt.shape[0], prompt.device) if state is None else state
         if prompt.shape[1] == 0:
             return state
+        if bidirectional:
+            if state["tokens"].shape[1]:
+                raise ValueError("a bidirectional prefix must be the first thing fed (the state is not empty)")
+            state = {**state, "prefix_len": prompt.shape[1]}
         return self._run_new(prompt, state)[1]
 
     def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
@@ -348,10 +367,13 @@ def lm_training_batch(prompts: list[list[int]], completions: list[list[int]], pa
 
 @torch.no_grad()
 def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
-                    eos_id: int = EOS_ID) -> list[list[int]]:
+                    eos_id: int = EOS_ID, prefix_lm: bool = False) -> list[list[int]]:
     """Greedy completions of prompts of any lengths: the prompts of each length are decoded as one
     batch (a parallel :meth:`DecoderOnlyLM.prefill`, then cached steps). Returns, per prompt in
-    the given order, the generated ids up to (not including) the first ``<eos>``."""
+    the given order, the generated ids up to (not including) the first ``<eos>``.
+
+    ``prefix_lm=True``: a prefix LM trained with ``prefix_len = len(prompt) - 1``: every prompt
+    token but the last (the separator) is the bidirectional prefix."""
     device = next(lm.parameters()).device
     out: list[list[int] | None] = [None] * len(prompts)
     by_length: dict[int, list[int]] = {}
@@ -361,7 +383,7 @@ def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
         by_length.setdefault(len(p), []).append(i)
     for idx in by_length.values():
         group = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long, device=device)   # (b, P)
-        state = lm.prefill(group[:, :-1])
+        state = lm.prefill(group[:, :-1], bidirectional=prefix_lm)
         tokens, _ = greedy_decode(lm.decode_step, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
         for i, row in zip(idx, tokens.tolist()):
             out[i] = row[:row.index(eos_id)] if eos_id in row else row

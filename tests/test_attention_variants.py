@@ -82,6 +82,16 @@ def test_banded_attention_memory_is_linear_in_the_length():
     assert sizes[2] - sizes[1] == 2 * (sizes[1] - sizes[0]) > 0
 
 
+def test_banded_attention_memory_grows_with_batch_and_heads_only_as_the_inputs_do():
+    """Several sequences and heads keep what one keeps, times their number: no copy of the keys
+    and values per window (a batched product over unfold windows keeps 2r + 1 copies)."""
+    def kept(shape):
+        q, k, v = (torch.randn(*shape, requires_grad=True) for _ in range(3))
+        return cost.saved_bytes(lambda a, b, c: AV.sliding_window_attention(a, b, c, 8)[0], q, k, v)
+    one, many = kept((1, 1, 512, 16)), kept((2, 3, 512, 16))
+    assert many <= 6 * one * 1.05, f"6 sequences x heads keep {many} bytes, one keeps {one}"
+
+
 @pytest.mark.parametrize("radius", [-1, 1.5, True])
 def test_bad_radius(radius):
     with pytest.raises(ValueError, match="radius"):

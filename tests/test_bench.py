@@ -167,7 +167,7 @@ def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(mo
     from types import SimpleNamespace
 
     from course_utils import grading
-    from course_utils.grading import autograde
+    from course_utils.grading import autograde, reference
 
     calls = []
 
@@ -181,6 +181,8 @@ def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(mo
 
     monkeypatch.setattr(grading, "new_course", lambda chapters, root: tmp_path / "course", raising=False)
     monkeypatch.setattr(suites, "_startup_seconds", lambda: 0.5)
+    ensured = []
+    monkeypatch.setattr(reference, "ensure", lambda course, ch, limits: ensured.append(ch))
     ctx = suites.Context(["cpu"], [1], {}, log=lambda s: None)
     cfg = suites.CONFIGS["tiny"]
     for fake, rows in ((serial_only, 1), (with_jobs, 2)):
@@ -190,5 +192,7 @@ def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(mo
         assert [r["mode"] for r in t.rows] == ["serial", "parallel"][:rows], t.rows
         assert t.problems() == [], t.problems()
         assert all(r["score"] == "20/20" for r in t.rows)
+    assert len(ensured) == 2, "the reference run is made once per table, before the timed submissions"
+    assert any("reference run" in n for n in t.notes), t.notes
     jobs = harness.all_threads()
     assert calls[-1] == (max(2, jobs) * cfg.grading_submissions, jobs), f"the parallel call: {calls}"

@@ -303,3 +303,41 @@ def test_greedy_complete_equals_greedy_decoding_one_prompt_at_a_time():
         tokens, _ = decoding.greedy_decode(lm.decode_step, lm.init_state(1), 6, prompt=torch.tensor([p]))
         assert g == decoding.tokens_to_lists(tokens)[0]
     assert len({tuple(g) for g in got}) > 1
+
+
+def test_prefix_lm_forward_matches_cached_and_uncached_decoding():
+    """A prefix LM (forward(..., prefix_len=P)): the prompt prefilled bidirectionally, then cached
+    causal steps, gives the teacher-forced logits; so does the uncached path; prefix 0 is causal."""
+    torch.manual_seed(0)
+    lm = families.DecoderOnlyLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16).eval()
+    tokens = torch.randint(4, 11, (3, 9))
+    P = 4
+    with torch.no_grad():
+        full = lm(tokens, prefix_len=P)
+        assert torch.allclose(lm(tokens, prefix_len=0), lm(tokens), atol=1e-6)
+        assert not torch.allclose(full[:, P - 1], lm(tokens)[:, P - 1], atol=1e-3)   # the prefix matters
+        for use_cache in (True, False):
+            m = families.DecoderOnlyLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16, use_cache=use_cache).eval()
+            m.load_state_dict(lm.state_dict())
+            state = m.prefill(tokens[:, :P], bidirectional=True)
+            for t in range(P, tokens.shape[1]):
+                log_probs, state = m.decode_step(tokens[:, t], state)
+                assert torch.allclose(log_probs, full[:, t].log_softmax(-1), atol=1e-5), (use_cache, t)
+    with pytest.raises(ValueError):
+        lm.prefill(tokens[:, :2], state=lm.prefill(tokens[:, :2]), bidirectional=True)
+
+
+def test_greedy_complete_prefix_lm_equals_recomputation():
+    torch.manual_seed(1)
+    lm = families.DecoderOnlyLM(12, d_model=16, n_heads=2, n_layers=2, max_len=24).eval()
+    prompts = [[1, 5, 6, 7, 9], [1, 8, 9], [1, 6, 6, 9]]
+    got = families.greedy_complete(lm, prompts, max_len=6, prefix_lm=True)
+    for p, out in zip(prompts, got):
+        seq = list(p)
+        with torch.no_grad():
+            for _ in range(6):
+                nxt = int(lm(torch.tensor([seq]), prefix_len=len(p) - 1)[0, -1].argmax())
+                if nxt == families.EOS_ID:
+                    break
+                seq.append(nxt)
+        assert seq[len(p):] == out

@@ -194,6 +194,26 @@ def test_kv_cache_without_max_len_doubles_its_capacity():
     assert cache.v[0, 0, :, 1].tolist() == [-float(t) for t in range(20)]
 
 
+def test_kv_cache_crop_forgets_positions_and_reuses_the_buffers():
+    """After ``crop(T)`` the next step sees exactly the first T positions, in the same buffers."""
+    torch.manual_seed(11)
+    m = A.MultiHeadAttention(D, H, n_kv_heads=2).eval()
+    x, other = torch.randn(2, 7, D), torch.randn(2, 1, D)
+    cache = A.KVCache(max_len=7)
+    with torch.no_grad():
+        m(x[:, :6], cache=cache, causal=True)
+        ptr = cache.k.data_ptr()
+        m(other, cache=cache, causal=True)                     # a step we take back
+        assert len(cache.crop(6)) == 6
+        step, _ = m(x[:, 6:], cache=cache, causal=True)
+        full, _ = m(x, causal=True)
+    torch.testing.assert_close(step, full[:, 6:], atol=1e-5, rtol=1e-5)
+    assert cache.k.data_ptr() == ptr and cache.capacity == 7
+    for bad in (8, -1, 2.0, True):
+        with pytest.raises(ValueError, match="crop keeps 0 to 7 positions"):
+            cache.crop(bad)
+
+
 def test_kv_cache_keeps_gradients_when_autograd_records():
     """Appends that need gradients concatenate (no in-place write into saved tensors)."""
     torch.manual_seed(10)
@@ -254,6 +274,38 @@ def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
     torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(A.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
         q, k, v, enable_gqa=True), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 3])
+def test_grouped_sdpa_takes_every_mask_shape_without_copying_it_per_head(n_kv, monkeypatch):
+    """Masks of every broadcastable shape give what the repeated keys give; a mask shared by all
+    heads is folded at most r times (never batch x heads x L x L)."""
+    torch.manual_seed(9)
+    b, h, L_q, L_k = 2, 6, 4, 9
+    q, k, v = torch.randn(b, h, L_q, 5), torch.randn(b, n_kv, L_k, 5), torch.randn(b, n_kv, L_k, 5)
+    r = h // n_kv
+    g = torch.Generator().manual_seed(3)
+    masks = {"causal (L_q, L_k)": A.causal_mask(L_q, L_k),
+             "padding (B, 1, 1, L_k)": A.padding_mask(torch.tensor([9, 3]), L_k).unsqueeze(1),
+             "per head (1, H, L_q, L_k)": torch.rand(1, h, L_q, L_k, generator=g) > 0.3,
+             "per example and head (B, H, L_q, L_k)": torch.rand(b, h, L_q, L_k, generator=g) > 0.3,
+             "3-d (1, L_q, L_k)": torch.rand(1, L_q, L_k, generator=g) > 0.3,
+             "additive float (B, 1, L_q, L_k)": torch.randn(b, 1, L_q, L_k, generator=g)}
+    for name, mask in masks.items():
+        if mask.dtype == torch.bool:
+            mask = mask | torch.eye(L_q, L_k, dtype=torch.bool)      # no query row left without a key
+        ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
+        torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5, msg=name)
+    seen, real_sdpa = [], F.scaled_dot_product_attention
+
+    def spy(*args, attn_mask=None, **kwargs):
+        seen.append(attn_mask.numel())
+        return real_sdpa(*args, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    q, k, v = torch.randn(4, 8, 512, 2), torch.randn(4, 2, 512, 2), torch.randn(4, 2, 512, 2)
+    A.grouped_sdpa(q, k, v, A.causal_mask(512, 512))
+    assert seen == [4 * 512 * 512], f"the causal mask was copied to {seen} elements, expected r * L * L"
 
 
 @pytest.mark.parametrize("n_kv", [1, 2, 6])

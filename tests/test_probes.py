@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ["ch04_multihead_mqa_gqa", "ch05_attention_as_convolution", "ch08_modern_decoder"]
+CHAPTERS = ["ch04_multihead_mqa_gqa", "ch05_attention_as_convolution", "ch07_transformer_families",
+            "ch08_modern_decoder"]
 REJECTED = ("gives a different result", "raised ")
 
 

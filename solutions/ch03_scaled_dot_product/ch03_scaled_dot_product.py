@@ -1455,8 +1455,9 @@ assert op_counts[64][1] - op_counts[32][1] == 2 * (op_counts[32][1] - op_counts[
 # * **fused + window mask**: the same call with a sliding-window mask (each query may see
 #   the keys at most 32 positions away, 65 keys): the same result as a local attention;
 # * **banded window**: the same sliding window computed without the $L \times L$ matrix:
-#   `attention_variants.sliding_window_attention` cuts the keys and values into overlapping
-#   windows (`Tensor.unfold`) and compares each query with its own 65 keys only;
+#   `attention_variants.sliding_window_attention` pads the keys and values, and for each of
+#   the 65 offsets compares every query with the key at that offset at once (the keys shifted,
+#   a view): 65 scores per query, never $L$;
 # * **GRU**: one `nn.GRU(64, 64)` layer, as in chapters 1 and 2.
 #
 # Time is the median of 5 runs of the forward pass after one warm-up run, on one thread
@@ -1543,8 +1544,10 @@ for name in times:
 #
 # Timings on your machine differ; `make bench` measures these ratios (eager against fused against banded, at one thread and at all threads) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 # * **the banded computation** is what saves: time and memory grow linearly (fitted memory
-#   slope 0.95, time about 1), and at the longest length it is the fastest of the
-#   five and keeps 5.3 MiB, close to the fused kernel.
+#   slope 0.95; time slope about 1 over the last doubling, lower over all lengths, because
+#   its 65 offsets cost a fixed number of small operations that dominate short sequences),
+#   and at the longest length it is the fastest of the five and keeps 5.3 MiB, close to the
+#   fused kernel.
 #
 # The memory numbers are exact, and the next cell checks what follows from them: the
 # $L\times L$ score matrix itself has exactly $L^2$ entries, a log-log slope of exactly 2,

@@ -34,8 +34,8 @@
 # | 1. the sinusoidal table | 3 |
 # | 2. an encoder layer's forward pass | 4 |
 # | 3. the decoder's combined mask | 3 |
-# | 4. a decoder layer with cross-attention | 5 |
-# | 5. the warmup schedule | 3 |
+# | 4. a decoder layer with cross-attention | 6 |
+# | 5. the warmup schedule | 2 |
 # | questions 1-2 (written) | 4 |
 #
 # A learner who skips an exercise can still run everything: the experiments use your function
@@ -202,7 +202,15 @@ def _check_first_rows():
     checks.expect_close(pe[:, 1], torch.cos(torch.arange(6.)), "column 1 (i = 0: cos(pos), interleaved with column 0)")
 
 
-checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastest pair", _check_first_rows)])
+def _check_second_pair():
+    pe = checks.call(sinusoidal_table, 6, 8)
+    checks.expect_close(pe[:, 2], torch.sin(torch.arange(6.) / 10), "column 2 (i = 1: sin(pos / 10000^(2/8)) = sin(pos / 10))")
+    checks.expect_close(pe[:, 3], torch.cos(torch.arange(6.) / 10), "column 3 (i = 1: cos(pos / 10), the same angle as column 2)")
+
+
+checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastest pair", _check_first_rows),
+                                       ("the second pair turns 10 times more slowly (divide by 10000^(2i/d_model))",
+                                        _check_second_pair)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: every column of bigger tables (the exponent 2i / d_model); no ready-made table.
@@ -284,14 +292,24 @@ print("PE[10] . PE[10 + k]   for k = -3..3:", [round((PE64 @ PE64[10])[10 + k].i
 # The alternative is a learned table: one trainable vector per position, as in BERT and GPT
 # (`T.LearnedPositions`). Vaswani et al. found both "produced nearly identical results" and kept
 # the sinusoids because they might extrapolate to longer sequences; a learned table knows nothing
-# about positions it never saw in training.
+# about positions it never saw in training. Section 8 tests that hope.
 #
 # The paper also multiplies the embeddings by $\sqrt{d_\text{model}}$ before adding the positions
-# (§3.4). The sinusoidal vectors have a fixed size: half their entries are sines and half cosines,
-# so $\lVert PE_{pos}\rVert^2 = d_\text{model}/2$. An embedding initialised with entries of variance
-# $1/d_\text{model}$ (the course's choice) has
-# $\lVert e\rVert^2 \approx 1$; scaled by $\sqrt{d_\text{model}}$, its size becomes comparable to the
-# positions' instead of being drowned by them:
+# (§3.4), without saying why. The same section holds the likely reason: **weight tying**. The paper
+# uses one matrix for the source embedding, the target embedding and the output layer before the
+# softmax ("we share the same weight matrix between the two embedding layers and the pre-softmax
+# linear transformation", following [Press & Wolf 2017](https://arxiv.org/abs/1608.05859)), which
+# saves $V \cdot d_\text{model}$ parameters per copy. An output layer must start small: the decoder's
+# last layer norm hands it vectors of length about $\sqrt{d_\text{model}}$, and with entries of
+# variance $1/d_\text{model}$ the scores come out with variance about 1, a softmax that is not
+# saturated at the start (chapter 3's argument for $\sqrt{d_k}$). Used as an embedding, the same small
+# matrix gives token vectors of length about 1, while the sinusoidal vectors have
+# $\lVert PE_{pos}\rVert^2 = d_\text{model}/2$ (half sines, half cosines): unscaled, the positions
+# would drown the tokens; multiplied by $\sqrt{d_\text{model}}$, both weigh about the same. The
+# course's `T.Seq2SeqTransformer` does not tie (it has its own output layer), but it initialises its
+# embeddings with the variance $1/d_\text{model}$ a tied matrix needs, and keeps the paper's scale.
+# The cell measures the three lengths, and what an output layer tied to this embedding would give at
+# the start, against one tied to an embedding of variance 1 (big enough to need no scale):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -301,6 +319,9 @@ emb = m_demo.src_embed.weight
 print(f"|PE[pos]|                        = {T.sinusoidal_encoding(10, 64).norm(dim=1).mean():.2f}  (sqrt(64/2) = {math.sqrt(32):.2f})")
 print(f"|embedding|, mean over the vocab = {emb.norm(dim=1).mean():.2f}")
 print(f"|embedding| x sqrt(d_model)      = {(emb * math.sqrt(64)).norm(dim=1).mean():.2f}")
+h_last = nn.functional.layer_norm(torch.randn(1000, 64), (64,))      # what a last layer norm hands the output layer
+for label, table in (("this embedding (variance 1/d_model)", emb), ("an embedding of variance 1", torch.randn(12, 64))):
+    print(f"scores of an output layer tied to {label}: standard deviation {(h_last @ table.T).std():.2f}")
 
 # %% [markdown]
 # ### 3.4 Without positions, a Transformer cannot reverse
@@ -314,7 +335,6 @@ print(f"|embedding| x sqrt(d_model)      = {(emb * math.sqrt(64)).norm(dim=1).me
 # the encoder gets none at all.) Sections 10 and 11 reuse this setup.
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 small_vocab = data.sequence_vocab(8)
 small_train, small_test = data.split(data.make_sequence_pairs(3300, 2, 8, task="reverse", n_symbols=8, seed=3), 300, seed=4)
 ABL = dict(d_model=32, n_heads=4, n_layers=3, d_ff=64)
@@ -329,13 +349,16 @@ def small_transformer(**kw):
     return T.Seq2SeqTransformer(len(small_vocab), len(small_vocab), **{**ABL, **kw})
 
 
-def train_small(model, schedule="warmup"):
+def train_small(model, schedule="warmup", **kw):
+    """Train one of the small models of sections 3.4, 10 and 11 (``kw``: e.g. label_smoothing); evaluate it."""
     hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=5 if GRADING else ABL_STEPS,
                                batch_size=64, device=device, progress=False, lr_at=schedules[schedule],
-                               betas=(0.9, 0.98), eps=1e-9)
+                               betas=(0.9, 0.98), eps=1e-9, **kw)
     return model, hist, train.evaluate(model, small_test, small_vocab, small_vocab)
 
 
+# %%
+# NBVAL_IGNORE_OUTPUT
 position_runs = {kind: train_small(small_transformer(positional=kind)) for kind in ("sinusoidal", "none")}
 for kind, (_, hist, sc) in position_runs.items():
     print(f"positional={kind!r:13}: {sc}, loss (last 20 steps) {np.mean(hist.loss[-20:]):.3f}, {hist.seconds:.1f} s")
@@ -352,13 +375,14 @@ print("exact match by length without positions:", {L: round(e, 2) for L, (_, e) 
 print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) in position_runs["sinusoidal"][2].by_length.items()})
 
 # %% [markdown]
-# Without positions, exact match is 0 from 4 symbols on; only some sequences of 2 (0.37) and 3
-# (0.04) come out right, and the training loss ends twice as high as the other model's. Its encoder
-# hands the decoder a *bag* of symbols, with nothing that says which came first. The model with the
-# table, after the same 100 steps, already reverses most sequences of 2 to 4 symbols and is still
-# learning the longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in
-# exact match, 0.33 in the stored run, was 0.26-0.56 over 5 seeds and the portable CPU kernel
-# (`tools/claim_spread.py`): always there, its size not fixed.
+# In the run these notes were written from (yours prints its own numbers above), the model without
+# positions reversed no sequence of 4 symbols or more; only some sequences of 2 (0.27) and 3 (0.08) came
+# out right, and its training loss ended twice as high as the other model's. Its encoder hands the
+# decoder a *bag* of symbols, with nothing that says which came first. The model with the table, after
+# the same 100 steps, already reversed most sequences of 2 to 4 symbols and was still learning the
+# longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in exact match,
+# 0.34 in that run, was 0.26-0.56 over 5 seeds and the portable CPU kernel (`tools/claim_spread.py`):
+# always there, its size not fixed.
 #
 # ## 4. The encoder layer
 #
@@ -383,9 +407,11 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 #
 # so the residual stream $x \to h \to \text{out}$ is never normalised, and a final layer norm after
 # the last layer is needed. In Post-LN every path from the output back to the input passes through
-# $N$ layer norms; Xiong et al. showed that this makes the gradients near the output large at
-# initialisation, so Post-LN needs a learning-rate warmup; Pre-LN much less so. Section 10 measures
-# it.
+# $N$ layer norms. [Xiong et al. (2020)](https://arxiv.org/abs/2002.04745) showed that at
+# initialisation this makes the expected gradients of the parameters near the output large, argued that
+# this is why Post-LN needs a learning-rate warmup, and trained Pre-LN Transformers without one.
+# Section 10 tests warmup with both orders on a small scale, over seeds and learning rates; what it
+# supports is narrower.
 #
 # In `course_utils.transformer.EncoderLayer` (and `nn.TransformerEncoderLayer`), the attention
 # is chapter 4's `attention.MultiHeadAttention` in `layer.self_attn`, the FFN `layer.ff`, the norms
@@ -468,11 +494,16 @@ checks.run_checks("encoder_layer_forward (hidden)", [
 # your function; note PyTorch's padding mask means the opposite of ours (True = *ignore* this key):
 
 # %%
-def _probe_encoder(f):
-    torch.manual_seed(3)
-    layer = T.EncoderLayer(8, 2, 12, norm_first=True).eval()
-    with torch.no_grad():
-        return f(layer, torch.randn(2, 4, 8), attention.padding_mask(torch.tensor([4, 2]), 4).unsqueeze(1))
+def _probe_encoder(f):          # both orders, with padding
+    outs = []
+    for norm_first in (False, True):
+        torch.manual_seed(3)
+        layer = T.EncoderLayer(8, 2, 12, norm_first=norm_first).eval()
+        for p in layer.parameters():
+            p.data.add_(0.2 * torch.randn_like(p))
+        with torch.no_grad():
+            outs.append(f(layer, torch.randn(2, 4, 8), attention.padding_mask(torch.tensor([4, 2]), 4).unsqueeze(1)))
+    return torch.cat(outs)
 
 
 encoder_forward = checks.learner_or_reference(encoder_layer_forward, lambda layer, x, mask=None: layer(x, mask=mask)[0],
@@ -568,8 +599,8 @@ checks.run_checks("decoder_mask (hidden)", [
 ### END HIDDEN TESTS
 
 # %%
-make_decoder_mask = checks.learner_or_reference(
-    decoder_mask, T.decoder_self_mask, lambda f: f(torch.tensor([[1, 4, 5, 0], [1, 6, 0, 0]]), 0), name="decoder_mask")
+make_decoder_mask = checks.learner_or_reference(      # the probe pads with id 3, not the default
+    decoder_mask, T.decoder_self_mask, lambda f: f(torch.tensor([[1, 4, 5, 3], [1, 6, 3, 3]]), 3), name="decoder_mask")
 tgt_demo = torch.tensor([[SOS_ID, 4, 5, 6, 7], [SOS_ID, 8, 9, PAD_ID, PAD_ID]])
 m_demo = make_decoder_mask(tgt_demo)
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.4))
@@ -606,7 +637,7 @@ plt.show()
 # Note that in Pre-LN the memory itself is not normalised by the decoder layer: the encoder's final
 # layer norm has done that.
 #
-# ### Exercise 4: a decoder layer with cross-attention (2 + 3 points)
+# ### Exercise 4: a decoder layer with cross-attention (2 + 4 points)
 #
 # Write `decoder_layer_forward(layer, y, memory, memory_mask=None)` for a `T.DecoderLayer` in eval
 # mode: sub-modules `self_attn`, `cross_attn`, `ff`, `norm1`, `norm2`, `norm3`, and `norm_first`.
@@ -673,7 +704,7 @@ def _dec_pre():
 
 checks.run_checks("decoder_layer_forward", [("Post-LN, causal", _dec_post), ("Pre-LN", _dec_pre)])
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-hidden", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 # Hidden tests: source padding in both orders (cross-attention must use memory_mask); no layer call.
 ### BEGIN HIDDEN TESTS
 _res = [_decoder_case(nf, 20 + nf, torch.tensor([6, 3]), forbidden=(T.DecoderLayer.forward,)) for nf in (False, True)]
@@ -705,11 +736,17 @@ checks.run_checks("decoder_layer_forward (hidden)", [
 # only the outputs at padded positions, which the loss ignores):
 
 # %%
-def _probe_decoder(f):
-    torch.manual_seed(4)
-    layer = T.DecoderLayer(8, 2, 12, norm_first=False).eval()
-    with torch.no_grad():
-        return f(layer, torch.randn(2, 3, 8), torch.randn(2, 5, 8), attention.padding_mask(torch.tensor([5, 2]), 5).unsqueeze(1))
+def _probe_decoder(f):          # both orders, with source padding
+    outs = []
+    for norm_first in (False, True):
+        torch.manual_seed(4)
+        layer = T.DecoderLayer(8, 2, 12, norm_first=norm_first).eval()
+        for p in layer.parameters():
+            p.data.add_(0.2 * torch.randn_like(p))
+        with torch.no_grad():
+            outs.append(f(layer, torch.randn(2, 3, 8), torch.randn(2, 5, 8),
+                          attention.padding_mask(torch.tensor([5, 2]), 5).unsqueeze(1)))
+    return torch.cat(outs)
 
 
 decoder_forward = checks.learner_or_reference(
@@ -759,7 +796,7 @@ for norm_first in (False, True):
 # causal mask, one forward pass computes all $T+1$ predictions at once, where chapter 1's GRU needed
 # $T+1$ steps in a row. That is where the Transformer's training speed comes from.
 #
-# **Label smoothing** (Szegedy et al. 2016; Vaswani et al. §5.4 use $\epsilon = 0.1$) trains against
+# **Label smoothing** ([Szegedy et al. 2016](https://arxiv.org/abs/1512.00567); Vaswani et al. §5.4 use $\epsilon = 0.1$) trains against
 # a softened target: $1-\epsilon$ on the right token plus $\epsilon$ spread uniformly over the $V$
 # tokens of the vocabulary. The loss becomes
 # $(1-\epsilon)\,(-\log p_y) + \epsilon \cdot \frac{1}{V}\sum_v (-\log p_v)$, which can no longer be
@@ -790,6 +827,41 @@ for name, probs in (("confident (p_y = 0.999)", torch.tensor([0.0002, 0.0002, 0.
 # The confident prediction has the lowest plain cross-entropy but a *higher* smoothed loss than the
 # smoothed target itself ($p_y = 1 - \epsilon + \epsilon/V = 0.9167$): overconfidence is penalised.
 #
+# The chapter's other experiments train without label smoothing (these tasks have one right output
+# each, scored by exact match). To see what it does to a trained model, section 3.4's model is trained
+# once more with $\epsilon = 0.1$ (everything else the same) and compared with section 3.4's run on two
+# measured quantities: exact match, and the model's confidence, the mean probability it gives its own
+# most likely token (teacher-forced, over the real target positions of the test set):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def mean_confidence(model):
+    """Mean probability of the model's own most likely token, teacher-forced over the test set's real positions."""
+    b = data.make_batch(small_test, small_vocab, small_vocab)
+    with torch.no_grad():
+        probs = model(b.src, b.src_lengths, b.tgt_in).softmax(-1)
+    return probs.max(-1).values[b.tgt_out != PAD_ID].mean().item()
+
+
+smooth_runs = {"without label smoothing (section 3.4)": position_runs["sinusoidal"],
+               "label smoothing 0.1": train_small(small_transformer(), label_smoothing=0.1)}
+confidence = {label: mean_confidence(model) for label, (model, _, _) in smooth_runs.items()}
+for label, (_, _, sc) in smooth_runs.items():
+    print(f"{label:38s} exact match {sc.exact_match:.2f}, confidence {confidence[label]:.3f}")
+
+
+# %% [markdown]
+# Your run's two lines are printed above; neither difference is asserted, because over seeds neither
+# held its sign everywhere (`tools/spread_ch06.py --parts smooth`). On this machine's native CPU kernel
+# the smoothed model was less sure of its own answers in each of 5 seed offsets (confidence 0.72-0.80
+# against 0.79-0.88 without; lower by 0.02 to 0.11 seed by seed), as the loss predicts; under the
+# portable kernel the first seed gave the same confidence both ways (0.75). Exact match moved both ways
+# (-0.06 to +0.13). So after 100 steps the model is not yet confident enough for the smoothing to bind
+# (the smoothed optimum puts 0.91 on the right token; these models average 0.72-0.88 on their top
+# token), and the paper's "improves accuracy" was measured on translation, trained for 100,000 steps,
+# where many outputs are nearly right and a less confident model hedges between them. Here, one run
+# shows what to measure, not an effect you can count on.
+#
 # **Warmup.** The paper trains with Adam ($\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$) and
 # a learning rate that rises linearly for `warmup` steps and then decays as $1/\sqrt{\text{step}}$ (§5.3):
 #
@@ -801,7 +873,7 @@ for name, probs in (("confident (p_y = 0.999)", torch.tensor([0.0002, 0.0002, 0.
 # gradients near the output are large: small steps at first keep the model from jumping somewhere it
 # cannot recover from (section 10 measures it).
 #
-# ### Exercise 5: the warmup schedule (1 + 2 points)
+# ### Exercise 5: the warmup schedule (1 + 1 points)
 #
 # Write `warmup_lr(step, d_model, warmup)` returning the formula's value (a Python float) for a step
 # counted from 1. Do not call `T.noam_lr`.
@@ -815,31 +887,28 @@ def warmup_lr(step, d_model, warmup):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_warmup-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
+def _warm_value(args, want, what):
+    got = checks.call(warmup_lr, *args)
+    checks.expect_close(torch.tensor([float(got)], dtype=torch.float64), torch.tensor([want], dtype=torch.float64),
+                        f"warmup_lr{args}: {what}", atol=0, rtol=1e-6)
+
+
 def _warm_start():
-    got = checks.call(warmup_lr, 1, 512, 4000)
-    want = 512 ** -0.5 * 4000 ** -1.5
-    if not math.isclose(got, want, rel_tol=1e-6):
-        raise checks.CheckFailed(f"warmup_lr(1, 512, 4000) = {got}, expected {want:.4g}: during warmup the rate "
-                                 "is d_model^-0.5 * step * warmup^-1.5")
+    _warm_value((1, 512, 4000), 512 ** -0.5 * 4000 ** -1.5, "during warmup the rate is d_model^-0.5 * step * warmup^-1.5")
 
 
 def _warm_peak():
-    got = checks.call(warmup_lr, 4000, 512, 4000)
-    want = 1 / math.sqrt(512 * 4000)
-    if not math.isclose(got, want, rel_tol=1e-6):
-        raise checks.CheckFailed(f"warmup_lr(4000, 512, 4000) = {got}, expected the peak 1/sqrt(512 * 4000) = {want:.4g}")
+    _warm_value((4000, 512, 4000), 1 / math.sqrt(512 * 4000), "the peak 1/sqrt(d_model * warmup) at step = warmup")
 
 
 def _warm_linear():
-    a, b = checks.call(warmup_lr, 100, 512, 4000), checks.call(warmup_lr, 200, 512, 4000)
-    if not math.isclose(b, 2 * a, rel_tol=1e-6):
-        raise checks.CheckFailed(f"steps 100 and 200 give {a:.4g} and {b:.4g}: the warmup must be linear in the step")
+    _warm_value((200, 512, 4000), 200 * 512 ** -0.5 * 4000 ** -1.5, "linear in the step during warmup (twice step 100's)")
 
 
 checks.run_checks("warmup_lr", [("step 1", _warm_start), ("the peak at step = warmup", _warm_peak),
                                 ("linear during warmup", _warm_linear)])
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_warmup-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex5_warmup-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: the 1/sqrt(step) decay after the peak, other widths and warmups; no ready-made schedule.
 ### BEGIN HIDDEN TESTS
 _pts = [(8000, 512, 4000), (16000, 512, 4000), (1000, 64, 100), (37, 64, 100), (250, 32, 50), (100000, 512, 4000)]
@@ -916,6 +985,10 @@ for name in families:
     sc = len_scores[name]
     print(f"{name:26s} {train.count_parameters(len_models[name]):10,d} {len_hist[name].seconds:8.1f} "
           + " ".join(f"{train.mean_exact_match(sc, lo, hi):8.2f}" for lo, hi in RANGES) + f" {sc.exact_match:7.2f}")
+tf_name, bahdanau_name, gru_name = "ch6: Transformer", "ch2: Bahdanau attention", "ch1: GRU encoder-decoder"
+print(f"training time in this run (CPU kernel {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)): "
+      f"Transformer / Bahdanau {len_hist[tf_name].seconds / len_hist[bahdanau_name].seconds:.2f}, "
+      f"Transformer / GRU {len_hist[tf_name].seconds / len_hist[gru_name].seconds:.2f}")
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.8))
 _ = plots.plot_accuracy_by_length(len_scores, ax=axes[0])
 axes[0].set_title(f"reversal, {budget['steps']} steps of {budget['batch_size']}: exact match by source length")
@@ -947,43 +1020,92 @@ print(f"the Transformer gets {len(tf_errors)} of {len(len_test)} test sequences 
 for s, t, p in tf_errors[:8]:
     print(f"  {' '.join(s):28s} -> {' '.join(p):28s} expected {' '.join(t)}")
 
+
 # %% [markdown]
-# What the table and the plot show (the numbers are those of the stored run; over 5 seeds and the
-# portable CPU kernel the Transformer's exact match over all lengths ranged over 0.93-0.98 and the
+# What the table and the plot show (the numbers quoted are those of the run these notes were written
+# from, yours prints its own above; over 5 seeds and the portable CPU kernel the Transformer's exact match over all lengths ranged over 0.93-0.98 and the
 # Bahdanau model's over 0.93-0.99, and the Transformer beat the GRU at lengths 10-14 by 0.86 to 0.95
 # every time: the ordering against the GRU holds, the small differences between the two attention
 # models do not):
 #
 # * the GRU of chapter 1 is right on short inputs (0.99 exact match on 2-5 symbols) and collapses on
-#   long ones (0.02 on 10-14): its single state cannot hold a long sequence (chapter 1's bottleneck);
-# * both attention models stay high at every length (0.96 or more in each range). The Transformer does
+#   long ones (0.03 on 10-14): its single state cannot hold a long sequence (chapter 1's bottleneck);
+# * both attention models stay high at every length (0.94 or more in each range). The Transformer does
 #   it with no recurrence at all: each encoder layer sees the whole source at once, and the decoder finds
 #   the symbol to copy by its position;
-# * every one of the Transformer's 13 errors is on a source with a symbol repeated twice in a row
-#   (57 % of all test sources have one): it writes one copy too many or too few (`c c a` becomes
-#   `a c`). A plausible reason: attention finds a symbol by its content and its position, and where two
-#   neighbours are equal only the position tells them apart;
-# * on this CPU, with these tiny sizes, a training step of the Transformer costs about as much as one
-#   of the Bahdanau model (the table's seconds). The Transformer does more arithmetic per step (every
-#   position of every layer attends to all others), the attention GRU makes many more small calls one
-#   after the other. The Transformer's advantage, a whole sequence processed in parallel, pays off with
-#   wide models, long sequences and parallel hardware, none of which this comparison has.
+# * the Transformer got 28 of the 1000 test sequences wrong, 20 of them (71 %) on a source with a symbol
+#   repeated twice in a row, against 57 % of all test sources: its errors gather there, where it writes
+#   one copy too many or too few (`b b b f b` became `b f b b b b`). A plausible reason: attention finds
+#   a symbol by its content and its position, and where two neighbours are equal only the position tells
+#   them apart. The printed errors on sources without a repeat write one symbol too many before
+#   `<eos>` (`b a` became `a b a`, `c e` became `e c c`);
+# * training time: the ratios printed under the table are one run's, on the machine that ran it (its
+#   CPU kernel is printed), and they move with the machine and with the other programs sharing it.
+#   `make bench` measures the three families' training throughput side by side, over repeated rounds
+#   ([benchmarks/results/latest.md](../../benchmarks/results/latest.md): on a 2-core AMD EPYC the
+#   Bahdanau model processed 1.31 times as many examples per second as the Transformer with one thread,
+#   1.00 times with two). So at these tiny sizes the Transformer is not faster on a CPU: it does more
+#   arithmetic per step (every position of every layer attends to all others), the attention GRU makes
+#   many more small calls one after the other. The Transformer's advantage, a whole sequence processed
+#   in parallel, pays off with wide models, long sequences and parallel hardware, none of which this
+#   comparison has.
+
+# %% [markdown]
+# ### Longer than in training
+#
+# Vaswani et al. (§3.5) kept the sinusoids over a learned table because they "may allow the model to
+# extrapolate to sequence lengths longer than the ones encountered during training". The length task
+# makes that easy to test: the Transformer above saw sources of 2 to 14 symbols; here it reverses
+# sources of 15 to 18. The control is a learned table (`T.LearnedPositions`): it has no vector at all
+# for a position it was not built for, and in a bigger table the rows past the training lengths are
+# never reached by a gradient, so they keep their random start.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+longer = data.make_sequence_pairs(400, 15, 18, task="reverse", n_symbols=8, seed=11)
+long_scores = train.evaluate(len_models[tf_name], longer, len_vocab, len_vocab, max_len=24)
+print("exact match of section 8's Transformer (sinusoidal positions), trained on lengths 2-14:")
+print(f"  lengths 10-14 (seen in training): {train.mean_exact_match(len_scores[tf_name], 10, 14):.2f}")
+print(f"  lengths 15-18 (never seen):       {train.mean_exact_match(long_scores, 15, 18):.2f}, by length "
+      f"{ {L: round(e, 2) for L, (_, e) in sorted(long_scores.by_length.items())} }")
+try:
+    T.LearnedPositions(64, max_len=15)(torch.zeros(1, 18, 64))
+except ValueError as err:
+    print(f"a learned table of 15 positions, given 18: ValueError: {err}")
+if not GRADING:
+    claims.check("ch06: sinusoidal positions alone do not extrapolate (exact match at lengths 15-18 minus 10-14)",
+                 train.mean_exact_match(long_scores, 15, 18) - train.mean_exact_match(len_scores[tf_name], 10, 14),
+                 below=-0.5)
+
+# %% [markdown]
+# The sinusoids did not carry the model past its training lengths: over 5 seed offsets
+# (`tools/spread_ch06.py --parts extrap`) exact match was 0.89-0.97 at lengths 10-14 and 0.00-0.05 at
+# 15-18 (the mean over the four lengths): at most 0.18 at length 15, and 0 from 16 on in every seed. The table is defined at every
+# position, and a shift is the same linear map everywhere (section 3.2), but the layers were never
+# trained on the vectors of positions past 14 (past 15 in the decoder), and nothing in training made
+# them treat position 17 as position 7 moved by 10. The learned table, the control, fails one step
+# earlier: it has no vector to give. [Press et al. (2022)](https://arxiv.org/abs/2108.12409) found the
+# same for the sinusoids, and for RoPE (chapter 5), in language models, and proposed ALiBi, a penalty on
+# the attention scores that grows with the distance between query and key, which does extrapolate in
+# their experiments.
 #
 # ### The date task
 #
 # Chapter 1's first task: dates written in many human formats (`data.make_date_pairs`) to ISO
-# `YYYY-MM-DD`. The same Transformer (2 + 2 layers, $d_\text{model} = 64$) and optimizer, for 1000 steps of 64 (more than chapter 1's 300 for its GRU here: the target is a time, not a number of steps), trained on the
-# CPU. The course's target is at least 99 % exact match within 60 s of CPU training. The cell reports
-# the wall-clock time, which grows when other programs share the processor, and the processor time the
-# training itself used. The stored run reached 0.996; over 5 seeds and PyTorch's portable CPU kernel
-# the same training gave 0.964-0.998 (`tools/claim_spread.py`), so 99 % is what a typical run reaches,
-# not a guarantee, and the cell claims only above 0.93.
+# `YYYY-MM-DD`. A smaller Transformer than section 8's, with 1 encoder and 1 decoder layer,
+# $d_\text{model} = 64$, 4 heads and $d_\text{ff} = 256$, and the same optimizer, trained for 400 steps of
+# 64 on the CPU. The cell reports the wall-clock time, which grows when other programs share the
+# processor, and the processor time the training itself used. Over 5 seed offsets and PyTorch's portable
+# CPU kernel, 400 steps gave 0.91-0.96 (0.89 under the portable kernel) exact match on the 500 test dates, and 1000 steps
+# 0.964-0.998 (`tools/spread_ch06.py --parts dates`, `tools/claim_spread.py`): the course's target of
+# 99 % is within reach of a longer run, but the chapter keeps to 400 steps to stay within its time
+# budget, and its claim is set from the spread at 400 steps.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 date_train, date_test = data.split(data.make_date_pairs(10000, seed=0), 500, seed=1)
 date_src_vocab, date_tgt_vocab = data.date_vocabs()
-DATE_SIZE, DATE_STEPS, DATE_OPT = dict(d_model=64, n_heads=4, n_layers=1, d_ff=256), 1000, TF_OPT
+DATE_SIZE, DATE_STEPS, DATE_OPT = dict(d_model=64, n_heads=4, n_layers=1, d_ff=256), 400, TF_OPT
 train.set_seed(0)
 date_model = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), **DATE_SIZE)
 cpu_start = time.process_time()
@@ -995,8 +1117,8 @@ print(f"Transformer on dates: {train.count_parameters(date_model):,} parameters,
       f"{date_hist.seconds:.1f} s (wall clock; {date_cpu:.1f} s of processor time)")
 print(f"test ({len(date_test)} dates): {date_scores}")
 if not GRADING:
-    claims.check("ch06: the small Transformer learns the date task (exact match)", date_scores.exact_match,
-                 above=0.93)
+    claims.check(f"ch06: the small Transformer learns the date task in {DATE_STEPS} steps (exact match)",
+                 date_scores.exact_match, above=0.85)
 
 # %% [markdown]
 # A few of the test dates, and what the model writes for them:
@@ -1024,9 +1146,12 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
 #
 # The state is a dict whose tensors have the batch first, plus one `(self, cross)` pair of caches per
 # layer; beam search reorders the caches with the hypotheses (`decoding.index_state` calls
-# `KVCache.reorder`). Cached and uncached decoding must give the same result. (With outputs of 10
-# characters and a one-layer decoder the time saved is modest, the factor the printout shows; it grows
-# with the length of the output, as chapter 4 measured.)
+# `KVCache.reorder`). Cached and uncached decoding must give the same result. The cell times both on
+# the 500 test dates: the ratio it prints is one run's, on the machine that ran it (the printout names
+# its CPU kernel and threads), and another machine, or the same one under load, gives another. With
+# outputs of 10 characters and a one-layer decoder the saving is modest; it grows with the length of
+# the output, which `make bench` measures side by side for chapter 4's attention layer at contexts up
+# to 2048 ([benchmarks/results/latest.md](../../benchmarks/results/latest.md)).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1040,8 +1165,9 @@ for use_cache in (True, False):
 date_model.use_cache = True
 same_tokens = torch.equal(outputs[True][0], outputs[False][0])
 score_gap = (outputs[True][1] - outputs[False][1]).abs().max().item()
-print(f"greedy decoding of {len(date_test)} dates: with cache {timings[True]:.2f} s, without {timings[False]:.2f} s "
-      f"({timings[False] / timings[True]:.1f}x)")
+print(f"greedy decoding of {len(date_test)} dates, one run (CPU kernel {torch.backends.cpu.get_cpu_capability()}, "
+      f"{torch.get_num_threads()} thread(s)): with cache {timings[True]:.2f} s, without {timings[False]:.2f} s, "
+      f"ratio {timings[False] / timings[True]:.1f}")
 print(f"same tokens: {same_tokens}; largest difference of the sentence log-probabilities: {score_gap:.1e}")
 assert same_tokens and score_gap < 1e-4, 'cached greedy decoding must equal uncached decoding'
 
@@ -1065,32 +1191,65 @@ for h in hooks:
 print(f"layer 1's key projection ran {calls['self k_proj']} times for self-attention and {calls['cross k_proj']} time for cross-attention")
 
 # %% [markdown]
-# Beam search (chapter 1) runs on the same step function, caches included. Three hypotheses per
-# date, with their summed log-probabilities: the best one is far ahead of the others, which show what the
-# model considers next most likely:
+# Beam search (chapter 1) runs on the same step function, caches included: `decoding.beam_search`
+# keeps the hypotheses as rows of the batch, and when a hypothesis is dropped or copied, the rows of
+# every layer's self-attention cache follow it (`KVCache.reorder`). The cell runs beam search with 3
+# hypotheses over 10 test dates with the cache and without it, checks that both give the same
+# hypotheses with the same scores, and counts what the cache saves: how many target positions went
+# through the decoder's feed-forward network (without a cache, step $t$ runs all $t$ positions of every
+# hypothesis again; with it, only the new one), and the time, one run's ratio as above. The first three
+# dates' hypotheses are shown with their summed log-probabilities: the best one is far ahead of the
+# others, which show what the model considers next most likely.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for src, tgt in date_test[:3]:
-    b = data.make_batch([(src, tgt)], date_src_vocab, date_tgt_vocab)
-    beams = {}
-    for use_cache in (True, False):
-        date_model.use_cache = use_cache
-        beams[use_cache] = decoding.beam_search(date_model.decode_step, date_model.encode(b.src, b.src_lengths), max_len=12, beam_size=3)
-    date_model.use_cache = True
-    assert [h.tokens for h in beams[True]] == [h.tokens for h in beams[False]], 'cached beam search must equal uncached beam search'
-    print(f"{''.join(src):>30}: " + "; ".join(f"{''.join(date_tgt_vocab.decode(h.tokens[:-1]))} ({h.score:.2f})" for h in beams[True]))
-print("cached and uncached beam search give the same hypotheses")
+positions_run = {}
+
+
+def count_positions(module, inputs, output):
+    positions_run[date_model.use_cache] += inputs[0].shape[0] * inputs[0].shape[1]    # (hypotheses, positions, d)
+
+
+hook = date_model.decoder_layers[0].ff.register_forward_hook(count_positions)
+beams, beam_seconds = {}, {}
+for use_cache in (True, False):
+    date_model.use_cache = use_cache
+    positions_run[use_cache] = 0
+    start = time.perf_counter()
+    beams[use_cache] = []
+    for src, tgt in date_test[:10]:
+        b = data.make_batch([(src, tgt)], date_src_vocab, date_tgt_vocab)
+        beams[use_cache].append(decoding.beam_search(date_model.decode_step, date_model.encode(b.src, b.src_lengths),
+                                                     max_len=12, beam_size=3))
+    beam_seconds[use_cache] = time.perf_counter() - start
+date_model.use_cache = True
+hook.remove()
+same_hyps = all([h.tokens for h in c] == [h.tokens for h in u] for c, u in zip(beams[True], beams[False]))
+beam_gap = max(abs(hc.score - hu.score) for c, u in zip(beams[True], beams[False]) for hc, hu in zip(c, u))
+for (src, _), hyps in zip(date_test[:3], beams[True]):
+    print(f"{''.join(src):>30}: " + "; ".join(f"{''.join(date_tgt_vocab.decode(h.tokens[:-1]))} ({h.score:.2f})" for h in hyps))
+print(f"beam search, 10 dates: the same hypotheses with and without the cache: {same_hyps}; "
+      f"largest score difference {beam_gap:.1e}")
+print(f"target positions through the decoder's feed-forward: {positions_run[True]:,} with the cache, "
+      f"{positions_run[False]:,} without ({positions_run[False] / positions_run[True]:.1f} times as many)")
+print(f"time, one run: {beam_seconds[True]:.2f} s with the cache, {beam_seconds[False]:.2f} s without, "
+      f"ratio {beam_seconds[False] / beam_seconds[True]:.1f}")
+assert same_hyps and beam_gap < 1e-4, 'cached beam search must equal uncached beam search'
+assert positions_run[False] > 3 * positions_run[True], 'without the cache the decoder must recompute every prefix'
 
 # %% [markdown]
 # ## 10. Post-LN against Pre-LN, with and without warmup
 #
-# Section 4 claimed that Post-LN needs the warmup and Pre-LN less. The control experiment: the model
-# of section 3.4 (3 + 3 layers, $d_\text{model} = 32$, sinusoidal positions), trained for 100 steps
-# four ways. "With warmup" is the paper's schedule (warmup 30 steps, scaled to peak at $0.03$);
-# "without warmup" starts at the peak right away and then follows the same decay
+# Section 4 reported Xiong et al.'s argument: Post-LN needs the warmup, Pre-LN less. The control
+# experiment: the model of section 3.4 (3 + 3 layers, $d_\text{model} = 32$, sinusoidal positions),
+# trained for 100 steps four ways. "With warmup" is the paper's schedule (warmup 30 steps, scaled to
+# peak at $0.03$); "without warmup" starts at the peak right away and then follows the same decay
 # (`lr = schedule(max(step, warmup))`), so the two runs differ only in their first 30 steps. Everything
-# else (data, order of the batches, initial weights) is the same.
+# else (data, order of the batches, initial weights) is the same, including the clipping of the
+# gradient's norm at 1.0 that `train.train_seq2seq` applies to every run of the course (the table's
+# gradient norms are measured before clipping). One peak rate and one seed prove little, so
+# `tools/spread_ch06.py` repeated the four runs over 5 seeds at three peak rates (0.03, 0.01, 0.003):
+# the text after the cell quotes it.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1099,10 +1258,12 @@ for norm_first, ln_name in ((False, "Post-LN"), (True, "Pre-LN")):
     for sched_name in schedules:
         if (ln_name, sched_name) not in ln_runs:
             ln_runs[ln_name, sched_name] = train_small(small_transformer(norm_first=norm_first), sched_name)
-print(f"{'':22s} {'loss, steps 1-50':>17s} {'loss, last 20':>14s} {'max grad norm':>14s} {'exact match':>12s}")
+print(f"{'':22s} {'loss, steps 1-50':>17s} {'loss, last 20':>14s} {'grad norm, step 1':>18s} {'max grad norm':>14s} "
+      f"{'exact match':>12s}")
 for (ln_name, sched_name), (_, hist, sc) in ln_runs.items():
     print(f"{ln_name + ', ' + sched_name:22s} {np.mean(hist.loss[:50]):17.3f} {np.mean(hist.loss[-20:]):14.3f} "
-          f"{max(hist.grad_norm):14.2f} {sc.exact_match:12.2f}")
+          f"{hist.grad_norm[0]:18.2f} {max(hist.grad_norm):14.2f} {sc.exact_match:12.2f}")
+print("(gradient norms before clipping: every run clips the gradient's norm at 1.0, train_seq2seq's default)")
 print(f"(a model that has learned only which tokens can occur, and guesses uniformly among the 8 symbols "
       f"and <eos>, has a loss of ln 9 = {math.log(9):.3f})")
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
@@ -1122,6 +1283,8 @@ if not GRADING:
     claims.check("ch06: Post-LN without warmup does not learn at this learning rate (exact match)",
                  em["Post-LN", "no warmup"], below=0.05)
     claims.check("ch06: Post-LN with warmup learns (exact match)", em["Post-LN", "warmup"], above=0.2)
+    claims.check("ch06: at this peak rate Pre-LN without warmup does not learn either (exact match)",
+                 em["Pre-LN", "no warmup"], below=0.25)
     claims.check("ch06: without warmup Pre-LN's loss ends lower than Post-LN's (difference of final losses)",
                  final["Post-LN", "no warmup"] - final["Pre-LN", "no warmup"], above=0.3)
     for ln in ("Post-LN", "Pre-LN"):
@@ -1129,14 +1292,28 @@ if not GRADING:
                      em[ln, "warmup"] - em[ln, "no warmup"], above=0.15)
 
 # %% [markdown]
-# (Over 5 seeds and the portable CPU kernel: Post-LN without warmup reversed nothing every time;
-# with warmup it reached 0.31-0.58 exact match, and warmup raised Pre-LN's by 0.28-0.54;
-# `tools/claim_spread.py`.) Without warmup, Post-LN did not learn at all: its loss stayed at 2.19, the $\ln 9$ of a model that
-# only knows which 9 tokens can come out, and it reversed nothing. Pre-LN without warmup did learn, but
-# slowly (final loss 1.59 against 0.52 with warmup). With warmup both orders trained about equally well
-# in this short run, and the largest gradient norm of Post-LN was about twice Pre-LN's, as Xiong et al.
-# (2020) predict. One run each, one seed, 100 steps: the picture matches the paper's practice (warmup
-# for Post-LN) and the reason later models moved to Pre-LN, but it is a small experiment.
+# What the sweep over seeds and rates supports (`tools/spread_ch06.py --parts ln`, 5 seed offsets;
+# the table is in `tools/spread_ch06.md`; your run's own numbers are in the table above):
+#
+# * **at this peak rate, 0.03, warmup is needed by both orders.** Without it Post-LN reversed nothing
+#   in any seed, its loss stuck at $\ln 9$ (2.13-2.19 over the seeds), the loss of a model that only
+#   knows which 9 tokens can come out; Pre-LN failed too (exact match 0.01-0.10), although its loss did
+#   fall (1.01-1.58). With warmup, Post-LN reached 0.31-0.55 and Pre-LN 0.39-0.68. So Pre-LN fails
+#   less completely (the claim checked below: its final loss is lower), but it does not do without
+#   warmup here;
+# * **the rate matters more than the warmup.** At peaks of 0.01 and 0.003 every run learned, both
+#   orders, with or without warmup (0.47-0.86 exact match), and at 0.01 the runs without warmup did as
+#   well as those with it: in 100 steps, 30 steps at a low rate are mostly time lost;
+# * **gradient norms.** With the initial weights (step 1) Post-LN's gradient norm was only 1.16-1.24
+#   times Pre-LN's over the seeds (the table's first column of norms shows your run's pair). The gap
+#   grows during training: with warmup, Post-LN's largest norm was 4.1-7.9 against Pre-LN's 2.3-5.2.
+#   A larger maximum does not mark the failing run: in 4 of 5 seeds Post-LN without warmup had the
+#   *smaller* maximum, its norm at step 1, because its gradients died out as it collapsed onto the
+#   uniform guess. The clipping at 1.0 caps every update, and is part of why no run diverged.
+#
+# This matches the practice the paper's schedule stands for (warmup for Post-LN at a high rate), not
+# the stronger claim that Pre-LN can do without warmup: Xiong et al. measured that with deeper models
+# trained for far longer, which a 100-step run of a 3 + 3-layer model cannot test.
 #
 # ## 11. Stacking layers
 #
@@ -1196,15 +1373,15 @@ for kind in ("encoder", "cross"):
 # second layer sharpens. The encoder's self-attention is almost uniform in layer 2 and only weakly
 # structured in layer 1: reversal needs little mixing inside the source, since every output copies one
 # symbol. The entropies over 200 test sequences say the same: the rows of layer 2's cross-attention
-# have about 0.6 nats (as focused as an even spread over $e^{0.6} \approx 1.8$ symbols), layer 1's
+# have 0.45 to 0.6 nats (as focused as an even spread over $e^{0.5} \approx 1.6$ symbols), layer 1's
 # about 1.7, and the encoder's heads 1.8 to 2.0, close to the 1.98 of attention spread evenly over the
 # source.
 #
 # ### 11.2 Sharing weights across layers
 #
 # Seed 002 notes that some variants share one set of parameters across the layers of a stack (the
-# Universal Transformer, Dehghani et al. 2019; ALBERT, Lan et al. 2020): the same layer is applied $N$
-# times. Parameters drop by almost a factor $N$; the computation does not. Is the deep shared model
+# Universal Transformer, [Dehghani et al. 2019](https://arxiv.org/abs/1807.03819); ALBERT,
+# [Lan et al. 2020](https://arxiv.org/abs/1909.11942)): the same layer is applied $N$ times. Parameters drop by almost a factor $N$; the computation does not. Is the deep shared model
 # as good as the deep unshared one, and is it better than a single layer with the same parameters?
 # Three models on the task of section 10 (Post-LN, with warmup; the first one is section 10's run):
 
@@ -1218,11 +1395,26 @@ for label, (model, hist, sc) in share_runs.items():
     print(f"{label:30s} {train.count_parameters(model):7,d} parameters, loss (last 20 steps) {np.mean(hist.loss[-20:]):.3f}, {sc}")
 
 # %% [markdown]
-# In this run, sharing cost nothing: with a third of the parameters, the shared 3-layer model did at
-# least as well as the unshared one (0.47 against 0.40 exact match; one seed, so a difference this small
-# may not survive another), and clearly better than one layer with the same parameters (0.22): what helped here is
-# applying a layer three times, not having three sets of weights. Sharing saves memory, not time: the
-# shared model does exactly the computation of the unshared one, three layer applications per stack.
+# Your run's three models are printed above; one seed at 100 steps says little, so
+# `tools/spread_ch06.py --parts share` trained them over 5 seed offsets, for 100 steps and for 300:
+#
+# | exact match, 5 seeds | 3 layers, separate weights | 3 layers, one shared layer | 1 layer |
+# |---|---|---|---|
+# | 100 steps | 0.49-0.57 | 0.10-0.60 | 0.31-0.45 |
+# | 300 steps | 0.84-0.99 | 0.83-0.92 | 0.81-0.93 |
+#
+# Seed by seed on this machine's native CPU kernel, sharing **cost** accuracy at equal depth in 4 of
+# the 5 seeds, at 100 steps (by 0.05 to 0.39) and at 300 (by 0.07 to 0.17); the fifth went the other
+# way (by 0.10 and 0.08), and so did the first seed at 100 steps under the portable kernel (0.31
+# separate, 0.49 shared; at 300 steps 0.98 against 0.96). A one-run comparison at 100 steps therefore
+# says little either way. The longer runs point where Lan et al. (2020) point for ALBERT at full scale:
+# sharing all parameters across layers lowered the average score against the unshared model, most of
+# it from sharing the feed-forward layers (they accept the loss for the parameters saved, and spend
+# them on a wider model). Applying one layer three times beat applying it once in 4 of 5 seeds after 100
+# steps, but after 300 steps the single layer had caught up (differences of -0.06 to +0.05): the extra
+# applications sped up early training, they did not buy a better model here. What sharing does save is parameters: a third of them here, so the
+# memory for the weights and the optimizer's state. It saves no time: the shared model does exactly the
+# computation of the unshared one, three layer applications per stack.
 
 # %% [markdown]
 # ## 12. Questions
@@ -1249,27 +1441,31 @@ for label, (model, hist, sc) in share_runs.items():
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q2_layers-prompt", "locked": true, "schema_version": 3, "solution": false}
-# **Question 2 (2 points).** Use sections 10 and 11.2 (the stored numbers). (a) Which of the four
-# runs of section 10 failed, and what in the Post-LN architecture explains why warmup matters more for
-# it than for Pre-LN? (b) Sharing one layer across the stack cut the parameters; what did it cost or
+# **Question 2 (2 points).** Use sections 10 and 11.2: the numbers your run printed there, and the
+# spreads over seeds that the text beside them quotes. (a) Which runs of section 10 failed to learn the
+# task, and what in the Post-LN architecture makes it the more fragile of the two orders? (b) Sharing one layer across the stack cut the parameters; what did it cost or
 # not cost in accuracy here, and why does it not make the model faster?
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q2_layers", "locked": false, "points": 2, "schema_version": 3, "solution": true}
 # ### BEGIN SOLUTION
-# (a) Post-LN without warmup did not learn at all: its loss stayed at ln 9, the loss of guessing uniformly
-# among the tokens that can occur, and its exact match was 0; Post-LN with warmup and both Pre-LN runs
-# learned, Pre-LN without warmup more slowly. In Post-LN each sub-layer's output is added to the
-# residual and the sum is normalised, so every path from the output back to the embeddings goes
-# through a layer norm per sub-layer, and at initialisation the gradients of the parameters near the
-# output are large (Xiong et al. 2020; here Post-LN's largest gradient norm was twice Pre-LN's); full-size
-# Adam steps at the start push the model into a state it does not leave (here: a uniform guess). Pre-LN
-# keeps an identity path from the output to the input, so its gradients are better scaled and large early
-# steps do less harm.
-# (b) The shared model had a third of the parameters (22,540 against 65,292) and did as well as the
-# unshared one (0.47 against 0.40), and better than one layer with the same parameters
-# (0.22); with one seed, a difference as small as 0.47 against 0.40 may not survive another. It is not faster: each of the N applications does the full computation, so the cost per step and
-# per token is the same as the unshared model's; only the memory for the parameters and their optimizer
-# state shrinks.
+# (a) Post-LN without warmup did not learn at all: its loss stayed at ln 9, the loss of guessing
+# uniformly among the tokens that can occur, and its exact match was 0 (in every seed of the sweep). At
+# this high peak rate Pre-LN without warmup failed to reverse too (0.01-0.10 over the seeds), though its
+# loss fell further; both orders learned with warmup, and at lower peak rates all four learned. What
+# makes Post-LN more fragile: each sub-layer's output is added to the residual and the sum is
+# normalised, so every path from the output back to the embeddings goes through a layer norm per
+# sub-layer, and there is no identity path; Xiong et al. (2020) show that at initialisation this makes
+# the expected gradients near the output large, so that full-size Adam steps at the start can push the
+# model into a state it does not leave (here: the uniform guess). Pre-LN keeps an identity path from the
+# output to the input, so its gradients are better scaled. In this small model the gap at step 1 was
+# modest (Post-LN's gradient norm 1.16-1.24 times Pre-LN's over the seeds, with clipping at 1.0 in every
+# run); it grew during training.
+# (b) The shared model had a third of the parameters (22,540 against 65,292). Over 5 seeds it was less
+# accurate than the unshared model in 4 seeds, after 100 and after 300 steps, as ALBERT's ablation
+# found; it beat one layer with the same parameters early (100 steps, 4 of 5 seeds) but not after 300.
+# (One run's numbers, such as those printed in section 11.2, can point either way.) It is not faster:
+# each of the N applications does the full computation, so the cost per step and per token is the same
+# as the unshared model's; only the memory for the parameters and their optimizer state shrinks.
 # ### END SOLUTION
 
 # %% [markdown]
@@ -1282,7 +1478,11 @@ for label, (model, hist, sc) in share_runs.items():
 # task prefixes (T5-style); and it applies the encoder to images cut into patches (ViT). Two things
 # this chapter leaves aside: real-size training (dropout, which `T.Seq2SeqTransformer(dropout=...)`
 # supports and this chapter leaves at 0; batching by length; mixed precision),
-# and positions that generalise beyond the training lengths (the relative positions of chapter 5, RoPE).
+# and positions that generalise beyond the training lengths. Section 8 found that the sinusoids do not
+# do it on their own, and RoPE's rotations (chapter 5; [Su et al. 2021](https://arxiv.org/abs/2104.09864))
+# do not either by themselves: [Press et al. (2022)](https://arxiv.org/abs/2108.12409) measured both
+# failing beyond the training length, and proposed ALiBi, a penalty on the attention scores that grows
+# with the distance between query and key, which does extrapolate in their experiments.
 #
 # ## References
 #
@@ -1299,7 +1499,15 @@ for label, (model, hist, sc) in share_runs.items():
 #   [arXiv:1512.03385](https://arxiv.org/abs/1512.03385) (residual connections).
 # * M. Dehghani, S. Gouws, O. Vinyals, J. Uszkoreit, Ł. Kaiser, "Universal Transformers", ICLR 2019.
 #   [arXiv:1807.03819](https://arxiv.org/abs/1807.03819) and Z. Lan et al., "ALBERT", ICLR 2020.
-#   [arXiv:1909.11942](https://arxiv.org/abs/1909.11942) (sharing weights across layers).
+#   [arXiv:1909.11942](https://arxiv.org/abs/1909.11942) (sharing weights across layers; ALBERT's
+#   ablation of cross-layer sharing, §4.5, finds that sharing all parameters costs accuracy).
+# * O. Press, L. Wolf, "Using the output embedding to improve language models", EACL 2017.
+#   [arXiv:1608.05859](https://arxiv.org/abs/1608.05859) (weight tying, which Vaswani et al. §3.4 use).
+# * O. Press, N. A. Smith, M. Lewis, "Train short, test long: attention with linear biases enables input
+#   length extrapolation", ICLR 2022. [arXiv:2108.12409](https://arxiv.org/abs/2108.12409) (sinusoidal
+#   positions and RoPE do not extrapolate; ALiBi).
+# * J. Su, Y. Lu, S. Pan, A. Murtadha, B. Wen, Y. Liu, "RoFormer: enhanced transformer with rotary position
+#   embedding", 2021. [arXiv:2104.09864](https://arxiv.org/abs/2104.09864) (RoPE, chapter 5).
 # * D. Bahdanau, K. Cho, Y. Bengio, "Neural machine translation by jointly learning to align and
 #   translate", ICLR 2015. [arXiv:1409.0473](https://arxiv.org/abs/1409.0473) (chapter 2's baseline).
 # * PyTorch: [`nn.Transformer`](https://pytorch.org/docs/stable/generated/torch.nn.Transformer.html),

@@ -7,6 +7,9 @@ ones.
 
 ``HIDDEN_ONLY``: for each exercise, a wrong answer that passes the visible tests and fails the
 hidden ones.
+
+``MORE_WRONG``: more wrong answers, each of which must lose exactly its exercise's points (the
+visible tests catch them).
 """
 
 EXERCISE = "ex4_decoder_layer"
@@ -21,15 +24,9 @@ SOURCE = '''def decoder_layer_forward(layer, y, memory, memory_mask=None):
 '''
 
 HIDDEN_ONLY = {
-    # the exponent i / d_model instead of 2i / d_model: right for the first pair (i = 0) and at position 0
+    # hands the work to the course_utils reference: right values, not the learner's table
     "ex1_sinusoidal": '''def sinusoidal_table(max_len, d_model):
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    i = torch.arange(d_model // 2, dtype=torch.float64)
-    angle = pos / 10000 ** (i / d_model)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle)
-    return table.float()
+    return T.sinusoidal_encoding(max_len, d_model)
 ''',
     # the padding mask is never passed to the attention: right only when nothing is padded
     "ex2_encoder_layer": '''def encoder_layer_forward(layer, x, mask=None):
@@ -59,4 +56,29 @@ HIDDEN_ONLY = {
     "ex5_warmup": '''def warmup_lr(step, d_model, warmup):
     return d_model ** -0.5 * min(step, warmup) * warmup ** -1.5
 ''',
+}
+
+MORE_WRONG = {
+    # the frequency multiplied instead of divided: pos * 10000^(2i/d_model). Right for the first
+    # pair (i = 0) and at position 0; the visible test of the second pair catches it.
+    "frequency_multiplied": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = pos * 10000 ** (two_i / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+'''),
+    # the exponent i / d_model instead of 2i / d_model: right for the first pair (i = 0) and at
+    # position 0; the visible test of the second pair catches it.
+    "exponent_i_over_d": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    angle = pos / 10000 ** (i / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+'''),
 }

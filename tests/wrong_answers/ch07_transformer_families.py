@@ -6,6 +6,10 @@ catch it (a prefix of 2 in 5 positions), and so do the hidden ones.
 
 ``HIDDEN_ONLY``: for each exercise, a wrong answer that passes the visible tests and fails the
 hidden ones.
+
+``MORE_WRONG``: top-k/top-p filtering that writes ``-inf`` into the logits it was given (right
+values returned, the caller's tensor spoiled): it used to pass every graded test and fail only the
+chapter's probe; the visible and the hidden tests now check that the input is left unchanged.
 """
 
 EXERCISE = "ex1_prefix_mask"
@@ -57,4 +61,19 @@ HIDDEN_ONLY = {
     "ex5_vit_forward": '''def vit_forward(model, images):
     return model(images)
 ''',
+}
+
+MORE_WRONG = {
+    "filter_in_place": ("ex3_filter_logits", '''def filter_logits(logits, top_k=None, top_p=None):
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits[logits < kth] = float("-inf")
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+        probs = sorted_logits.softmax(-1)
+        remove_sorted = probs.cumsum(-1) - probs >= top_p
+        remove_sorted[..., 0] = False
+        logits[torch.zeros_like(remove_sorted).scatter_(-1, order, remove_sorted)] = float("-inf")
+    return logits
+'''),
 }
