@@ -112,3 +112,37 @@ def test_site_build_outputs_are_ignored_and_documented():
     assert "site/_build/" in ignored and "site/_vendor/" in ignored
     readme = (ROOT / "README.md").read_text()
     assert "make site" in readme and "site/_build/html" in readme and "GLOSSARY.md" in readme
+
+
+def _heading_anchors(chapter: str) -> set[str]:
+    """The anchors of a chapter's markdown headings, slugged as GitHub and MyST do: lower case,
+    every character but letters, digits, ``_``, ``-`` and spaces dropped, spaces turned into ``-``;
+    a repeated slug gets ``-1``, ``-2`` ..."""
+    source = (ROOT / "solutions" / chapter / f"{chapter}.py").read_text()
+    seen: dict[str, int] = {}
+    anchors = set()
+    for m in re.finditer(r"^# #+ (.+)$", source, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def test_glossary_links_point_to_headings_that_exist():
+    """Every ``notebooks/chNN/chNN.ipynb#anchor`` link of GLOSSARY.md and README.md names a heading
+    of that chapter (the site build fails on a broken one; this finds it without Sphinx, e.g.
+    after an exercise's points change its heading)."""
+    links = []
+    for doc in ("GLOSSARY.md", "README.md"):
+        text = (ROOT / doc).read_text()
+        links += [(doc, *m) for m in re.findall(r"notebooks/(ch\d\d_\w+)/\1\.ipynb#([^)\s]+)", text)]
+    assert len(links) > 50, f"only {len(links)} chapter links found: has the link format changed?"
+    anchors = {}
+    broken = []
+    for doc, chapter, anchor in links:
+        if chapter not in anchors:
+            anchors[chapter] = _heading_anchors(chapter)
+        if anchor not in anchors[chapter]:
+            broken.append(f"{doc}: {chapter}#{anchor}")
+    assert not broken, "links to headings that do not exist:\n" + "\n".join(broken)
