@@ -15,19 +15,20 @@ JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # process: float sums then round the same way in every run, and two test workers fill 2 cores.
 # (make lab leaves the learner's default alone.)
 THREADS ?= 1
-RUNS_CHAPTERS := execute sync test test-portable grade autograde hub-rehearsal
+RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal
 $(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
 $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool browser-tool lab lint test test-portable test-browser site site-serve grade release autograde sync execute bench clean \
+.PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-browser site site-serve grade release autograde sync execute bench clean \
 	hub-install hub-rehearsal
 
 help:
 	@echo "make lab                  open JupyterLab on the student notebooks"
 	@echo "make test                 run every test (unit, notebooks, release sync, grading)"
+	@echo "make unit                 the unit tests of course_utils only (no notebook, grader, site or benchmark)"
 	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
 	@echo "make release              regenerate notebooks/ from solutions/"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
@@ -85,6 +86,13 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+
+# The unit tests of course_utils alone, for the edit-and-test loop: every tests/test_*.py except those
+# that execute chapters, grade, start a hub or time benchmarks (make test runs them all).
+UNIT_TESTS = $(filter-out tests/test_grading% tests/test_hub_rehearsal.py tests/test_probes.py tests/test_bench.py \
+	tests/test_sources.py tests/test_sandbox_paths.py,$(wildcard tests/test_*.py))
+unit: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT_TESTS)
 
 # The notebooks once more under another of PyTorch's CPU kernels, which rounds floats the way
 # another machine does: every experiment claim must hold there too (CI runs it after make test).

@@ -8,15 +8,20 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3); multi-head / grouped-query / multi-query attention and the KV cache (chapter 4)
 - :mod:`course_utils.attention_variants` -- cross-attention from projection matrices, sliding-window attention (mask and banded) (chapter 3)
 - :mod:`course_utils.cost` -- median time per call, bytes saved for backward, operations counted
-- :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution, RoPE (chapter 5)
+- :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution (chapter 5)
+- :mod:`course_utils.positional` -- positional encodings: sinusoidal, learned, none; RoPE in both layouts (chapters 5, 6, 8)
+- :mod:`course_utils.blocks` -- the one Transformer block (config, norms, feed-forwards, caches as arguments), the stack, the token embedding
 - :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
-- :mod:`course_utils.transformer` -- positional encodings, encoder/decoder layers, the Transformer (chapter 6)
+- :mod:`course_utils.transformer` -- the encoder-decoder Transformer, two stacks of blocks; the warmup schedule (chapter 6)
 - :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
 - :mod:`course_utils.claims` -- an experiment's result stated with a bound from its spread over seeds and CPUs
 - :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)
 - :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)
+- :mod:`course_utils.llama` -- the LLaMA-style decoder and Hugging Face's Llama weights (chapter 8)
+- :mod:`course_utils.flash` -- the online softmax and tiled attention (chapter 8)
+- :mod:`course_utils.textlm` -- the standard library's source as a byte corpus, the LM training of chapter 8
 
 The instructor's grader is a separate subpackage, :mod:`course_utils.grading` (grade, release,
 autograde and execute notebooks with nbgrader, in a sandbox); no teaching module imports it.

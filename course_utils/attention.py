@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .positional import apply_rope_half
+
 __all__ = [
     "KVCache", "MultiHeadAttention", "OneHeadSelfAttention", "attention_scores", "cached_attention", "causal_mask",
     "combine_masks", "convert_to_gqa", "grouped_sdpa", "kv_cache_bytes", "masked_softmax",
@@ -183,14 +185,14 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None,
-                                 bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``softmax(q k^T / sqrt(d_k) + bias) v`` with an optional boolean mask.
+                                 attn_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(q k^T / sqrt(d_k) + attn_bias) v`` with an optional boolean mask.
 
     Args:
         q: ``(..., L_q, d_k)``; k: ``(..., L_k, d_k)``; v: ``(..., L_k, d_v)``; the leading
             dimensions (e.g. ``(batch, heads)``) broadcast.
         mask: bool, broadcastable to ``(..., L_q, L_k)``; True = may attend.
-        bias: float, broadcastable to ``(..., L_q, L_k)``, added to the scaled scores before
+        attn_bias: float, broadcastable to ``(..., L_q, L_k)``, added to the scaled scores before
             the mask (relative-position scores, for example). ``None``: no bias.
     Returns:
         ``(output (..., L_q, d_v), weights (..., L_q, L_k))``. The output equals
@@ -206,9 +208,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"k and v must have the same number of keys L_k: k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
     scores = attention_scores(q, k)
-    if bias is not None:
-        _check_bias(bias, scores)
-        scores = scores + bias
+    if attn_bias is not None:
+        _check_bias(attn_bias, scores)
+        scores = scores + attn_bias
     weights = masked_softmax(scores, mask)
     return weights @ v, weights
 
@@ -216,10 +218,10 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def _check_bias(bias, scores: torch.Tensor) -> None:
     if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
         got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
-        raise TypeError(f"bias must be a floating-point tensor added to the scores, got {got} "
+        raise TypeError(f"attn_bias must be a floating-point tensor added to the scores, got {got} "
                         "(a boolean tensor is a mask: pass it as mask=)")
     if not _broadcasts_to(bias, scores.shape):
-        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' "
+        raise ValueError(f"attn_bias of shape {tuple(bias.shape)} does not broadcast to the scores' "
                          f"shape {tuple(scores.shape)} (..., L_q, L_k)")
 
 
@@ -425,7 +427,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, rope: bool = False, rope_base: float = 10000.0):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
@@ -444,9 +446,16 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if rope and self.d_head % 2:
+            raise ValueError(f"RoPE rotates pairs of features: d_head = {self.d_head} must be even")
+        self.rope, self.rope_base = rope, rope_base
+        # the rotation RoPE uses, rotate(x (batch, heads, seq, d_head), offset, base); None is
+        # positional.apply_rope_half (chapter 8 plugs in the learner's version and the other layout)
+        self.rotate = None
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+        rope = f", rope=True, rope_base={self.rope_base:g}" if self.rope else ""
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}{rope}"
 
     def _check_input(self, t, name: str) -> None:
         if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != self.d_model:
@@ -458,7 +467,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, cache: KVCache | None = None,
                 need_weights: bool = False, causal: bool = False,
-                bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                attn_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` to itself (``context`` None) or to ``context``.
 
         Args:
@@ -470,17 +479,27 @@ class MultiHeadAttention(nn.Module):
             cache: a :class:`KVCache`. Self-attention: the new keys/values are appended and
                 the queries attend over everything cached. Cross-attention: an empty cache is
                 filled from ``context`` (and marked ``static``); a static cache is reused as it
-                is, so ``context`` may then be None.
+                is, so ``context`` may then be None. The cache is updated in place: after the
+                call it holds the new positions too, so feed each position once (a caller that
+                needs the state before the step keeps ``len(cache)`` and calls
+                :meth:`KVCache.crop`, or decodes from a :meth:`KVCache.reorder` copy).
             need_weights: also return the attention weights (uses the explicit computation;
                 otherwise PyTorch's fused kernel).
             causal: also apply :func:`causal_mask` ``(L_q, L_k)``, aligned bottom-right so that
                 the new queries are the last ``L_q`` positions of the keys' sequence.
-            bias: float, broadcastable to ``(batch, n_heads, L_q, L_k)``, added to the scaled
+            attn_bias: float, broadcastable to ``(batch, n_heads, L_q, L_k)``, added to the scaled
                 scores.
+        With ``rope=True`` (self-attention only), the queries and keys are rotated by their
+        positions after the projections (:func:`course_utils.positional.apply_rope_half`); with a
+        cache, the new positions start at ``len(cache)``, and the cache holds rotated keys.
+
         Returns:
             ``(out (batch, L_q, d_model), weights (batch, n_heads, L_q, L_k) or None)``.
         """
         self._check_input(x, "x")
+        if self.rope and (context is not None or (cache is not None and cache.static)):
+            raise ValueError("RoPE rotates queries and keys by their positions in one sequence: "
+                             "this attention (rope=True) is for self-attention, not cross-attention")
         if context is not None:
             self._check_input(context, "context")
             if context.shape[0] != x.shape[0]:
@@ -497,6 +516,10 @@ class MultiHeadAttention(nn.Module):
             source = x if context is None else context
             k = split_heads(self.k_proj(source), self.n_kv_heads)         # (B, G, L, dh)
             v = split_heads(self.v_proj(source), self.n_kv_heads)
+            if self.rope:
+                offset = 0 if cache is None else len(cache)               # positions after the cached ones
+                rotate = self.rotate or apply_rope_half
+                q, k = rotate(q, offset, self.rope_base), rotate(k, offset, self.rope_base)
             if cache is not None:
                 if context is not None:
                     if len(cache):
@@ -511,12 +534,12 @@ class MultiHeadAttention(nn.Module):
             _check_mask(mask, torch.empty(x.shape[0], self.n_heads, L_q, L_k, device="meta"))
         n_rep = self.n_heads // self.n_kv_heads
         p = self.dropout if self.training else 0.0
-        if need_weights or bias is not None:
+        if need_weights or attn_bias is not None:
             k_r, v_r = repeat_kv(k, n_rep), repeat_kv(v, n_rep)           # (B, H, L_k, dh)
             scores = attention_scores(q, k_r)
-            if bias is not None:
-                _check_bias(bias, scores)
-                scores = scores + bias
+            if attn_bias is not None:
+                _check_bias(attn_bias, scores)
+                scores = scores + attn_bias
             weights = masked_softmax(scores, mask)
             out = F.dropout(weights, p) @ v_r if p else weights @ v_r
         else:

@@ -22,6 +22,12 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "call", "CheckFailed", "encode_value",
+    "expect_close", "expect_dtype", "expect_equal", "expect_not_calling", "expect_shape", "forbid",
+    "learner_or_reference", "run_checks", "same_result"
+]
+
 
 class CheckFailed(AssertionError):
     """A check failed; the message is meant for the learner."""

@@ -25,6 +25,17 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = [
+    "CLS", "EOS", "EOS_ID", "MASK", "PAD", "PAD_ID", "SOS", "SOS_ID", "UNK", "UNK_ID",
+    "DATE_FIRST", "DATE_LAST", "DATE_SRC_CHARS", "DATE_TGT_CHARS", "DIGITS_N_TEST", "LENGTH_TASK",
+    "N_DATE_FORMATS", "SEQUENCE_TASKS", "SPECIALS", "TASK_PREFIXES", "TOY_FIRST_WORD_ID",
+    "TOY_NEGATIVE", "TOY_NOUNS", "TOY_POSITIVE", "Batch", "batches", "date_vocabs", "digits",
+    "format_date", "length_task", "make_batch", "make_date_pairs", "make_multitask_pairs",
+    "make_sequence_pairs", "make_toy_sentences", "multitask_vocab", "pad_sequences", "Pair",
+    "sequence_vocab", "shift_targets", "split", "symbols", "task_of", "toy_grammatical",
+    "toy_language_vocab", "toy_sentiment", "Vocab"
+]
+
 PAD, SOS, EOS, UNK = "<pad>", "<sos>", "<eos>", "<unk>"
 SPECIALS = (PAD, SOS, EOS, UNK)
 PAD_ID, SOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3

@@ -20,13 +20,45 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from .data import EOS_ID, PAD_ID, SOS_ID
 
+__all__ = [
+    "Decodable", "EncoderDecoder", "PromptedDecoder", "beam_search", "filter_top_k", "filter_top_p", "greedy_decode", "Hypothesis", "index_state",
+    "length_normalize", "prefill", "sample_decode", "sampling_distribution", "state_batch_size",
+    "StepFn", "tokens_to_lists"
+]
+
 StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+
+
+@runtime_checkable
+class Decodable(Protocol):
+    """A model the decoders here can run: one step, ``decode_step(prev_tokens (batch,), state) ->
+    (log_probs (batch, vocab), state)``. Every tensor of ``state`` has the batch in dimension 0, and
+    every object in it with a ``reorder(index)`` method (a KV cache) is reordered by
+    :func:`index_state`. A step may update the state's caches in place: feed a state once."""
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
+
+
+@runtime_checkable
+class EncoderDecoder(Decodable, Protocol):
+    """A seq2seq model (chapters 1, 2, 6): ``encode(src (batch, S), src_lengths (batch,)) -> state``."""
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
+
+
+@runtime_checkable
+class PromptedDecoder(Decodable, Protocol):
+    """A decoder-only model (chapters 7, 8): an empty state, and a prompt fed in one pass."""
+
+    def init_state(self, batch: int, device=None) -> Any: ...
+
+    def prefill(self, prompt: torch.Tensor, state: Any = None) -> Any: ...
 
 
 def index_state(state: Any, index: torch.Tensor) -> Any:

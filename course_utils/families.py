@@ -10,9 +10,9 @@ an encoder-only model over image patches, is :mod:`course_utils.vit`.)
 * Masked language modelling (Devlin et al., 2019): :func:`mlm_corrupt` picks 15 % of the tokens
   and replaces 80 % of those by ``[MASK]``, 10 % by a random token and leaves 10 % as they are;
   :func:`mlm_loss` scores only the picked positions.
-* :class:`EncoderOnly`: token and learned position embeddings, a stack of
-  :class:`~course_utils.transformer.EncoderLayer`, an MLM head and an optional classification
-  head on the first token (``[CLS]``).
+* :class:`EncoderOnly`: token and learned position embeddings
+  (:class:`~course_utils.blocks.TokenEmbedding`), a :class:`~course_utils.blocks.TransformerStack`,
+  an MLM head and an optional classification head on the first token (``[CLS]``).
 * :class:`DecoderOnlyLM`: the same stack with a causal mask, a language-model head, a parallel
   :meth:`~DecoderOnlyLM.prefill` of a prompt and a cached
   :meth:`~DecoderOnlyLM.decode_step` that follows the protocol of :mod:`course_utils.decoding`;
@@ -20,25 +20,22 @@ an encoder-only model over image patches, is :mod:`course_utils.vit`.)
   prompt -> completion (a seq2seq decoder is a conditional language model).
 
 A decoder-only block *is* an encoder block under a causal mask (there is no cross-attention to
-feed), so both models use :class:`~course_utils.transformer.EncoderLayer` unchanged. Shapes:
+feed), so both models use the same :class:`~course_utils.blocks.TransformerBlock`; only the mask
+differs, and the decoder passes its key/value caches to the stack. Shapes:
 tokens ``(batch, L)``, states ``(batch, L, d_model)``, masks ``(L_q, L_k)`` or
 ``(batch, 1, L_q, L_k)``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Iterator
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, causal_mask, combine_masks
+from .attention import causal_mask, combine_masks
+from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
 from .decoding import greedy_decode
-from .transformer import EncoderLayer, LearnedPositions
 
 __all__ = [
     "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
@@ -147,59 +144,6 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 # --- the models -----------------------------------------------------------------------------
 
-class _TokenStack(nn.Module):
-    """Token embedding (scaled by sqrt(d_model)), learned positions, a stack of
-    :class:`EncoderLayer` and a final LayerNorm (Pre-LN needs it), shared by both families."""
-
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, d_ff: int | None,
-                 dropout: float, norm_first: bool, max_len: int, pad_id: int):
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
-        self.positions = LearnedPositions(d_model, max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-                                    for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-
-    def embed_tokens(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """``(batch, L)`` ids at positions ``offset ..`` -> ``(batch, L, d_model)``."""
-        return self.dropout(self.positions(self.embed(tokens) * math.sqrt(self.d_model), offset))
-
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None, caches: list[KVCache] | None = None,
-            need_weights: bool = False) -> tuple[torch.Tensor, list]:
-        """The layers and the final norm on ``x (batch, L, d_model)``; returns ``(states, weights per layer)``."""
-        weights = []
-        for i, layer in enumerate(self.layers):
-            with _attending_with_cache(layer, None if caches is None else caches[i]):
-                x, w = layer(x, mask=mask, need_weights=need_weights)
-            weights.append(w)
-        return self.norm(x), weights
-
-
-@contextlib.contextmanager
-def _attending_with_cache(layer: EncoderLayer, cache: KVCache | None) -> Iterator[None]:
-    """Run chapter 6's ``layer`` unchanged, but let its self-attention read and extend ``cache``
-    (``MultiHeadAttention`` accepts ``cache=``; ``EncoderLayer.forward`` does not pass one on, so it
-    is added to the attention's keyword arguments for the duration of the call)."""
-    if cache is None:
-        yield
-        return
-
-    def add_cache(module, args, kwargs):
-        return args, {**kwargs, "cache": cache}
-
-    handle = layer.self_attn.register_forward_pre_hook(add_cache, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 class EncoderOnly(nn.Module):
     """A BERT-style encoder: bidirectional self-attention over the whole (unpadded) sequence.
 
@@ -209,28 +153,37 @@ class EncoderOnly(nn.Module):
         n_classes: adds ``classifier``, a linear head on the first token's final state (put a
             ``[CLS]`` token there); ``None``: no classification head.
 
-    Sub-modules: ``stack`` (embeddings, ``stack.layers``, ``stack.norm``), ``mlm_head``
-    (``nn.Linear(d_model, vocab_size)``) and ``classifier``.
+    Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`, learned positions),
+    ``stack`` (:class:`~course_utils.blocks.TransformerStack`: ``stack.layers``, ``stack.norm``),
+    ``mlm_head`` (``nn.Linear(d_model, vocab_size)``) and ``classifier``.
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
                  pad_id: int = PAD_ID, n_classes: int | None = None):
         super().__init__()
-        self.stack = _TokenStack(vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id)
+        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding.build(vocab_size, d_model, "learned", max_len, dropout=dropout)
+        self.stack = TransformerStack(cfg, n_layers)
         self.mlm_head = nn.Linear(d_model, vocab_size)
         self.classifier = nn.Linear(d_model, n_classes) if n_classes is not None else None
 
-    def encode(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+    def _encode(self, tokens: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
+        keys = (tokens != self.pad_id)[:, None, None, :]                         # (batch, 1, 1, L)
+        x, weights, _ = self.stack(self.embed(tokens), mask=combine_masks(keys, mask), need_weights=need_weights)
+        return x, weights
+
+    def encode(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``tokens (batch, L)`` -> states ``(batch, L, d_model)``.
 
         ``mask`` (default :func:`bidirectional_mask`) is combined with the padding of ``tokens``
-        (no query attends to a ``pad_id`` key). With ``need_weights`` returns ``(states, weights)``.
-        """
-        keys = (tokens != self.stack.pad_id)[:, None, None, :]                   # (batch, 1, 1, L)
-        x, weights = self.stack.run(self.stack.embed_tokens(tokens), combine_masks(keys, mask),
-                                    need_weights=need_weights)
-        return (x, weights) if need_weights else x
+        (no query attends to a ``pad_id`` key)."""
+        return self._encode(tokens, mask, need_weights=False)[0]
+
+    def encode_with_weights(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, list]:
+        """As :meth:`encode`, and the attention weights: ``(states, [(batch, heads, L, L) per layer])``."""
+        return self._encode(tokens, mask, need_weights=True)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """MLM logits ``(batch, L, vocab_size)``."""
@@ -262,14 +215,25 @@ class DecoderOnlyLM(nn.Module):
                  d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
                  pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True):
         super().__init__()
-        self.stack = _TokenStack(vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id)
+        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding.build(vocab_size, d_model, "learned", max_len, dropout=dropout)
+        self.stack = TransformerStack(cfg, n_layers)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
         if tie_weights:
-            self.lm_head.weight = self.stack.embed.weight
+            self.lm_head.weight = self.embed.table.weight
         self.use_cache = use_cache
 
-    def forward(self, tokens: torch.Tensor, need_weights: bool = False,
-                prefix_len: int | torch.Tensor | None = None):
+    def _teacher_forced(self, tokens, prefix_len, need_weights: bool):
+        T = tokens.shape[1]
+        keys = (tokens != self.pad_id)[:, None, None, :]                         # (batch, 1, 1, T)
+        pattern = causal_mask(T, device=tokens.device) if prefix_len is None else \
+            prefix_lm_mask(T, prefix_len, device=tokens.device)
+        mask = combine_masks(keys, pattern)                                      # (batch, 1, T, T)
+        x, weights, _ = self.stack(self.embed(tokens), mask=mask, need_weights=need_weights)
+        return self.lm_head(x), weights
+
+    def forward(self, tokens: torch.Tensor, prefix_len: int | torch.Tensor | None = None) -> torch.Tensor:
         """Teacher forcing: ``tokens (batch, T)`` -> logits ``(batch, T, vocab)``, position t
         predicting token t + 1. Padding keys are masked (pad at the end of a sequence).
 
@@ -277,21 +241,18 @@ class DecoderOnlyLM(nn.Module):
         the first ``prefix_len`` positions attend to each other bidirectionally, the rest causally
         (:func:`prefix_lm_mask`); ``None`` (default) is the causal mask. Train a prefix LM only on
         targets after the prefix: a prefix position sees the tokens it would predict."""
-        T = tokens.shape[1]
-        keys = (tokens != self.stack.pad_id)[:, None, None, :]                   # (batch, 1, 1, T)
-        pattern = causal_mask(T, device=tokens.device) if prefix_len is None else \
-            prefix_lm_mask(T, prefix_len, device=tokens.device)
-        mask = combine_masks(keys, pattern)                                      # (batch, 1, T, T)
-        x, weights = self.stack.run(self.stack.embed_tokens(tokens), mask, need_weights=need_weights)
-        logits = self.lm_head(x)
-        return (logits, weights) if need_weights else logits
+        return self._teacher_forced(tokens, prefix_len, need_weights=False)[0]
+
+    def forward_with_weights(self, tokens: torch.Tensor, prefix_len: int | torch.Tensor | None = None):
+        """As :meth:`forward`, and the attention weights: ``(logits, [(batch, heads, T, T) per layer])``."""
+        return self._teacher_forced(tokens, prefix_len, need_weights=True)
 
     def init_state(self, batch: int, device=None) -> dict:
         """An empty decoding state: ``tokens (batch, 0)`` and, with ``use_cache``, an empty
         :class:`~course_utils.attention.KVCache` per layer."""
         state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device), "prefix_len": 0}
         if self.use_cache:
-            state["caches"] = [KVCache() for _ in self.stack.layers]
+            state["caches"] = self.stack.new_caches()
         return state
 
     def _run_new(self, new: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
@@ -304,11 +265,11 @@ class DecoderOnlyLM(nn.Module):
             mask = causal_mask(T_new, t0 + T_new, device=new.device)   # new queries are the last positions
             if prefix:   # a prefix LM's prefix was fed as the first chunk: its keys are seen by every query
                 mask = mask | (torch.arange(t0 + T_new, device=new.device) < prefix)[None, :]
-            x, _ = self.stack.run(self.stack.embed_tokens(new, offset=t0), mask, caches=state["caches"])
+            x = self.stack(self.embed(new, offset=t0), mask=mask, caches=state["caches"]).x
             logits = self.lm_head(x)
         else:   # everything fed while decoding is a real token (even an id equal to pad_id): no padding mask
             T = tokens.shape[1]
-            x, _ = self.stack.run(self.stack.embed_tokens(tokens), prefix_lm_mask(T, prefix, device=tokens.device))
+            x = self.stack(self.embed(tokens), mask=prefix_lm_mask(T, prefix, device=tokens.device)).x
             logits = self.lm_head(x[:, -new.shape[1]:])
         return logits, {**state, "tokens": tokens}
 

@@ -13,11 +13,14 @@ What LLaMA-style decoders (Touvron et al. 2023) change in chapter 7's GPT-style 
 * **Grouped-query attention** with the :class:`~course_utils.attention.KVCache` of chapter 4 (the
   cache holds the rotated, un-repeated key heads), pre-norm residual blocks, no biases anywhere.
 
-Two layouts of RoPE exist. The paper and Meta's code rotate the *interleaved* pairs ``(2i, 2i+1)``
-(:func:`course_utils.relpos.apply_rope`); Hugging Face's Llama rotates the *split halves* ``(i, i +
-d/2)`` (:func:`apply_rope_half`). They are one rotation on permuted features:
-:func:`interleaved_to_half` is the permutation, and Hugging Face's conversion script applies it to the
-rows of each head of ``W_q`` and ``W_k``.
+Every part lives where its idea does: RMSNorm, SwiGLU, the block and the stack in
+:mod:`course_utils.blocks`; RoPE in :mod:`course_utils.positional`, applied by chapter 4's
+:class:`~course_utils.attention.MultiHeadAttention` (``rope=True``). Two layouts of RoPE exist. The
+paper and Meta's code rotate the *interleaved* pairs ``(2i, 2i+1)``
+(:func:`course_utils.positional.apply_rope`); Hugging Face's Llama rotates the *split halves* ``(i, i
++ d/2)`` (:func:`course_utils.positional.apply_rope_half`). They are one rotation on permuted
+features: :func:`course_utils.positional.interleaved_to_half` is the permutation, and Hugging Face's
+conversion script applies it to the rows of each head of ``W_q`` and ``W_k``.
 
 :class:`ModernDecoder` follows the decoding protocol of :mod:`course_utils.decoding` (``init_state``,
 ``prefill``, ``decode_step``); :func:`load_hf_llama` copies the weights of a ``transformers``
@@ -32,139 +35,17 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from course_utils.attention import (
-    KVCache,
-    MultiHeadAttention,
-    causal_mask,
-    grouped_sdpa,
-    merge_heads,
-    split_heads,
-)
-from course_utils.transformer import FeedForward, LearnedPositions, SinusoidalPositions
+from course_utils.attention import KVCache
+from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack, swiglu_hidden
 
-__all__ = [
-    "DecoderBlock", "DecoderConfig", "ModernDecoder", "RMSNorm", "RotaryAttention", "SwiGLU",
-    "apply_rope_half", "config_from_hf", "greedy_generate", "interleaved_to_half", "load_hf_llama",
-    "rms_norm", "rope_cos_sin", "rotate_half", "swiglu_hidden",
-]
+__all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
+           "load_hf_llama"]
 
 NORMS = ("rms", "layer")
 FFNS = ("swiglu", "relu")
 POSITIONS = ("rope", "learned", "sinusoidal", "none")
-
-
-# --- RMSNorm ---------------------------------------------------------------------------------
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last axis ``(..., d)``.
-
-    Computed in float32 at least (as Hugging Face's ``LlamaRMSNorm``), returned in ``x``'s dtype.
-    """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"rms_norm expects a floating-point tensor, got {type(x).__name__}")
-    h = x.to(torch.promote_types(x.dtype, torch.float32))
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    h = h.to(x.dtype)
-    return h if weight is None else weight * h
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square normalisation with a learned gain ``weight (d,)`` (initialised to 1)."""
-
-    def __init__(self, d: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
-
-
-# --- SwiGLU ----------------------------------------------------------------------------------
-
-def swiglu_hidden(d_model: int, multiple_of: int = 8) -> int:
-    """LLaMA's hidden size: ``2/3 * 4 * d_model`` rounded up to a multiple of ``multiple_of``
-    (three matrices of that width hold as many weights as two of width ``4 * d_model``)."""
-    h = int(2 * 4 * d_model / 3)
-    return multiple_of * ((h + multiple_of - 1) // multiple_of)
-
-
-class SwiGLU(nn.Module):
-    """Gated feed-forward ``down(silu(gate(x)) * up(x))`` (Shazeer 2020), no biases: ``(..., d_model)``."""
-
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-# --- RoPE, split-halves layout ---------------------------------------------------------------
-
-def rope_cos_sin(positions: torch.Tensor, d_head: int, base: float = 10000.0,
-                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` of shape ``(seq, d_head)`` for the split-halves layout.
-
-    Frequency ``theta_i = base ** (-2i / d_head)`` for ``i < d_head / 2``, repeated for both halves
-    (``torch.cat([freqs, freqs])``, as Hugging Face's ``LlamaRotaryEmbedding``).
-    """
-    if d_head % 2:
-        raise ValueError(f"RoPE needs an even head size, got d_head={d_head}")
-    positions = torch.as_tensor(positions)
-    if positions.dim() != 1:
-        raise ValueError(f"positions must have shape (seq,), got {tuple(positions.shape)}")
-    # float32 as Hugging Face computes it; float64 angles for float64 inputs (exact at large positions)
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.int64, device=positions.device)
-                               .to(work) / d_head))                                # (d/2,)
-    angle = positions.to(work)[:, None] * inv_freq[None, :]                         # (seq, d/2)
-    angle = torch.cat([angle, angle], dim=-1)                                       # (seq, d)
-    return angle.cos().to(dtype), angle.sin().to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[x1, x2] -> [-x2, x1]`` on the two halves of the last axis."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
-def apply_rope_half(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
-    """Rotate ``x (batch, heads, seq, d_head)`` by positions ``offset .. offset + seq - 1``,
-    pairing feature ``i`` with ``i + d_head/2`` (Hugging Face's layout).
-
-    ``offset`` is the number of positions already in the KV cache: a token decoded after a cache of
-    ``T`` positions sits at position ``T``, not 0.
-    """
-    if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] % 2:
-        raise ValueError(f"x must be a (..., seq, d_head) tensor with an even d_head, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be an int >= 0 (the cache length), got {offset!r}")
-    pos = torch.arange(offset, offset + x.shape[-2], device=x.device)
-    cos, sin = rope_cos_sin(pos, x.shape[-1], base, dtype=x.dtype)
-    return x * cos + rotate_half(x) * sin
-
-
-def interleaved_to_half(d_head: int) -> torch.Tensor:
-    """The permutation ``p`` (a ``(d_head,)`` index) with
-    ``apply_rope_half(x[..., p]) == relpos.apply_rope(x)[..., p]``:
-    ``p = [0, 2, 4, ..., d-2, 1, 3, ..., d-1]`` moves the interleaved pair ``(2i, 2i+1)`` to
-    ``(i, i + d/2)``. Applied to the rows of each head of ``W_q`` and ``W_k``, it turns a model
-    trained with one layout into the same model in the other (scores unchanged: a permutation of
-    the features of both ``q`` and ``k`` leaves ``q . k`` as it is).
-    """
-    if d_head % 2 or d_head < 2:
-        raise ValueError(f"d_head must be even and >= 2, got {d_head}")
-    return torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -200,62 +81,21 @@ class DecoderConfig:
             self.d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
 
 
-class RotaryAttention(MultiHeadAttention):
-    """Chapter 4's :class:`~course_utils.attention.MultiHeadAttention` (GQA, ``KVCache``) with RoPE
-    applied to the queries and keys after the projections, at positions offset by the cache length.
-    Causal self-attention only. ``rope=False``: no rotation (for the ablations with absolute positions).
-
-    ``rotate`` is the rotation used, ``rotate(x (batch, heads, seq, d_head), offset, base)``:
-    :func:`apply_rope_half` unless set otherwise (chapter 8 plugs in the learner's version and the
-    interleaved layout to compare them).
-    """
-
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, bias: bool = False,
-                 rope: bool = True, rope_base: float = 10000.0):
-        super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
-        self.rope, self.rope_base = rope, rope_base
-        self.rotate = None
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """``x (batch, L_new, d_model)`` -> ``(batch, L_new, d_model)``; with a cache, the new
-        positions follow the ``len(cache)`` cached ones (their keys are appended, rotated)."""
-        self._check_input(x, "x")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-        offset = 0 if cache is None else len(cache)
-        q = split_heads(self.q_proj(x), self.n_heads)          # (B, H, L, dh)
-        k = split_heads(self.k_proj(x), self.n_kv_heads)       # (B, G, L, dh)
-        v = split_heads(self.v_proj(x), self.n_kv_heads)       # (B, G, L, dh)
-        if self.rope:
-            rotate = self.rotate or apply_rope_half
-            q = rotate(q, offset, self.rope_base)
-            k = rotate(k, offset, self.rope_base)
-        if cache is not None:
-            k, v = cache.append(k, v)                         # (B, G, offset + L, dh)
-        mask = causal_mask(q.shape[2], k.shape[2], device=x.device)   # bottom-right aligned
-        out = grouped_sdpa(q, k, v, mask)                     # (B, H, L, dh)
-        return self.out_proj(merge_heads(out))
-
-
-class DecoderBlock(nn.Module):
-    """Pre-norm block: ``h = x + attn(norm1(x)); out = h + ffn(norm2(h))``."""
-
-    def __init__(self, cfg: DecoderConfig):
-        super().__init__()
-        norm = (lambda: RMSNorm(cfg.d_model, cfg.eps)) if cfg.norm == "rms" else \
-            (lambda: nn.LayerNorm(cfg.d_model, eps=cfg.eps))
-        self.norm1, self.norm2 = norm(), norm()
-        self.attn = RotaryAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=False,
-                                    rope=cfg.positions == "rope", rope_base=cfg.rope_base)
-        self.ffn = SwiGLU(cfg.d_model, cfg.d_ff) if cfg.ffn == "swiglu" else FeedForward(cfg.d_model, cfg.d_ff)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        h = x + self.attn(self.norm1(x), cache)
-        return h + self.ffn(self.norm2(h))
+    def block_config(self) -> BlockConfig:
+        """The :class:`~course_utils.blocks.BlockConfig` of every block: pre-norm, no attention biases,
+        RoPE in self-attention when ``positions == "rope"``."""
+        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, n_kv_heads=self.n_kv_heads,
+                           norm_first=True, norm=self.norm, ffn=self.ffn, attention_bias=False,
+                           rope=self.positions == "rope", rope_base=self.rope_base, eps=self.eps)
 
 
 class ModernDecoder(nn.Module):
     """A LLaMA-style decoder-only language model: ``(batch, T)`` token ids -> ``(batch, T, vocab)``.
+
+    A composition of the course's parts: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`,
+    unscaled, ``N(0, 0.02^2)``; positions added only for the ``"learned"``/``"sinusoidal"``
+    ablations), ``stack`` (:class:`~course_utils.blocks.TransformerStack` of pre-norm blocks with
+    RMSNorm, SwiGLU, RoPE and GQA, and the final norm) and ``lm_head`` (no bias).
 
     Decoding protocol (:mod:`course_utils.decoding`)::
 
@@ -266,19 +106,17 @@ class ModernDecoder(nn.Module):
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        nn.init.normal_(self.embed.weight, std=0.02)
-        if cfg.positions == "learned":
-            self.pos = LearnedPositions(cfg.d_model, cfg.max_len)
-        elif cfg.positions == "sinusoidal":
-            self.pos = SinusoidalPositions(cfg.d_model, cfg.max_len)
-        else:
-            self.pos = None
-        self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.eps) if cfg.norm == "rms" else nn.LayerNorm(cfg.d_model, eps=cfg.eps)
+        self.embed = TokenEmbedding.build(cfg.vocab_size, cfg.d_model, cfg.positions, cfg.max_len,
+                                          init_std=0.02, scale=False)
+        self.stack = TransformerStack(cfg.block_config(), cfg.n_layers, final_norm=True)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
+            self.lm_head.weight = self.embed.table.weight
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The blocks, ``stack.layers``."""
+        return self.stack.layers
 
     def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """``tokens (batch, T)`` -> logits ``(batch, T, vocab)``; with ``caches`` (one
@@ -286,19 +124,13 @@ class ModernDecoder(nn.Module):
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be a (batch, T) tensor of int64 ids, got "
                              f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}")
-        if caches is not None and len(caches) != len(self.layers):
-            raise ValueError(f"one KVCache per layer: {len(self.layers)} layers, {len(caches)} caches")
         offset = 0 if not caches else len(caches[0])
-        x = self.embed(tokens)                                  # (B, T, d_model)
-        if self.pos is not None:
-            x = self.pos(x, offset)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, None if caches is None else caches[i])
-        return self.lm_head(self.norm(x))
+        x = self.stack(self.embed(tokens, offset), caches=caches, causal=True).x
+        return self.lm_head(x)
 
     def init_state(self, batch: int, device=None) -> dict:
         """An empty decoding state: the batch size and an empty KVCache per layer."""
-        return {"batch": torch.zeros(batch, 0, device=device), "caches": [KVCache() for _ in self.layers]}
+        return {"batch": torch.zeros(batch, 0, device=device), "caches": self.stack.new_caches()}
 
     @torch.no_grad()
     def prefill(self, prompt: torch.Tensor, state: dict | None = None) -> dict:
@@ -322,7 +154,7 @@ def greedy_generate(model: ModernDecoder, prompt: torch.Tensor, max_new_tokens: 
     is prefilled in one pass; each new token then costs one cached step."""
     if prompt.dim() != 2 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must be (batch, P) with P >= 1, got {tuple(prompt.shape)}")
-    caches = [KVCache() for _ in model.layers]
+    caches = model.stack.new_caches()
     logits = model(prompt, caches)[:, -1]
     out = [prompt]
     for i in range(max_new_tokens):
@@ -358,27 +190,28 @@ def config_from_hf(hf_config) -> DecoderConfig:
 
 
 HF_NAMES = {
-    "self_attn.q_proj": "attn.q_proj", "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj",
-    "self_attn.o_proj": "attn.out_proj", "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj",
-    "mlp.down_proj": "ffn.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2",
+    "self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+    "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+    "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+    "input_layernorm": "norm1", "post_attention_layernorm": "norm2",
 }
 
 
 def hf_key_to_ours(key: str) -> str:
-    """``model.layers.3.self_attn.o_proj.weight`` -> ``layers.3.attn.out_proj.weight``, etc."""
+    """``model.layers.3.self_attn.o_proj.weight`` -> ``stack.layers.3.self_attn.out_proj.weight``, etc."""
     if key == "lm_head.weight":
         return key
     if key == "model.embed_tokens.weight":
-        return "embed.weight"
+        return "embed.table.weight"
     if key == "model.norm.weight":
-        return "norm.weight"
+        return "stack.norm.weight"
     parts = key.split(".")
     if len(parts) == 6 and parts[:2] == ["model", "layers"]:
         inner = ".".join(parts[3:5])
         if inner in HF_NAMES:
-            return f"layers.{parts[2]}.{HF_NAMES[inner]}.{parts[5]}"
+            return f"stack.layers.{parts[2]}.{HF_NAMES[inner]}.{parts[5]}"
     if len(parts) == 5 and parts[:2] == ["model", "layers"] and parts[3] in HF_NAMES:
-        return f"layers.{parts[2]}.{HF_NAMES[parts[3]]}.{parts[4]}"
+        return f"stack.layers.{parts[2]}.{HF_NAMES[parts[3]]}.{parts[4]}"
     raise KeyError(f"no counterpart for Hugging Face's {key!r}")
 
 
@@ -400,7 +233,7 @@ def load_hf_llama(model: ModernDecoder, hf_state_dict: dict) -> ModernDecoder:
             raise ValueError(f"{key}: shape {tuple(value.shape)}, the course's {name} has {tuple(ours[name].shape)}")
         mapped[name] = value
     if model.cfg.tie_embeddings:
-        mapped.setdefault("lm_head.weight", mapped.get("embed.weight"))
+        mapped.setdefault("lm_head.weight", mapped.get("embed.table.weight"))
     missing = sorted(set(ours) - set(mapped))
     if missing:
         raise KeyError(f"the Hugging Face state dict does not fill {missing}")

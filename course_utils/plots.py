@@ -12,6 +12,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+__all__ = [
+    "draw_attention_decoder_steps", "draw_encoder_decoder", "draw_kv_cache", "draw_qkv_roles",
+    "draw_split_merge_heads", "plot_accuracy_by_length", "plot_attention", "plot_loglog",
+    "plot_loss"
+]
+
 
 def _axes(ax):
     return ax if ax is not None else plt.subplots(figsize=(6, 3.5))[1]

@@ -1,4 +1,6 @@
-"""Relative positions, the quadratic encoding, attention as convolution, and rotary embeddings.
+"""Relative positions, the quadratic encoding and attention as convolution (chapter 5).
+
+(Rotary embeddings, RoPE, are in :mod:`course_utils.positional` with the other positional encodings.)
 
 Chapter 5 of the course. A query at grid position ``q`` and a key at ``k`` are related by
 the offset ``delta = k - q`` (key minus query). The quadratic encoding of Cordonnier, Loukas
@@ -26,7 +28,7 @@ import torch
 from course_utils import attention
 
 __all__ = [
-    "apply_rope", "conv_as_attention", "conv_as_multihead", "grid_positions", "kernel_centers", "kernel_to_heads",
+    "conv_as_attention", "conv_as_multihead", "grid_positions", "kernel_centers", "kernel_to_heads",
     "positional_attention", "quadratic_encoding", "quadratic_query", "quadratic_scores",
     "relative_offsets",
 ]
@@ -153,7 +155,7 @@ def positional_attention(x_keys: torch.Tensor, bias: torch.Tensor, w_val: torch.
     Each head ``h`` averages the values ``x_keys @ w_val[h]`` with ``softmax(bias[h])``; the
     heads are concatenated (chapter 4's ``merge_heads``) and multiplied by ``w_out``. Queries
     and keys are zero (the content score ``q . k`` vanishes), so the scores are the bias alone:
-    chapter 4's ``scaled_dot_product_attention`` with its additive ``bias``.
+    :func:`course_utils.attention.scaled_dot_product_attention` with its additive ``attn_bias``.
 
     Args:
         x_keys: ``(batch, L_k, C_in)`` the key (and value) tokens.
@@ -175,7 +177,7 @@ def positional_attention(x_keys: torch.Tensor, bias: torch.Tensor, w_val: torch.
     values = torch.einsum("blc,hcd->bhld", x_keys, w_val)          # (batch, heads, L_k, D_h)
     q = x_keys.new_zeros(1, heads, bias.shape[1], 1)               # W_qry = W_key = 0
     k = x_keys.new_zeros(1, heads, l_k, 1)
-    heads_out, weights = attention.scaled_dot_product_attention(q, k, values, bias=bias)
+    heads_out, weights = attention.scaled_dot_product_attention(q, k, values, attn_bias=bias)
     return attention.merge_heads(heads_out) @ w_out, weights[0]    # (batch, L_q, D_out), (heads, L_q, L_k)
 
 
@@ -256,39 +258,6 @@ def conv_as_multihead(image: torch.Tensor, weight: torch.Tensor, alpha: float) -
     centers = kernel_centers(k, image.device).to(image.dtype)
     bias = quadratic_scores(relative_offsets(h + 2 * p, w + 2 * p, image.device), centers, alpha)
     with torch.no_grad():
-        out, _ = mha(tokens, bias=bias[None])                            # (batch, L, d_model)
+        out, _ = mha(tokens, attn_bias=bias[None])                            # (batch, L, d_model)
     out = out[..., :c_out].reshape(b, h + 2 * p, w + 2 * p, c_out)[:, p:p + h, p:p + w]
     return out.permute(0, 3, 1, 2)
-
-
-def apply_rope(x: torch.Tensor, positions, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding (Su et al., RoFormer): rotate pairs of features by angles.
-
-    Features ``(2i, 2i+1)`` of the vector at position ``m`` are rotated by the angle
-    ``m * theta_i`` with ``theta_i = base ** (-2i / d)``. Because a rotation by ``a`` followed
-    by the transpose of a rotation by ``b`` is a rotation by ``a - b``, the dot product of a
-    rotated query (position ``m``) and key (position ``n``) depends only on ``m - n``.
-    (Hugging Face's Llama pairs feature ``i`` with ``i + d/2`` instead: the same rotation on
-    permuted features.)
-
-    Args:
-        x: ``(..., seq, d)`` with even ``d``.
-        positions: ``(seq,)`` positions (ints or floats) of the ``seq`` vectors.
-    Returns:
-        A tensor of ``x``'s shape and dtype.
-    """
-    if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] % 2:
-        raise ValueError(f"x must be a (..., seq, d) tensor with an even d, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    positions = torch.as_tensor(positions, device=x.device)
-    if positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
-        raise ValueError(f"positions must have shape (seq,) = ({x.shape[-2]},), got {tuple(positions.shape)}")
-    d = x.shape[-1]
-    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-    theta = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d)     # (d/2,)
-    angle = positions.to(torch.float64)[:, None] * theta[None, :]                          # (seq, d/2)
-    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return out.flatten(-2)
-

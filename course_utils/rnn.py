@@ -20,6 +20,10 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .data import PAD_ID
 
+__all__ = [
+    "Decoder", "Encoder", "gru_step", "lstm_forward", "lstm_step", "rnn_forward", "Seq2Seq"
+]
+
 
 def rnn_forward(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor,
                 b_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

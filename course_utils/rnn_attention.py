@@ -385,10 +385,14 @@ class AttentionSeq2Seq(nn.Module):
         return torch.log_softmax(logits, dim=-1), state
 
     # -- teacher forcing -----------------------------------------------------------------
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                return_attention: bool = False):
-        """Teacher-forced logits ``(B, T, tgt_vocab)``; with ``return_attention`` also the
-        weights ``(B, T, S)`` (row t: where the decoder looked while writing output t)."""
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits ``(B, T, tgt_vocab)``."""
+        return self.forward_with_weights(src, src_lengths, tgt_in)[0]
+
+    def forward_with_weights(self, src: torch.Tensor, src_lengths: torch.Tensor,
+                             tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits ``(B, T, tgt_vocab)`` and the attention weights ``(B, T, S)``
+        (row t: where the decoder looked while writing output t)."""
         state = self.encode(src, src_lengths)
         if self.score != "additive" and not self.input_feeding:
             # Luong without input feeding: the GRU does not depend on the attention, so all
@@ -418,7 +422,7 @@ class AttentionSeq2Seq(nn.Module):
                 all_logits.append(lg)
                 all_weights.append(state["weights"])
             logits, weights = torch.stack(all_logits, 1), torch.stack(all_weights, 1)
-        return (logits, weights) if return_attention else logits
+        return logits, weights
 
 
 @torch.no_grad()

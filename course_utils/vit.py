@@ -2,8 +2,8 @@
 
 * :func:`patchify` cuts ``(batch, C, H, W)`` images into flattened ``patch x patch`` squares;
 * :class:`ViT`: a linear patch embedding, a learned class token, learned position embeddings,
-  a stack of chapter 6's :class:`~course_utils.transformer.EncoderLayer` (Pre-LN, as in the
-  paper) and a linear classification head on the class token's final state;
+  the course's :class:`~course_utils.blocks.TransformerStack` (Pre-LN, as in the paper) and a
+  linear classification head on the class token's final state;
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through all layers, and
   :func:`class_token_map` lays the class token's row out on the patch grid for drawing;
 * :func:`train_classifier` and :func:`accuracy`, a plain minibatch loop for image classifiers
@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import EncoderLayer, LearnedPositions
+from .blocks import BlockConfig, TransformerStack
+from .positional import LearnedPositions
 
 __all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "class_token_map", "patchify", "random_shift",
            "train_classifier"]
@@ -60,10 +61,11 @@ class ViT(nn.Module):
         d_model, n_heads, n_layers, d_ff, dropout: as in :class:`course_utils.transformer.Seq2SeqTransformer`.
         norm_first: Pre-LN (True, the paper's choice) or Post-LN.
 
-    Sub-modules: ``patch_embed`` (``nn.Linear(C * patch**2, d_model)``), ``cls_token``
-    (a ``(1, 1, d_model)`` parameter), ``positions`` (:class:`~course_utils.transformer.LearnedPositions`
-    over ``1 + n_patches`` positions), ``layers`` (``nn.ModuleList`` of encoder layers), ``norm``
-    (final LayerNorm with Pre-LN, identity with Post-LN) and ``head`` (``nn.Linear(d_model, n_classes)``).
+    The patch embedding: ``patch_embed`` (``nn.Linear(C * patch**2, d_model)``), ``cls_token``
+    (a ``(1, 1, d_model)`` parameter) and ``positions`` (:class:`~course_utils.positional.LearnedPositions`
+    over ``1 + n_patches`` positions); then ``stack`` (:class:`~course_utils.blocks.TransformerStack`:
+    ``stack.layers``, and ``stack.norm``, the final LayerNorm with Pre-LN, identity with Post-LN) and
+    ``head`` (``nn.Linear(d_model, n_classes)``).
     """
 
     def __init__(self, image_size: int = 8, patch: int = 2, channels: int = 1, n_classes: int = 10,
@@ -75,15 +77,13 @@ class ViT(nn.Module):
         self.image_size, self.patch, self.channels = image_size, patch, channels
         self.grid = image_size // patch
         self.n_patches = self.grid ** 2
-        d_ff = 4 * d_model if d_ff is None else d_ff
+        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
         self.patch_embed = nn.Linear(channels * patch * patch, d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
         nn.init.normal_(self.cls_token, std=0.02)
         self.positions = LearnedPositions(d_model, 1 + self.n_patches)
         self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-                                    for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.stack = TransformerStack(cfg, n_layers)
         self.head = nn.Linear(d_model, n_classes)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
@@ -97,18 +97,15 @@ class ViT(nn.Module):
         cls = self.cls_token.expand(x.shape[0], -1, -1)                     # (B, 1, d_model)
         return self.dropout(self.positions(torch.cat([cls, x], dim=1)))    # (B, 1 + N, d_model)
 
-    def forward(self, images: torch.Tensor, need_weights: bool = False):
-        """``images (batch, C, H, W)`` -> logits ``(batch, n_classes)``.
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``images (batch, C, H, W)`` -> logits ``(batch, n_classes)``, from the class token's final state."""
+        return self.head(self.stack(self.embed(images)).x[:, 0])
 
-        With ``need_weights=True`` returns ``(logits, weights)``, ``weights`` a list with one
-        ``(batch, heads, 1 + n_patches, 1 + n_patches)`` tensor per layer (row 0: the class token).
-        """
-        x, weights = self.embed(images), []
-        for layer in self.layers:
-            x, w = layer(x, need_weights=need_weights)
-            weights.append(w)
-        logits = self.head(self.norm(x)[:, 0])                              # the class token's state
-        return (logits, weights) if need_weights else logits
+    def forward_with_weights(self, images: torch.Tensor) -> tuple[torch.Tensor, list]:
+        """As :meth:`forward`, and the attention weights: ``(logits, weights)``, ``weights`` a list
+        with one ``(batch, heads, 1 + n_patches, 1 + n_patches)`` tensor per layer (row 0: the class token)."""
+        x, weights, _ = self.stack(self.embed(images), need_weights=True)
+        return self.head(x[:, 0]), weights
 
 
 def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...], residual: bool = True) -> torch.Tensor:
@@ -128,7 +125,7 @@ def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...], re
     if not weights or any(not isinstance(w, torch.Tensor) or w.dim() != 4 or w.shape[-1] != w.shape[-2]
                           for w in weights):
         raise ValueError("weights must be a non-empty list of (batch, heads, N, N) tensors, one per layer "
-                         "(from forward(..., need_weights=True))")
+                         "(from forward_with_weights)")
     N = weights[0].shape[-1]
     eye = torch.eye(N, dtype=weights[0].dtype, device=weights[0].device)
     rollout = None

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from course_utils import attention, decoding, families
+from course_utils.blocks import TransformerBlock
 from course_utils.data import PAD_ID, SOS_ID
-from course_utils.transformer import EncoderLayer
 
 # --- masks ------------------------------------------------------------------------------------
 
@@ -110,11 +110,11 @@ def test_mlm_loss_counts_only_chosen_positions():
 def test_encoder_only_shapes_and_bidirectionality():
     torch.manual_seed(0)
     model = families.EncoderOnly(20, d_model=16, n_heads=4, n_layers=2, n_classes=3).eval()
-    assert all(type(layer) is EncoderLayer for layer in model.stack.layers)
+    assert all(type(layer) is TransformerBlock for layer in model.stack.layers)
     tokens = torch.randint(4, 20, (2, 7))
     assert model(tokens).shape == (2, 7, 20)
     assert model.classify(tokens).shape == (2, 3)
-    states, weights = model.encode(tokens, need_weights=True)
+    states, weights = model.encode_with_weights(tokens)
     assert states.shape == (2, 7, 16) and len(weights) == 2 and weights[0].shape == (2, 4, 7, 7)
     # bidirectional: the first position's state depends on the last token
     t2 = tokens.clone()
@@ -144,7 +144,7 @@ def _lm(use_cache=True, **kw):
 
 def test_decoder_only_is_causal():
     lm = _lm()
-    assert all(type(layer) is EncoderLayer for layer in lm.stack.layers)
+    assert all(type(layer) is TransformerBlock for layer in lm.stack.layers)
     tokens = torch.randint(4, 23, (2, 9))
     logits = lm(tokens)
     assert logits.shape == (2, 9, 23)
@@ -205,7 +205,7 @@ def test_cached_generation_equals_uncached(how):
 
 def test_tied_weights_share_the_embedding():
     lm = _lm(tie_weights=True)
-    assert lm.lm_head.weight is lm.stack.embed.weight
+    assert lm.lm_head.weight is lm.embed.table.weight
     n_untied = sum(p.numel() for p in _lm().parameters())
     n_tied = sum(p.numel() for p in lm.parameters())
     assert n_untied - n_tied == 23 * 16 + 23

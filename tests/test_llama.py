@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import attention, llama, relpos
+from course_utils import attention, blocks, llama, positional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -61,27 +61,27 @@ def test_rms_norm_is_the_formula_and_layernorm_without_centring():
     x = torch.randn(3, 5, 16, dtype=torch.float64)
     w = torch.randn(16, dtype=torch.float64)
     want = x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * w
-    torch.testing.assert_close(llama.rms_norm(x, w), want)
+    torch.testing.assert_close(blocks.rms_norm(x, w), want)
     centred = x - x.mean(-1, keepdim=True)   # on centred inputs RMSNorm is LayerNorm (no bias)
-    torch.testing.assert_close(llama.rms_norm(centred, eps=1e-5),
+    torch.testing.assert_close(blocks.rms_norm(centred, eps=1e-5),
                                F.layer_norm(centred, (16,), eps=1e-5))
-    assert llama.RMSNorm(16)(x.float()).dtype == torch.float32
+    assert blocks.RMSNorm(16)(x.float()).dtype == torch.float32
 
 
 def test_rms_norm_rejects_integers():
     with pytest.raises(TypeError, match="floating-point"):
-        llama.rms_norm(torch.ones(3, dtype=torch.long))
+        blocks.rms_norm(torch.ones(3, dtype=torch.long))
 
 
 def test_swiglu_is_the_gated_formula_and_its_hidden_size_matches_a_relu_ffn():
     torch.manual_seed(0)
-    m = llama.SwiGLU(32, 48)
+    m = blocks.SwiGLU(32, 48)
     x = torch.randn(2, 7, 32)
     want = m.down_proj.weight @ (F.silu(m.gate_proj.weight @ x[..., None]) * (m.up_proj.weight @ x[..., None]))
     torch.testing.assert_close(m(x), want.squeeze(-1), atol=1e-5, rtol=1e-5)
     assert all(p.dim() == 2 for p in m.parameters()), "SwiGLU has no biases"
-    assert llama.swiglu_hidden(4096, 256) == 11008          # LLaMA-7B's hidden size
-    h = llama.swiglu_hidden(96)
+    assert blocks.swiglu_hidden(4096, 256) == 11008          # LLaMA-7B's hidden size
+    h = blocks.swiglu_hidden(96)
     assert abs(3 * 96 * h - 2 * 96 * 4 * 96) / (2 * 96 * 4 * 96) < 0.05
 
 
@@ -89,40 +89,40 @@ def test_swiglu_is_the_gated_formula_and_its_hidden_size_matches_a_relu_ffn():
 
 def test_rope_half_layout_is_the_interleaved_rotation_on_permuted_features():
     x = torch.randn(2, 3, 11, 16, dtype=torch.float64)
-    p = llama.interleaved_to_half(16)
+    p = positional.interleaved_to_half(16)
     assert p.tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15]
-    half = llama.apply_rope_half(x[..., p].float(), offset=0)
-    inter = relpos.apply_rope(x, torch.arange(11))[..., p]
+    half = positional.apply_rope_half(x[..., p].float(), offset=0)
+    inter = positional.apply_rope(x, torch.arange(11))[..., p]
     torch.testing.assert_close(half.double(), inter, atol=1e-5, rtol=1e-5)
     # without the permutation the two layouts are different functions
-    assert (llama.apply_rope_half(x.float()).double() - relpos.apply_rope(x, torch.arange(11))).abs().max() > 0.1
+    assert (positional.apply_rope_half(x.float()).double() - positional.apply_rope(x, torch.arange(11))).abs().max() > 0.1
 
 
 def test_rope_scores_depend_on_the_offset_only_through_relative_positions():
     q, k = torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)
-    s0 = llama.apply_rope_half(q) @ llama.apply_rope_half(k).transpose(-2, -1)
-    s7 = llama.apply_rope_half(q, 7) @ llama.apply_rope_half(k, 7).transpose(-2, -1)
+    s0 = positional.apply_rope_half(q) @ positional.apply_rope_half(k).transpose(-2, -1)
+    s7 = positional.apply_rope_half(q, 7) @ positional.apply_rope_half(k, 7).transpose(-2, -1)
     torch.testing.assert_close(s0, s7, atol=1e-5, rtol=1e-5)
     # the offset matters for a query against keys rotated at other positions
-    assert not torch.allclose(llama.apply_rope_half(q, 7), llama.apply_rope_half(q))
+    assert not torch.allclose(positional.apply_rope_half(q, 7), positional.apply_rope_half(q))
 
 
 def test_rope_with_offset_equals_the_tail_of_the_whole_sequence():
     x = torch.randn(2, 4, 12, 8)
-    torch.testing.assert_close(llama.apply_rope_half(x[:, :, 9:], offset=9), llama.apply_rope_half(x)[:, :, 9:])
+    torch.testing.assert_close(positional.apply_rope_half(x[:, :, 9:], offset=9), positional.apply_rope_half(x)[:, :, 9:])
 
 
 @pytest.mark.parametrize("offset", [-1, 1.5, True])
 def test_rope_rejects_bad_offsets(offset):
     with pytest.raises(ValueError, match="offset"):
-        llama.apply_rope_half(torch.randn(1, 1, 3, 4), offset)
+        positional.apply_rope_half(torch.randn(1, 1, 3, 4), offset)
 
 
 def test_rope_rejects_odd_head_sizes():
     with pytest.raises(ValueError, match="even"):
-        llama.apply_rope_half(torch.randn(1, 1, 3, 5))
+        positional.apply_rope_half(torch.randn(1, 1, 3, 5))
     with pytest.raises(ValueError, match="even"):
-        llama.interleaved_to_half(5)
+        positional.interleaved_to_half(5)
 
 
 # --- the decoder and its cache ----------------------------------------------------------------
@@ -155,8 +155,8 @@ def test_the_decoding_protocol_matches_greedy_generate():
 def test_ablation_switches_build_the_chapter_6_parts():
     cfg = llama.DecoderConfig(norm="layer", ffn="relu", positions="learned", n_heads=4, n_kv_heads=None)
     m = llama.ModernDecoder(cfg)
-    assert isinstance(m.layers[0].norm1, torch.nn.LayerNorm) and m.pos is not None
-    assert m.layers[0].attn.n_kv_heads == 4 and not m.layers[0].attn.rope
+    assert isinstance(m.layers[0].norm1, torch.nn.LayerNorm) and isinstance(m.embed.positions, positional.LearnedPositions)
+    assert m.layers[0].self_attn.n_kv_heads == 4 and not m.layers[0].self_attn.rope
     assert cfg.d_ff == 4 * cfg.d_model
     with pytest.raises(ValueError, match="norm must be one of"):
         llama.DecoderConfig(norm="batch")
@@ -200,10 +200,10 @@ def test_a_wrong_rope_layout_is_caught_by_the_parity_test():
     hf = _hf_model()
     ours = llama.from_hf(hf)
     tokens = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(2))
-    p = llama.interleaved_to_half(16)
+    p = positional.interleaved_to_half(16)
     with torch.no_grad():
         for layer in ours.layers:   # W_q and W_k rows permuted per head: another model
-            for proj in (layer.attn.q_proj, layer.attn.k_proj):
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
                 w = proj.weight.view(-1, 16, 64)
                 w.copy_(w[:, p].clone())
         err = (ours(tokens) - hf(tokens).logits).abs().max().item()

@@ -238,10 +238,10 @@ def test_bias_is_added_to_the_scaled_scores():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     m = A.MultiHeadAttention(D, H)
     x = torch.randn(2, 5, D)
-    zero, _ = m(x, bias=torch.zeros(H, 5, 5))
+    zero, _ = m(x, attn_bias=torch.zeros(H, 5, 5))
     torch.testing.assert_close(zero, m(x)[0], atol=1e-6, rtol=1e-6)
     with pytest.raises(TypeError, match="mask="):
-        A.scaled_dot_product_attention(q, k, v, bias=mask)
+        A.scaled_dot_product_attention(q, k, v, attn_bias=mask)
 
 
 def test_clear_errors():

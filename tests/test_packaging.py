@@ -146,3 +146,61 @@ def test_glossary_links_point_to_headings_that_exist():
         if anchor not in anchors[chapter]:
             broken.append(f"{doc}: {chapter}#{anchor}")
     assert not broken, "links to headings that do not exist:\n" + "\n".join(broken)
+
+
+def test_every_public_module_declares_all_and_the_names_exist():
+    import importlib
+    import pkgutil
+
+    import course_utils
+    for info in pkgutil.iter_modules(course_utils.__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        module = importlib.import_module(f"course_utils.{info.name}")
+        assert hasattr(module, "__all__"), f"course_utils.{info.name} has no __all__"
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert not missing, f"course_utils.{info.name}.__all__ names what it does not define: {missing}"
+
+
+def test_one_block_one_stack_and_no_hidden_hooks():
+    """Issue 18: the course has one Transformer block and one stack, built on by every model;
+    no module slips arguments in through a forward hook, and attention weights have one flag."""
+    sources = {p.name: p.read_text() for p in (ROOT / "course_utils").glob("*.py")}
+    blocks_defined = [name for name, text in sources.items()
+                      if re.search(r"^class \w*(Block|Layer)\(nn\.Module\)", text, re.M)]
+    assert blocks_defined == ["blocks.py"], f"Transformer blocks are defined in {blocks_defined}"
+    stacks = [name for name, text in sources.items() if re.search(r"nn\.ModuleList\(.*Block", text)]
+    assert stacks == ["blocks.py"], f"stacks of blocks are built in {stacks}"
+    for name, text in sources.items():
+        assert "register_forward_pre_hook" not in text, f"{name} registers a forward pre-hook"
+        assert "return_attention" not in text, f"{name} still has return_attention (the flag is need_weights)"
+
+
+def test_the_import_graph_of_the_package_has_no_cycle():
+    import ast
+    graph = {}
+    for path in (ROOT / "course_utils").glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and node.module:
+                    deps.add(node.module.split(".")[0])
+                elif node.level == 1:
+                    deps.update(a.name for a in node.names)
+                elif node.module and node.module.startswith("course_utils."):
+                    deps.add(node.module.split(".")[1])
+                elif node.module == "course_utils":
+                    deps.update(a.name for a in node.names)
+        graph[path.stem] = {d for d in deps if (ROOT / "course_utils" / f"{d}.py").exists()}
+    done = set()
+
+    def visit(node, path):
+        assert node not in path, f"import cycle: {' -> '.join(path + [node])}"
+        if node in done:
+            return
+        for dep in graph.get(node, ()):
+            visit(dep, path + [node])
+        done.add(node)
+
+    for node in graph:
+        visit(node, [])

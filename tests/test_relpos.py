@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import relpos
+from course_utils import positional, relpos
 
 
 def test_relative_offsets_are_key_minus_query_in_row_major_order():
@@ -142,10 +142,10 @@ def test_rope_equals_the_rotation_matrices_and_keeps_norms():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
     pos = torch.tensor([0, 1, 4, 9, 30])
-    got = relpos.apply_rope(x, pos)
+    got = positional.apply_rope(x, pos)
     torch.testing.assert_close(got, _rope_reference(x, pos))
     torch.testing.assert_close(got.norm(dim=-1), x.norm(dim=-1))
-    torch.testing.assert_close(relpos.apply_rope(x, torch.zeros(5)), x)
+    torch.testing.assert_close(positional.apply_rope(x, torch.zeros(5)), x)
 
 
 def test_rope_scores_depend_only_on_the_relative_position():
@@ -153,7 +153,7 @@ def test_rope_scores_depend_only_on_the_relative_position():
     q, k = torch.randn(16, generator=g, dtype=torch.float64), torch.randn(16, generator=g, dtype=torch.float64)
 
     def score(m, n):
-        return (relpos.apply_rope(q[None], torch.tensor([m])) @ relpos.apply_rope(k[None], torch.tensor([n])).T).item()
+        return (positional.apply_rope(q[None], torch.tensor([m])) @ positional.apply_rope(k[None], torch.tensor([n])).T).item()
 
     for m, n in [(3, 1), (10, 4), (0, 7)]:
         for shift in (1, 5, 100):
@@ -163,6 +163,6 @@ def test_rope_scores_depend_only_on_the_relative_position():
 
 def test_rope_rejects_odd_dimension_and_wrong_positions():
     with pytest.raises(ValueError, match="even"):
-        relpos.apply_rope(torch.zeros(3, 5), torch.arange(3))
+        positional.apply_rope(torch.zeros(3, 5), torch.arange(3))
     with pytest.raises(ValueError, match="positions"):
-        relpos.apply_rope(torch.zeros(3, 4), torch.arange(4))
+        positional.apply_rope(torch.zeros(3, 4), torch.arange(4))

@@ -172,7 +172,7 @@ def test_decode_step_equals_teacher_forcing(cfg):
     torch.manual_seed(0)
     model = ra.AttentionSeq2Seq(11, 12, emb_dim=6, hidden=8, **cfg).eval()
     src, lengths, tgt_in = _batch()
-    logits, weights = model(src, lengths, tgt_in, return_attention=True)
+    logits, weights = model.forward_with_weights(src, lengths, tgt_in)
     assert logits.shape == (2, 4, 12) and weights.shape == (2, 4, 5)
     state = model.encode(src, lengths)
     for t in range(tgt_in.shape[1]):
@@ -210,7 +210,7 @@ def test_greedy_with_attention_records_the_weights_of_its_own_tokens(score):
         n = int(lengths[b])
         tgt_in = torch.tensor([[1] + t])                   # <sos> and the decoded tokens
         with torch.no_grad():
-            logits, want = model(src[b:b + 1, :n], lengths[b:b + 1], tgt_in, return_attention=True)
+            logits, want = model.forward_with_weights(src[b:b + 1, :n], lengths[b:b + 1], tgt_in)
         assert w.shape == (min(len(t) + 1, 6), n)
         torch.testing.assert_close(w, want[0, : w.shape[0]])
         # and the tokens are the argmax of those teacher-forced logits (greedy, checked independently)
@@ -243,6 +243,6 @@ def test_local_window_beyond_the_source_never_empties_a_row():
     model = ra.AttentionSeq2Seq(11, 12, emb_dim=6, hidden=8, score="dot", window=0).eval()
     src, lengths = torch.tensor([[4, 5, PAD_ID, PAD_ID]]), torch.tensor([2])
     tgt_in = torch.tensor([[1, 4, 5, 6, 7, 8]])          # a target longer than its source
-    _, w = model(src, lengths, tgt_in, return_attention=True)
+    _, w = model.forward_with_weights(src, lengths, tgt_in)
     torch.testing.assert_close(w.sum(-1), torch.ones(1, 6))
     assert (w[0, 2:, 1] == 1).all()                     # p_t clamped to the last real position

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import attention, data, decoding, train
+from course_utils import attention, data, decoding, positional, train
 from course_utils import transformer as T
 
 
@@ -19,7 +19,7 @@ def _reference(norm_first, d_model=16, n_heads=4, n_layers=2, d_ff=24, seed=0):
 
 
 def test_sinusoidal_table_by_hand():
-    pe = T.sinusoidal_encoding(50, 8)
+    pe = positional.sinusoidal_encoding(50, 8)
     assert pe.shape == (50, 8) and pe.dtype == torch.float32
     for pos in (0, 1, 7, 49):
         for i in range(4):
@@ -27,15 +27,15 @@ def test_sinusoidal_table_by_hand():
             assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
     with pytest.raises(ValueError, match="even"):
-        T.sinusoidal_encoding(10, 7)
+        positional.sinusoidal_encoding(10, 7)
     with pytest.raises(ValueError, match="max_len"):
-        T.sinusoidal_encoding(-1, 8)
+        positional.sinusoidal_encoding(-1, 8)
 
 
 @pytest.mark.parametrize("k", [1, 5, 30])
 def test_sinusoidal_shift_is_a_fixed_linear_map(k):
     d = 16
-    pe = T.sinusoidal_encoding(100, d).double()
+    pe = positional.sinusoidal_encoding(100, d).double()
     freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     M = torch.zeros(d, d, dtype=torch.float64)
     for i, w in enumerate(freq.tolist()):   # rotation by the angle k * w in each (sin, cos) pair
@@ -47,8 +47,8 @@ def test_sinusoidal_shift_is_a_fixed_linear_map(k):
 
 def test_positional_modules_add_the_right_rows():
     x = torch.zeros(2, 3, 8)
-    torch.testing.assert_close(T.SinusoidalPositions(8, 20)(x, offset=4)[1], T.sinusoidal_encoding(20, 8)[4:7])
-    learned = T.LearnedPositions(8, 10)
+    torch.testing.assert_close(positional.SinusoidalPositions(8, 20)(x, offset=4)[1], positional.sinusoidal_encoding(20, 8)[4:7])
+    learned = positional.LearnedPositions(8, 10)
     torch.testing.assert_close(learned(x, offset=2)[0], learned.embedding.weight[2:5])
     with pytest.raises(ValueError, match="max_len"):
         learned(torch.zeros(1, 11, 8))
@@ -71,11 +71,11 @@ def test_layers_equal_pytorch(norm_first):
     ours_mask = attention.padding_mask(lengths, 5).unsqueeze(1)
     # grad enabled: PyTorch takes its slow (reference) path, with no nested tensors
     want_enc = ref.encoder.layers[0](x, src_key_padding_mask=~ours_mask[:, 0, 0])
-    got_enc, _ = model.encoder_layers[0](x, mask=ours_mask)
+    got_enc = model.encoder.layers[0](x, mask=ours_mask).x
     torch.testing.assert_close(got_enc, want_enc, atol=1e-5, rtol=0)
     causal = nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.bool)   # True = blocked
     want_dec = ref.decoder.layers[1](y, x, tgt_mask=causal, memory_key_padding_mask=~ours_mask[:, 0, 0])
-    got_dec, _, _ = model.decoder_layers[1](y, x, memory_mask=ours_mask)
+    got_dec = model.decoder.layers[1](y, causal=True, memory=x, memory_mask=ours_mask).x
     torch.testing.assert_close(got_dec, want_dec, atol=1e-5, rtol=0)
 
 
@@ -126,18 +126,19 @@ def test_cached_decoding_equals_teacher_forcing_and_recomputation(kw):
                 got.append(lp)
             torch.testing.assert_close(torch.stack(got, 1), want, atol=1e-5, rtol=0)
             if use_cache:
-                assert len(state["caches"][0][0]) == _TGT.shape[1]      # self-attention: one per step
-                assert len(state["caches"][0][1]) == _SRC.shape[1]      # cross-attention: the source
+                assert len(state["caches"][0]) == _TGT.shape[1]         # self-attention: one per step
+                assert len(state["cross_caches"][0]) == _SRC.shape[1]   # cross-attention: the source
+                assert state["caches"][0] is not state["cross_caches"][0]
             else:
-                assert "caches" not in state
+                assert "caches" not in state and "cross_caches" not in state
 
 
 def test_cross_attention_keys_are_computed_once_per_source():
     model = _model()
     calls = []
-    model.decoder_layers[0].cross_attn.k_proj.register_forward_hook(lambda *a: calls.append(1))
+    model.decoder.layers[0].cross_attn.k_proj.register_forward_hook(lambda *a: calls.append(1))
     self_calls = []
-    model.decoder_layers[0].self_attn.k_proj.register_forward_hook(lambda *a: self_calls.append(1))
+    model.decoder.layers[0].self_attn.k_proj.register_forward_hook(lambda *a: self_calls.append(1))
     decoding.greedy_decode(model.decode_step, model.encode(_SRC, _LEN), max_len=6)
     assert len(calls) == 1 and len(self_calls) >= 2
 
@@ -155,23 +156,25 @@ def test_greedy_and_beam_search_same_with_and_without_cache():
     assert results[True][2] == results[False][2] and len(results[True][2]) == 3
 
 
-def test_return_attention_shapes_and_rows():
+def test_forward_with_weights_shapes_and_rows():
     model = _model()
     with torch.no_grad():
-        logits, w = model(_SRC, _LEN, _TGT, return_attention=True)
-    assert logits.shape == (3, 5, 10)
-    assert [t.shape for t in w["encoder"]] == [(3, 4, 6, 6)] * 2
-    assert [t.shape for t in w["cross"]] == [(3, 4, 5, 6)] * 2
-    torch.testing.assert_close(w["cross"][1].sum(-1), torch.ones(3, 4, 5))
-    assert w["cross"][0][2, :, :, 2:].abs().max() == 0          # source padding gets no weight
-    assert torch.triu(w["decoder_self"][0][0], diagonal=1).abs().max() == 0   # nothing from the future
+        logits, w = model.forward_with_weights(_SRC, _LEN, _TGT)
+        plain = model(_SRC, _LEN, _TGT)
+    assert isinstance(plain, torch.Tensor) and logits.shape == (3, 5, 10)
+    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=0)      # explicit weights vs the fused kernel
+    assert [t.shape for t in w.encoder] == [(3, 4, 6, 6)] * 2
+    assert [t.shape for t in w.cross] == [(3, 4, 5, 6)] * 2
+    torch.testing.assert_close(w.cross[1].sum(-1), torch.ones(3, 4, 5))
+    assert w.cross[0][2, :, :, 2:].abs().max() == 0          # source padding gets no weight
+    assert torch.triu(w.decoder_self[0][0], diagonal=1).abs().max() == 0   # nothing from the future
 
 
 def test_weight_sharing_reuses_one_layer():
     plain, shared = _model(), _model(share_layers=True)
-    assert shared.encoder_layers[0] is shared.encoder_layers[1]
-    per_enc = train.count_parameters(plain.encoder_layers[0])
-    per_dec = train.count_parameters(plain.decoder_layers[0])
+    assert shared.encoder.layers[0] is shared.encoder.layers[1]
+    per_enc = train.count_parameters(plain.encoder.layers[0])
+    per_dec = train.count_parameters(plain.decoder.layers[0])
     assert train.count_parameters(plain) - train.count_parameters(shared) == per_enc + per_dec
 
 

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import data, vit
-from course_utils.transformer import EncoderLayer
+from course_utils.blocks import TransformerBlock
 
 
 @pytest.mark.parametrize("shape,patch", [((2, 1, 8, 8), 2), ((3, 3, 12, 8), 4), ((1, 2, 6, 6), 3), ((2, 1, 4, 4), 1)])
@@ -42,9 +42,9 @@ def _manual_vit_forward(model, images):
     x = model.patch_embed(vit.patchify(images, model.patch))
     x = torch.cat([model.cls_token.expand(B, 1, -1), x], dim=1)
     x = x + model.positions.embedding.weight[: x.shape[1]]
-    for layer in model.layers:
-        x, _ = layer(x)
-    return model.head(model.norm(x)[:, 0])
+    for layer in model.stack.layers:
+        x = layer(x).x
+    return model.head(model.stack.norm(x)[:, 0])
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -52,14 +52,14 @@ def test_vit_forward_is_the_composition_of_its_parts(norm_first):
     torch.manual_seed(0)
     model = vit.ViT(image_size=8, patch=2, channels=1, n_classes=10, d_model=16, n_heads=4, n_layers=3,
                     norm_first=norm_first).eval()
-    assert all(type(layer) is EncoderLayer for layer in model.layers)   # chapter 6's layers, not a copy
+    assert all(type(layer) is TransformerBlock for layer in model.stack.layers)   # the course's block, not a copy
     with torch.no_grad():
         model.cls_token.normal_()
     images = torch.rand(5, 1, 8, 8)
     logits = model(images)
     assert logits.shape == (5, 10)
     torch.testing.assert_close(logits, _manual_vit_forward(model, images))
-    logits2, weights = model(images, need_weights=True)
+    logits2, weights = model.forward_with_weights(images)
     torch.testing.assert_close(logits2, logits)
     assert len(weights) == 3 and all(w.shape == (5, 4, 17, 17) for w in weights)
     torch.testing.assert_close(weights[0].sum(-1), torch.ones(5, 4, 17))
@@ -108,7 +108,7 @@ def test_attention_rollout_by_hand():
 def test_rollout_rows_sum_to_one_and_class_token_map_layout():
     torch.manual_seed(0)
     model = vit.ViT(d_model=16, n_heads=4, n_layers=3).eval()
-    _, weights = model(torch.rand(2, 1, 8, 8), need_weights=True)
+    _, weights = model.forward_with_weights(torch.rand(2, 1, 8, 8))
     r = vit.attention_rollout(weights)
     assert r.shape == (2, 17, 17)
     torch.testing.assert_close(r.sum(-1), torch.ones(2, 17))

@@ -666,7 +666,7 @@ _src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 0, 0, 0], [11, 12, 13, 0, 0]])
 _len = torch.tensor([5, 2, 3])
 _tgt = torch.tensor([[1, 4, 5, 6], [1, 7, 8, 9], [1, 10, 4, 5]])
 with torch.no_grad():
-    _logits_ref, _w_ref = _m(_src, _len, _tgt, return_attention=True)
+    _logits_ref, _w_ref = _m.forward_with_weights(_src, _len, _tgt)
     _enc = _m.encode(_src, _len)
     _s = _enc["hidden"]
     for _i in range(4):
@@ -935,7 +935,7 @@ def field_mass(pairs, model, field):
     located = [(src, tgt, spans[field]) for src, tgt, spans in located if field in spans]
     batch = data.make_batch([(src, tgt) for src, tgt, _ in located], src_vocab, tgt_vocab).to(device)
     with torch.no_grad():
-        _, w = model(batch.src, batch.src_lengths, batch.tgt_in, return_attention=True)
+        _, w = model.forward_with_weights(batch.src, batch.src_lengths, batch.tgt_in)
     masses = [w[b, list(rows)][:, list(cols)].sum(-1).mean().item() for b, (_, _, (cols, rows)) in enumerate(located)]
     uniform = [len(cols) / len(src) for src, _, (cols, _) in located]
     return sum(masses) / len(masses), sum(uniform) / len(uniform), len(masses)

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import attention, checks, claims, cost, data, plots, train
+from course_utils import attention, blocks, checks, claims, cost, data, plots, train
 
 train.set_seed(0)
 GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
@@ -868,34 +868,24 @@ assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4), 'KVC
 # weights; a batch of 8 such sequences needs more memory than the weights. With GQA-8
 # the 70B model's cache is 1.25 GiB per sequence instead of 10.
 #
-# **Measured here.** A small decoder-only stack (a preview of chapter 6: each block is
-# layer norm, causal multi-head attention, layer norm, a feed-forward network, with
-# residual connections) generates tokens after a context of 64 to 1024 tokens, with and
+# **Measured here.** A small decoder-only stack (a preview of chapter 6: each block, the
+# course's one `blocks.TransformerBlock`, is layer norm, causal multi-head attention, layer norm,
+# a feed-forward network, with residual connections) generates tokens after a context of 64 to 1024 tokens, with and
 # without the cache, for MHA, GQA-2 and MQA. Without the cache every step runs the whole
 # context through the model again.
 
 # %%
-class Block(nn.Module):
-    """Pre-LN decoder block: x + attention(norm(x)), then x + feed-forward(norm(x))."""
-
-    def __init__(self, d_model, n_heads, n_kv_heads, d_ff):
-        super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.attn = attention.MultiHeadAttention(d_model, n_heads, n_kv_heads)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
-
-    def forward(self, x, cache=None):                      # x (batch, L, d_model)
-        x = x + self.attn(self.norm1(x), cache=cache, causal=True)[0]
-        return x + self.ff(self.norm2(x))
-
-
 class TinyDecoder(nn.Module):
-    """Token and learned position embeddings, a stack of blocks, a projection to the vocabulary."""
+    """Token and learned position embeddings, a stack of the course's Pre-LN blocks
+    (``blocks.TransformerBlock``: layer norm, causal multi-head attention, layer norm, a GELU
+    feed-forward network, with residual connections), a projection to the vocabulary."""
 
     def __init__(self, vocab, d_model=64, n_heads=8, n_kv_heads=None, n_layers=2, d_ff=128, max_len=64):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(max_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, n_kv_heads, d_ff) for _ in range(n_layers))
+        cfg = blocks.BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
+                                 ffn="gelu", norm_first=True)
+        self.blocks = nn.ModuleList(blocks.TransformerBlock(cfg) for _ in range(n_layers))
         self.norm, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
 
     def new_caches(self):
@@ -906,7 +896,7 @@ class TinyDecoder(nn.Module):
         start = 0 if caches is None else len(caches[0])   # positions continue after the cached ones
         x = self.tok(ids) + self.pos(torch.arange(start, start + ids.shape[1], device=ids.device))
         for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])
+            x = block(x, cache=None if caches is None else caches[i], causal=True).x
         return self.head(self.norm(x))
 
 
@@ -1187,13 +1177,14 @@ def exact_match(model, pairs_):
 def converted(model, n_kv, how):
     """A copy of ``model`` whose attention layers have ``n_kv`` key/value heads."""
     new = TinyDecoder(len(vocab), n_kv_heads=n_kv)
-    new.load_state_dict({k: v for k, v in model.state_dict().items() if ".attn." not in k}, strict=False)
+    new.load_state_dict({k: v for k, v in model.state_dict().items() if ".self_attn." not in k}, strict=False)
     for block_new, block_old in zip(new.blocks, model.blocks):
-        block_new.attn = attention.convert_to_gqa(block_old.attn, n_kv, how, generator=torch.Generator().manual_seed(1))
+        block_new.self_attn = attention.convert_to_gqa(block_old.self_attn, n_kv, how,
+                                                       generator=torch.Generator().manual_seed(1))
         if how == "mean":   # the learner's pooling (if it agrees with the reference) on the K and V projections
             with torch.no_grad():
                 for name in ("k_proj", "v_proj"):
-                    old, dst = getattr(block_old.attn, name), getattr(block_new.attn, name)
+                    old, dst = getattr(block_old.self_attn, name), getattr(block_new.self_attn, name)
                     dst.weight.copy_(pool_fn(old.weight, 8, n_kv))
                     dst.bias.copy_(pool_fn(old.bias, 8, n_kv))
     return new.eval()

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from matplotlib import cbook
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import checks, claims, cost, relpos, train
+from course_utils import checks, claims, cost, positional, relpos, train
 
 train.set_seed(0)
 GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
@@ -615,7 +615,7 @@ checks.run_checks("kernel_to_heads (hidden)", [
 # your `quadratic_scores`, values and output projection from your `kernel_to_heads`, and the
 # attention itself from the previous chapter: `attention.scaled_dot_product_attention` with
 # queries and keys set to zero ($W_{qry} = W_{key} = 0$) and the positional scores passed as
-# its additive `bias` (`relpos.positional_attention` wraps that call). No `conv2d` anywhere.
+# its additive `attn_bias` (`relpos.positional_attention` wraps that call). No `conv2d` anywhere.
 
 # %%
 img = plt.imread(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))     # (600, 512, 3) uint8
@@ -1221,7 +1221,7 @@ def _rope_matrices(x, positions):
 _g = torch.Generator().manual_seed(105)
 _xh = torch.randn(3, 2, 5, 16, generator=_g, dtype=torch.float64)
 _ph = torch.tensor([0, 3, 7, 50, 400])
-with checks.forbid(relpos.apply_rope):
+with checks.forbid(positional.apply_rope):
     _gh = checks.call(apply_rope, _xh, _ph)
     _g32 = checks.call(apply_rope, _xh[0].float(), _ph)
 checks.run_checks("apply_rope (hidden)", [
@@ -1245,7 +1245,7 @@ def _probe_rope(fn):
     return fn(torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(11)), torch.tensor([0, 4, 9]))
 
 
-rope = checks.learner_or_reference(apply_rope, relpos.apply_rope, _probe_rope, name="apply_rope")
+rope = checks.learner_or_reference(apply_rope, positional.apply_rope, _probe_rope, name="apply_rope")
 g = torch.Generator().manual_seed(12)
 q_vec, k_vec = torch.randn(32, generator=g, dtype=torch.float64), torch.randn(32, generator=g, dtype=torch.float64)
 pos24 = torch.arange(24)

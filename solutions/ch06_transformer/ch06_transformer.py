@@ -52,7 +52,18 @@ import torch
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from torch import nn
 
-from course_utils import attention, checks, claims, data, decoding, plots, rnn, train
+from course_utils import (
+    attention,
+    blocks,
+    checks,
+    claims,
+    data,
+    decoding,
+    plots,
+    positional,
+    rnn,
+    train,
+)
 from course_utils import rnn_attention as ra
 from course_utils import transformer as T
 from course_utils.data import PAD_ID, SOS_ID
@@ -215,16 +226,16 @@ checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastes
 # %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: every column of bigger tables (the exponent 2i / d_model); no ready-made table.
 ### BEGIN HIDDEN TESTS
-with checks.forbid(T.sinusoidal_encoding):
+with checks.forbid(positional.sinusoidal_encoding):
     _got = [checks.call(sinusoidal_table, n, d) for n, d in ((50, 16), (7, 4), (1, 2), (200, 64))]
 checks.run_checks("sinusoidal_table (hidden)", [
-    (f"({n}, {d}) table", lambda g=g, n=n, d=d: checks.expect_close(g, T.sinusoidal_encoding(n, d), f"sinusoidal_table({n}, {d})"))
+    (f"({n}, {d}) table", lambda g=g, n=n, d=d: checks.expect_close(g, positional.sinusoidal_encoding(n, d), f"sinusoidal_table({n}, {d})"))
     for g, (n, d) in zip(_got, ((50, 16), (7, 4), (1, 2), (200, 64)))
 ])
 ### END HIDDEN TESTS
 
 # %%
-pe_table = checks.learner_or_reference(sinusoidal_table, T.sinusoidal_encoding,
+pe_table = checks.learner_or_reference(sinusoidal_table, positional.sinusoidal_encoding,
                                        lambda f: f(50, 16), name="sinusoidal_table")
 PE = pe_table(64, 32)
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.6), gridspec_kw=dict(width_ratios=[1.4, 1]))
@@ -269,7 +280,7 @@ def shift_matrix(k, d_model):
     return M
 
 
-PE64 = T.sinusoidal_encoding(200, 32).double()
+PE64 = positional.sinusoidal_encoding(200, 32).double()
 for k in (1, 3, 50):
     M = shift_matrix(k, 32)
     err = (PE64[:-k] @ M.T - PE64[k:]).abs().max().item()
@@ -290,7 +301,7 @@ print("PE[10] . PE[10 + k]   for k = -3..3:", [round((PE64 @ PE64[10])[10 + k].i
 # ### 3.3 Learned positions, and the scale $\sqrt{d_\text{model}}$
 #
 # The alternative is a learned table: one trainable vector per position, as in BERT and GPT
-# (`T.LearnedPositions`). Vaswani et al. found both "produced nearly identical results" and kept
+# (`positional.LearnedPositions`). Vaswani et al. found both "produced nearly identical results" and kept
 # the sinusoids because they might extrapolate to longer sequences; a learned table knows nothing
 # about positions it never saw in training. Section 8 tests that hope.
 #
@@ -316,7 +327,7 @@ print("PE[10] . PE[10 + k]   for k = -3..3:", [round((PE64 @ PE64[10])[10 + k].i
 torch.manual_seed(0)
 m_demo = T.Seq2SeqTransformer(12, 12, d_model=64, n_heads=4, n_layers=1)
 emb = m_demo.src_embed.weight
-print(f"|PE[pos]|                        = {T.sinusoidal_encoding(10, 64).norm(dim=1).mean():.2f}  (sqrt(64/2) = {math.sqrt(32):.2f})")
+print(f"|PE[pos]|                        = {positional.sinusoidal_encoding(10, 64).norm(dim=1).mean():.2f}  (sqrt(64/2) = {math.sqrt(32):.2f})")
 print(f"|embedding|, mean over the vocab = {emb.norm(dim=1).mean():.2f}")
 print(f"|embedding| x sqrt(d_model)      = {(emb * math.sqrt(64)).norm(dim=1).mean():.2f}")
 h_last = nn.functional.layer_norm(torch.randn(1000, 64), (64,))      # what a last layer norm hands the output layer
@@ -413,20 +424,22 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # Section 10 tests warmup with both orders on a small scale, over seeds and learning rates; what it
 # supports is narrower.
 #
-# In `course_utils.transformer.EncoderLayer` (and `nn.TransformerEncoderLayer`), the attention
-# is chapter 4's `attention.MultiHeadAttention` in `layer.self_attn`, the FFN `layer.ff`, the norms
-# `layer.norm1` and `layer.norm2`, and `layer.norm_first` says which order to use.
+# The course has one Transformer block, `course_utils.blocks.TransformerBlock`; every model of
+# chapters 6-8 is a stack of it. As an encoder layer (no cross-attention), like
+# `nn.TransformerEncoderLayer`, its attention is chapter 4's `attention.MultiHeadAttention` in
+# `layer.self_attn`, the FFN `layer.ff`, the norms `layer.norm1` and `layer.norm2`, and
+# `layer.norm_first` says which order to use.
 #
 # ### Exercise 2: an encoder layer's forward pass (2 + 2 points)
 #
-# Write `encoder_layer_forward(layer, x, mask=None)` for a `T.EncoderLayer` in eval mode (so
+# Write `encoder_layer_forward(layer, x, mask=None)` for an encoder block in eval mode (so
 # ignore dropout): both orders, chosen by `layer.norm_first`. Call the sub-modules
 # (`layer.self_attn(h, mask=mask)` returns `(output, weights)`), not `layer(...)` itself.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-layer_demo = T.EncoderLayer(d_model=8, n_heads=2, d_ff=16).eval()
+layer_demo = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=16).eval()
 print(layer_demo)
 
 
@@ -435,7 +448,7 @@ def encoder_layer_forward(layer, x, mask=None):
     """One encoder layer: self-attention and feed-forward, each with a residual and a layer norm.
 
     Args:
-        layer: a ``T.EncoderLayer`` (sub-modules ``self_attn``, ``ff``, ``norm1``, ``norm2``;
+        layer: a ``blocks.TransformerBlock`` without cross-attention (sub-modules ``self_attn``, ``ff``, ``norm1``, ``norm2``;
             ``norm_first`` False = Post-LN, True = Pre-LN).
         x: ``(batch, S, d_model)``; mask: bool ``(batch, 1, 1, S)``, True = may attend, or None.
     Returns:
@@ -453,7 +466,7 @@ def encoder_layer_forward(layer, x, mask=None):
 # %% nbgrader={"grade": true, "grade_id": "ex2_encoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _encoder_case(norm_first, seed, lengths=None, forbidden=()):
     torch.manual_seed(seed)
-    layer = T.EncoderLayer(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
+    layer = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
     for p in layer.parameters():        # norms start at gain 1, bias 0: perturb them so that order matters
         p.data.add_(0.2 * torch.randn_like(p))
     x = torch.randn(2, 5, 8)
@@ -481,7 +494,7 @@ checks.run_checks("encoder_layer_forward", [("Post-LN (the paper)", _post_ln), (
 # %% nbgrader={"grade": true, "grade_id": "ex2_encoder_layer-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: padding masks in both orders, another size; no call of the layer itself.
 ### BEGIN HIDDEN TESTS
-_res = [_encoder_case(nf, 10 + nf, torch.tensor([5, 2]), forbidden=(T.EncoderLayer.forward,)) for nf in (False, True)]
+_res = [_encoder_case(nf, 10 + nf, torch.tensor([5, 2]), forbidden=(blocks.TransformerBlock.forward,)) for nf in (False, True)]
 checks.run_checks("encoder_layer_forward (hidden)", [
     ("Post-LN with padding", lambda: checks.expect_close(*_res[0], "Post-LN output with padding mask", atol=1e-5)),
     ("Pre-LN with padding", lambda: checks.expect_close(*_res[1], "Pre-LN output with padding mask", atol=1e-5)),
@@ -498,7 +511,7 @@ def _probe_encoder(f):          # both orders, with padding
     outs = []
     for norm_first in (False, True):
         torch.manual_seed(3)
-        layer = T.EncoderLayer(8, 2, 12, norm_first=norm_first).eval()
+        layer = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
         for p in layer.parameters():
             p.data.add_(0.2 * torch.randn_like(p))
         with torch.no_grad():
@@ -512,11 +525,11 @@ encoder_forward = checks.learner_or_reference(encoder_layer_forward, lambda laye
 
 # %%
 def torch_encoder_layer(norm_first, seed=0):
-    """An nn.TransformerEncoderLayer (eval mode) and a T.EncoderLayer holding the same weights."""
+    """An nn.TransformerEncoderLayer (eval mode) and an encoder block holding the same weights."""
     torch.manual_seed(seed)
     ref = nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True,
                                      norm_first=norm_first).eval()
-    ours = T.EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    ours = blocks.TransformerBlock(d_model=16, n_heads=4, d_ff=32, norm_first=norm_first).eval()
     T.copy_torch_layer(ours, ref)        # W_Q, W_K, W_V are the three thirds of PyTorch's in_proj_weight
     return ref, ours
 
@@ -639,8 +652,9 @@ plt.show()
 #
 # ### Exercise 4: a decoder layer with cross-attention (2 + 4 points)
 #
-# Write `decoder_layer_forward(layer, y, memory, memory_mask=None)` for a `T.DecoderLayer` in eval
-# mode: sub-modules `self_attn`, `cross_attn`, `ff`, `norm1`, `norm2`, `norm3`, and `norm_first`.
+# Write `decoder_layer_forward(layer, y, memory, memory_mask=None)` for a decoder block in eval
+# mode (a `blocks.TransformerBlock` built with `cross_attention=True`, like `nn.TransformerDecoderLayer`):
+# sub-modules `self_attn`, `cross_attn`, `ff`, `norm1`, `norm2`, `norm3`, and `norm_first`.
 # `MultiHeadAttention` takes `causal=True` to apply the causal mask itself, and `context=memory`
 # for cross-attention; `memory_mask` is `(batch, 1, 1, S)`. (Target padding needs no mask here: with
 # the causal mask, a real position never sees the padding that comes after it.)
@@ -650,7 +664,7 @@ def decoder_layer_forward(layer, y, memory, memory_mask=None):
     """One decoder layer: masked self-attention, cross-attention over ``memory``, feed-forward.
 
     Args:
-        layer: a ``T.DecoderLayer``; y: ``(batch, T, d_model)``; memory: ``(batch, S, d_model)``;
+        layer: a ``blocks.TransformerBlock`` with cross-attention; y: ``(batch, T, d_model)``; memory: ``(batch, S, d_model)``;
         memory_mask: bool ``(batch, 1, 1, S)`` (True = real source token) or None.
     Returns:
         ``(batch, T, d_model)``.
@@ -675,13 +689,13 @@ def decoder_layer_forward(layer, y, memory, memory_mask=None):
 # %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _decoder_case(norm_first, seed, lengths=None, forbidden=()):
     torch.manual_seed(seed)
-    layer = T.DecoderLayer(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first).eval()
+    layer = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first, cross_attention=True).eval()
     for p in layer.parameters():
         p.data.add_(0.2 * torch.randn_like(p))
     y, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
     mask = None if lengths is None else attention.padding_mask(lengths, 6).unsqueeze(1)
     with torch.no_grad():
-        want = layer(y, memory, memory_mask=mask)[0]
+        want = layer(y, causal=True, memory=memory, memory_mask=mask).x
         y2 = y.clone()          # the future must not matter: change the last target position, the others stay
         y2[:, -1] += 5.0
         with checks.forbid(*forbidden):
@@ -707,7 +721,7 @@ checks.run_checks("decoder_layer_forward", [("Post-LN, causal", _dec_post), ("Pr
 # %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-hidden", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 # Hidden tests: source padding in both orders (cross-attention must use memory_mask); no layer call.
 ### BEGIN HIDDEN TESTS
-_res = [_decoder_case(nf, 20 + nf, torch.tensor([6, 3]), forbidden=(T.DecoderLayer.forward,)) for nf in (False, True)]
+_res = [_decoder_case(nf, 20 + nf, torch.tensor([6, 3]), forbidden=(blocks.TransformerBlock.forward,)) for nf in (False, True)]
 checks.run_checks("decoder_layer_forward (hidden)", [
     ("Post-LN with source padding", lambda: checks.expect_close(_res[0][0], _res[0][1], "Post-LN output, padded source", atol=1e-5)),
     ("Pre-LN with source padding", lambda: checks.expect_close(_res[1][0], _res[1][1], "Pre-LN output, padded source", atol=1e-5)),
@@ -740,7 +754,7 @@ def _probe_decoder(f):          # both orders, with source padding
     outs = []
     for norm_first in (False, True):
         torch.manual_seed(4)
-        layer = T.DecoderLayer(8, 2, 12, norm_first=norm_first).eval()
+        layer = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=12, norm_first=norm_first, cross_attention=True).eval()
         for p in layer.parameters():
             p.data.add_(0.2 * torch.randn_like(p))
         with torch.no_grad():
@@ -750,7 +764,7 @@ def _probe_decoder(f):          # both orders, with source padding
 
 
 decoder_forward = checks.learner_or_reference(
-    decoder_layer_forward, lambda layer, y, memory, memory_mask=None: layer(y, memory, memory_mask=memory_mask)[0],
+    decoder_layer_forward, lambda layer, y, memory, memory_mask=None: layer(y, causal=True, memory=memory, memory_mask=memory_mask).x,
     _probe_decoder, name="decoder_layer_forward")
 
 # %%
@@ -775,14 +789,14 @@ for norm_first in (False, True):
         # the same with the layer functions of exercises 2 and 4
         mask = attention.padding_mask(src_len_p, 6).unsqueeze(1)
         h = x_s
-        for layer in ours.encoder_layers:
+        for layer in ours.encoder.layers:
             h = encoder_forward(layer, h, mask)
-        h = ours.encoder_norm(h)
+        h = ours.encoder.norm(h)
         g = x_t
-        for layer in ours.decoder_layers:
+        for layer in ours.decoder.layers:
             g = decoder_forward(layer, g, h, mask)
         real = tgt_p != 0          # the layer functions leave target padding to the causal mask: compare real positions
-        layer_gap = (ours.decoder_norm(g) - want)[real].abs().max().item()
+        layer_gap = (ours.decoder.norm(g) - want)[real].abs().max().item()
     parity[norm_first] = (model_gap, layer_gap)
     print(f"norm_first={norm_first!s:5}: max |logits - nn.Transformer's| = {model_gap:.1e}; "
           f"layer functions: {layer_gap:.1e}; equal within 1e-5: {max(model_gap, layer_gap) < 1e-5}")
@@ -1056,7 +1070,7 @@ for s, t, p in tf_errors[:8]:
 # Vaswani et al. (§3.5) kept the sinusoids over a learned table because they "may allow the model to
 # extrapolate to sequence lengths longer than the ones encountered during training". The length task
 # makes that easy to test: the Transformer above saw sources of 2 to 14 symbols; here it reverses
-# sources of 15 to 18. The control is a learned table (`T.LearnedPositions`): it has no vector at all
+# sources of 15 to 18. The control is a learned table (`positional.LearnedPositions`): it has no vector at all
 # for a position it was not built for, and in a bigger table the rows past the training lengths are
 # never reached by a gradient, so they keep their random start.
 
@@ -1069,7 +1083,7 @@ print(f"  lengths 10-14 (seen in training): {train.mean_exact_match(len_scores[t
 print(f"  lengths 15-18 (never seen):       {train.mean_exact_match(long_scores, 15, 18):.2f}, by length "
       f"{ {L: round(e, 2) for L, (_, e) in sorted(long_scores.by_length.items())} }")
 try:
-    T.LearnedPositions(64, max_len=15)(torch.zeros(1, 18, 64))
+    positional.LearnedPositions(64, max_len=15)(torch.zeros(1, 18, 64))
 except ValueError as err:
     print(f"a learned table of 15 positions, given 18: ValueError: {err}")
 if not GRADING:
@@ -1144,8 +1158,8 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
 # * each layer's **cross-attention** keys and values are those of the encoder output, the same at
 #   every step of one source sentence (seed 004): they are computed at the first step and reused.
 #
-# The state is a dict whose tensors have the batch first, plus one `(self, cross)` pair of caches per
-# layer; beam search reorders the caches with the hypotheses (`decoding.index_state` calls
+# The state is a dict whose tensors have the batch first, plus one self-attention cache per layer
+# (`state["caches"]`) and one cross-attention cache per layer (`state["cross_caches"]`); beam search reorders the caches with the hypotheses (`decoding.index_state` calls
 # `KVCache.reorder`). Cached and uncached decoding must give the same result. The cell times both on
 # the 500 test dates: the ratio it prints is one run's, on the machine that ran it (the printout names
 # its CPU kernel and threads), and another machine, or the same one under load, gives another. With
@@ -1174,8 +1188,8 @@ assert same_tokens and score_gap < 1e-4, 'cached greedy decoding must equal unca
 # %%
 # NBVAL_CHECK_OUTPUT
 calls = {"cross k_proj": 0, "self k_proj": 0}
-hooks = [date_model.decoder_layers[0].cross_attn.k_proj.register_forward_hook(lambda *a: calls.__setitem__("cross k_proj", calls["cross k_proj"] + 1)),
-         date_model.decoder_layers[0].self_attn.k_proj.register_forward_hook(lambda *a: calls.__setitem__("self k_proj", calls["self k_proj"] + 1))]
+hooks = [date_model.decoder.layers[0].cross_attn.k_proj.register_forward_hook(lambda *a: calls.__setitem__("cross k_proj", calls["cross k_proj"] + 1)),
+         date_model.decoder.layers[0].self_attn.k_proj.register_forward_hook(lambda *a: calls.__setitem__("self k_proj", calls["self k_proj"] + 1))]
 one = data.make_batch(date_test[:1], date_src_vocab, date_tgt_vocab)
 state = date_model.encode(one.src, one.src_lengths)
 prev = torch.tensor([SOS_ID])
@@ -1183,7 +1197,7 @@ with torch.no_grad():
     for t in range(4):
         log_probs, state = date_model.decode_step(prev, state)
         prev = log_probs.argmax(-1)
-        self_cache, cross_cache = state["caches"][0]
+        self_cache, cross_cache = state["caches"][0], state["cross_caches"][0]
         print(f"step {t + 1}: self-attention cache holds {len(self_cache)} positions, "
               f"cross-attention cache {len(cross_cache)} (the source's {one.src.shape[1]} characters)")
 for h in hooks:
@@ -1210,7 +1224,7 @@ def count_positions(module, inputs, output):
     positions_run[date_model.use_cache] += inputs[0].shape[0] * inputs[0].shape[1]    # (hypotheses, positions, d)
 
 
-hook = date_model.decoder_layers[0].ff.register_forward_hook(count_positions)
+hook = date_model.decoder.layers[0].ff.register_forward_hook(count_positions)
 beams, beam_seconds = {}, {}
 for use_cache in (True, False):
     date_model.use_cache = use_cache
@@ -1330,17 +1344,17 @@ tf_len = len_models["ch6: Transformer"]
 example = next(p for p in len_test if len(p[0]) == 11)
 eb = data.make_batch([example], len_vocab, len_vocab)
 with torch.no_grad():
-    _, maps = tf_len(eb.src, eb.src_lengths, eb.tgt_in, return_attention=True)
+    _, maps = tf_len.forward_with_weights(eb.src, eb.src_lengths, eb.tgt_in)
 out_labels = list(example[1]) + ["<eos>"]          # row t is the step that writes output token t
 src_labels = list(example[0])
 for kind, rows, cols, title in (("cross", out_labels, src_labels, "cross-attention: row = symbol being written, column = source symbol"),
                                  ("encoder", src_labels, src_labels, "encoder self-attention: row = query, column = key")):
-    n_layers, n_heads = len(maps[kind]), maps[kind][0].shape[1]
+    n_layers, n_heads = len(getattr(maps, kind)), getattr(maps, kind)[0].shape[1]
     fig, axes = plt.subplots(n_layers, n_heads, figsize=(3.0 * n_heads, 2.7 * n_layers + 0.6), squeeze=False)
     for l in range(n_layers):
         for h in range(n_heads):
             ax = axes[l, h]
-            im = ax.imshow(maps[kind][l][0, h], cmap="viridis", vmin=0, vmax=1, aspect="auto")
+            im = ax.imshow(getattr(maps, kind)[l][0, h], cmap="viridis", vmin=0, vmax=1, aspect="auto")
             ax.set_xticks(range(len(cols)), cols, fontsize=7)
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
             ax.set_title(f"layer {l + 1}, head {h + 1}", fontsize=9)
@@ -1358,10 +1372,10 @@ def head_entropy(w):
 
 lb = data.make_batch(len_test[:200], len_vocab, len_vocab)
 with torch.no_grad():
-    _, maps_all = tf_len(lb.src, lb.src_lengths, lb.tgt_in, return_attention=True)
+    _, maps_all = tf_len.forward_with_weights(lb.src, lb.src_lengths, lb.tgt_in)
 uniform = lb.src_lengths.float().log().mean().item()
 for kind in ("encoder", "cross"):
-    for l, w in enumerate(maps_all[kind]):
+    for l, w in enumerate(getattr(maps_all, kind)):
         print(f"{kind:8s} layer {l + 1}: entropy per head {[round(x, 2) for x in head_entropy(w).tolist()]} "
               f"(attention spread evenly over the source: {uniform:.2f})")
 

@@ -27,8 +27,8 @@
 # **What you will build**: the prefix-LM mask (the three attention patterns as masks), BERT's
 # masked-language-model corruption of a batch, top-k and top-p filtering of logits, cutting images
 # into patches, and a ViT's forward pass. `course_utils.families`, `course_utils.vit` and
-# `course_utils.decoding` hold the reference versions, built from chapter 6's
-# `course_utils.transformer` layers (no second copy of them).
+# `course_utils.decoding` hold the reference versions, built from the course's one Transformer
+# block and stack, `course_utils.blocks` (no second copy of them).
 #
 # **Exercises** (graded by nbgrader; visible tests run in place, hidden tests when graded):
 #
@@ -496,8 +496,8 @@ if not GRADING:
 # ## 3. Decoder-only: a language model that writes (GPT)
 #
 # Keep only the decoder, drop its cross-attention (there is no encoder to attend to), and what is
-# left is chapter 6's encoder layer under a causal mask: `families.DecoderOnlyLM` uses
-# `T.EncoderLayer` unchanged. It is trained to predict every next token of a text at once (teacher
+# left is chapter 6's encoder block under a causal mask: `families.DecoderOnlyLM` stacks the same
+# `blocks.TransformerBlock`, with its key/value caches passed in while it generates. It is trained to predict every next token of a text at once (teacher
 # forcing, one forward pass per batch), and it generates by feeding its own output back in. Seed
 # 003's remark makes this the same model as chapter 1's decoder: a seq2seq decoder is a language
 # model *conditioned* on the source; a decoder-only model conditions on a **prompt** instead, the
@@ -1177,8 +1177,9 @@ plt.show()
 # top of this section, built from the model's parts (do not call `model(...)` or `model.embed`). The
 # parts: `model.patch` (the patch size), `model.patch_embed` (a linear layer on one flattened patch),
 # `model.cls_token` (a `(1, 1, d_model)` parameter), `model.positions` (a module that adds the
-# position embeddings to a `(batch, tokens, d_model)` tensor), `model.layers` (encoder layers; each
-# returns `(x, attention weights)`), `model.norm` (the final LayerNorm) and `model.head` (the
+# position embeddings to a `(batch, tokens, d_model)` tensor), `model.stack.layers` (encoder blocks;
+# each returns `(x, self weights, cross weights)`, `.x` the first), `model.stack.norm` (the final
+# LayerNorm) and `model.head` (the
 # classifier). Where the class token goes, which state the head reads, and in what order the parts
 # apply, follow from the description above. Return the logits `(batch, n_classes)`.
 
@@ -1195,9 +1196,9 @@ def vit_forward(model, images):
     x = model.patch_embed(patches_of(images, model.patch))                  # (B, N, d_model)
     cls = model.cls_token.expand(x.shape[0], -1, -1)                        # (B, 1, d_model)
     x = model.positions(torch.cat([cls, x], dim=1))                         # (B, 1 + N, d_model)
-    for layer in model.layers:
-        x, _ = layer(x)
-    return model.head(model.norm(x)[:, 0])
+    for layer in model.stack.layers:
+        x = layer(x).x
+    return model.head(model.stack.norm(x)[:, 0])
     ### END SOLUTION
 
 
@@ -1360,7 +1361,7 @@ small_history = vit.train_classifier(vit_small, x_train, y_train, epochs=1 if GR
 print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history['seconds']:.1f} s, "
       f"test accuracy {vit.accuracy(vit_small, x_test, y_test):.3f}")
 with torch.no_grad():
-    _, weights = vit_small(x_test, need_weights=True)              # per layer (360, heads, 17, 17)
+    _, weights = vit_small.forward_with_weights(x_test)             # per layer (360, heads, 17, 17)
 last_map = vit.class_token_map(weights[-1].mean(1), vit_small.grid)                  # (360, 4, 4)
 rollout_map = vit.class_token_map(vit.attention_rollout(weights), vit_small.grid)    # (360, 4, 4)
 ink = patches_of(x_test, 2).sum(-1).reshape(-1, 4, 4)                                # ink per patch
@@ -1396,7 +1397,7 @@ occ_map = occlusion_map(vit_small)
 train.set_seed(1)
 vit_untrained = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96).eval()
 with torch.no_grad():
-    _, untrained_weights = vit_untrained(x_test, need_weights=True)
+    _, untrained_weights = vit_untrained.forward_with_weights(x_test)
 untrained_rollout = vit.class_token_map(vit.attention_rollout(untrained_weights), vit_untrained.grid)
 map_correlation = {"last layer": ink_correlation(last_map), "rollout": ink_correlation(rollout_map),
                    "occlusion": ink_correlation(occ_map),

@@ -43,13 +43,14 @@ import torch.nn.functional as F
 
 from course_utils import (
     attention,
+    blocks,
     checks,
     claims,
     cost,
     decoding,
     flash,
     llama,
-    relpos,
+    positional,
     textlm,
     train,
 )
@@ -70,7 +71,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # |---|---|---|---|
 # | normalisation | LayerNorm (centre, scale, shift) | **RMSNorm** (scale only), pre-norm | this chapter |
 # | feed-forward | $W_2\,\mathrm{ReLU}(W_1 x)$, width $4d$ | **SwiGLU**, width $\approx\frac{2}{3}4d$ | this chapter |
-# | positions | added to the input, once | **RoPE** on $q$ and $k$ in every layer | chapter 5 (`relpos.apply_rope`) |
+# | positions | added to the input, once | **RoPE** on $q$ and $k$ in every layer | chapter 5 (`positional.apply_rope`) |
 # | key/value heads | one per query head (MHA) | **GQA**, cached un-repeated | chapter 4 (`MultiHeadAttention`, `KVCache`) |
 # | biases | in every linear layer and norm | **none** | — |
 #
@@ -161,13 +162,13 @@ checks.run_checks("rms_norm", [
 _g = torch.Generator().manual_seed(101)
 _xh1 = torch.randn(3, 16, generator=_g, dtype=torch.float64) * 0.1
 _wh1 = torch.randn(16, generator=_g, dtype=torch.float64)
-with checks.forbid(llama.rms_norm, (F, "rms_norm"), (torch, "rms_norm")):
+with checks.forbid(blocks.rms_norm, (F, "rms_norm"), (torch, "rms_norm")):
     _big_eps = checks.call(rms_norm, _xh1, _wh1, 1.0)
     _f32 = checks.call(rms_norm, _xh1[0].float(), _wh1.float())
 checks.run_checks("rms_norm (hidden)", [
     ("eps = 1 inside the square root", lambda: checks.expect_close(
         _big_eps, _xh1 / (_xh1.pow(2).mean(-1, keepdim=True) + 1.0).sqrt() * _wh1, "rms_norm(x, w, eps=1)")),
-    ("1-D float32", lambda: checks.expect_close(_f32, llama.rms_norm(_xh1[0].float(), _wh1.float()), "rms_norm(x[0])",
+    ("1-D float32", lambda: checks.expect_close(_f32, blocks.rms_norm(_xh1[0].float(), _wh1.float()), "rms_norm(x[0])",
                                                 atol=1e-5)),
 ])
 ### END HIDDEN TESTS
@@ -182,7 +183,7 @@ def _probe_rms(fn):
     return fn(torch.randn(2, 3, 6, generator=g, dtype=torch.float64) * 0.05, torch.randn(6, generator=g, dtype=torch.float64), 0.5)
 
 
-rms = checks.learner_or_reference(rms_norm, llama.rms_norm, _probe_rms, name="rms_norm")
+rms = checks.learner_or_reference(rms_norm, blocks.rms_norm, _probe_rms, name="rms_norm")
 x_demo = torch.randn(4, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 3.0
 centred = x_demo - x_demo.mean(-1, keepdim=True)
 ones = torch.ones(64, dtype=torch.float64)
@@ -272,13 +273,13 @@ checks.run_checks("swiglu", [
 # Hidden tests: (batch, seq, d) inputs, equal to the course's SwiGLU module with the same weights.
 ### BEGIN HIDDEN TESTS
 torch.manual_seed(102)
-_mod2 = llama.SwiGLU(8, 12).double()
+_mod2 = blocks.SwiGLU(8, 12).double()
 _xh2 = torch.randn(2, 3, 8, dtype=torch.float64)
-with checks.forbid(llama.SwiGLU.forward):
+with checks.forbid(blocks.SwiGLU.forward):
     _got2 = checks.call(swiglu, _xh2, _mod2.gate_proj.weight.detach(), _mod2.up_proj.weight.detach(),
                         _mod2.down_proj.weight.detach())
 checks.run_checks("swiglu (hidden)", [
-    ("(batch, seq, d), equal to llama.SwiGLU", lambda: checks.expect_close(_got2, _mod2(_xh2).detach(), "swiglu(x)")),
+    ("(batch, seq, d), equal to blocks.SwiGLU", lambda: checks.expect_close(_got2, _mod2(_xh2).detach(), "swiglu(x)")),
 ])
 ### END HIDDEN TESTS
 
@@ -296,14 +297,14 @@ def _probe_swiglu(fn):
 
 swi = checks.learner_or_reference(swiglu, lambda x, g, u, d: (F.silu(x @ g.T) * (x @ u.T)) @ d.T, _probe_swiglu, name="swiglu")
 for d, multiple in ((64, 8), (4096, 256)):
-    h = llama.swiglu_hidden(d, multiple)
+    h = blocks.swiglu_hidden(d, multiple)
     print(f"d = {d:5d}: SwiGLU width {h:6d}, {3 * d * h:>11,} weights; ReLU FFN width {4 * d:6d}, {2 * d * 4 * d + 5 * d:>11,} weights (with biases)")
-ffn = llama.SwiGLU(64, llama.swiglu_hidden(64))
+ffn = blocks.SwiGLU(64, blocks.swiglu_hidden(64))
 x_ffn = torch.randn(2, 5, 64)
 out_mod = ffn(x_ffn)
 out_fn = swi(x_ffn, ffn.gate_proj.weight, ffn.up_proj.weight, ffn.down_proj.weight)
 assert torch.allclose(out_mod, out_fn, atol=1e-5), "the SwiGLU module must equal the function with its weights"
-print("the module llama.SwiGLU equals swiglu() with its weights")
+print("the module blocks.SwiGLU equals swiglu() with its weights")
 
 # %% [markdown]
 # ## 4. RoPE inside attention, and its two layouts
@@ -367,7 +368,7 @@ checks.run_checks("rope_half", [
     ("split-halves pairs: (0, 4) at position 1", _pair_rotated),
     ("the offset shifts the positions: rope_half(x[s:], offset=s) == rope_half(x)[s:]", lambda: checks.expect_close(
         checks.call(rope_half, _x3[:, :, 4:], 4), checks.call(rope_half, _x3)[:, :, 4:], "rope_half(x[..., 4:, :], offset=4)")),
-    ("equal to the reference", lambda: checks.expect_close(checks.call(rope_half, _x3, 5), llama.apply_rope_half(_x3, 5),
+    ("equal to the reference", lambda: checks.expect_close(checks.call(rope_half, _x3, 5), positional.apply_rope_half(_x3, 5),
                                                             "rope_half(x, offset=5)")),
 ])
 
@@ -377,18 +378,18 @@ checks.run_checks("rope_half", [
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(103)
 _xh3 = torch.randn(6, 16, generator=_g, dtype=torch.float64)
-_p3 = llama.interleaved_to_half(16)
-with checks.forbid(llama.apply_rope_half, llama.rotate_half, relpos.apply_rope):
+_p3 = positional.interleaved_to_half(16)
+with checks.forbid(positional.apply_rope_half, positional.rotate_half, positional.apply_rope):
     _r2d = checks.call(rope_half, _xh3, 3, 500000.0)
     _r3d = checks.call(rope_half, _xh3[None].expand(2, 6, 16), 1000)
     _r32 = checks.call(rope_half, _xh3.float(), 7)
     _rperm = checks.call(rope_half, _xh3[:, _p3], 2)
 checks.run_checks("rope_half (hidden)", [
-    ("(seq, d), base 500000", lambda: checks.expect_close(_r2d, llama.apply_rope_half(_xh3[None], 3, 500000.0)[0], "rope_half")),
-    ("(batch, seq, d), offset 1000", lambda: checks.expect_close(_r3d, llama.apply_rope_half(_xh3[None].expand(2, 6, 16), 1000), "rope_half")),
+    ("(seq, d), base 500000", lambda: checks.expect_close(_r2d, positional.apply_rope_half(_xh3[None], 3, 500000.0)[0], "rope_half")),
+    ("(batch, seq, d), offset 1000", lambda: checks.expect_close(_r3d, positional.apply_rope_half(_xh3[None].expand(2, 6, 16), 1000), "rope_half")),
     ("float32 in, float32 out", lambda: checks.expect_dtype(_r32, torch.float32, "rope_half(float32)")),
     ("half(x[p]) == interleaved(x)[p]", lambda: checks.expect_close(
-        _rperm, relpos.apply_rope(_xh3, torch.arange(2, 8))[:, _p3], "rope_half(x[:, p], offset=2)")),
+        _rperm, positional.apply_rope(_xh3, torch.arange(2, 8))[:, _p3], "rope_half(x[:, p], offset=2)")),
 ])
 ### END HIDDEN TESTS
 
@@ -405,28 +406,28 @@ def _probe_rope(fn):
     return fn(torch.randn(5, 8, generator=torch.Generator().manual_seed(9), dtype=torch.float64), 3)
 
 
-rope = checks.learner_or_reference(rope_half, llama.apply_rope_half, _probe_rope, name="rope_half")
+rope = checks.learner_or_reference(rope_half, positional.apply_rope_half, _probe_rope, name="rope_half")
 torch.manual_seed(0)
 small = llama.ModernDecoder(llama.DecoderConfig(vocab_size=128, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1)).eval()
 tokens_demo = textlm.encode("def add(a, b):\n    return a + b\n")[None]
 d_head = 16
-perm = llama.interleaved_to_half(d_head)
+perm = positional.interleaved_to_half(d_head)
 
 
 def run_with_rotation(model, rotate, tokens, caches=None):
     """The model's logits with every layer's RoPE done by ``rotate(x (B, H, L, dh), offset, base)``."""
     for layer in model.layers:
-        layer.attn.rotate = rotate
+        layer.self_attn.rotate = rotate
     try:
         with torch.no_grad():
             return model(tokens, caches)
     finally:
         for layer in model.layers:
-            layer.attn.rotate = None
+            layer.self_attn.rotate = None
 
 
 def interleaved(x, offset, base):
-    return relpos.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
+    return positional.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
 
 
 def learner_rope(x, offset, base):
@@ -439,7 +440,7 @@ permuted.load_state_dict(small.state_dict())
 inverse = torch.argsort(perm)                                 # p^-1: split-halves rows -> interleaved rows
 with torch.no_grad():
     for layer in permuted.layers:
-        for proj in (layer.attn.q_proj, layer.attn.k_proj):
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
             w = proj.weight.view(-1, d_head, 32)              # (heads, d_head, d_model)
             w.copy_(w[:, inverse].clone())
 err_perm = (run_with_rotation(permuted, interleaved, tokens_demo) - ref_logits).abs().max().item()
@@ -463,18 +464,20 @@ for name, rotate in (("offset = cache length", learner_rope),
 # %% [markdown]
 # ## 5. The decoder, and Hugging Face's Llama with the same weights
 #
-# `llama.ModernDecoder` assembles it: token embedding (no positions added), $N$ pre-norm blocks
-# ($h = x + \mathrm{Attn}(\mathrm{RMSNorm}(x))$, $y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}(h))$), a
-# final RMSNorm and an output layer, no biases. Its attention, `llama.RotaryAttention`, *is*
+# `llama.ModernDecoder` assembles it from the course's parts: a token embedding (no positions
+# added), a stack of $N$ pre-norm blocks ($h = x + \mathrm{Attn}(\mathrm{RMSNorm}(x))$,
+# $y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}(h))$) with a final RMSNorm, and an output layer, no
+# biases. The block is chapter 6's `blocks.TransformerBlock`, configured (`norm="rms"`,
+# `ffn="swiglu"`, `norm_first=True`, `attention_bias=False`, `rope=True`). Its attention *is*
 # chapter 4's `attention.MultiHeadAttention` (the same `q_proj`, `k_proj`, `v_proj`, `out_proj`,
-# GQA through `grouped_sdpa`, the same `KVCache`) with one change: $q$ and $k$ are rotated between
-# the projection and the cache, at positions offset by `len(cache)`.
+# GQA through `grouped_sdpa`, the same `KVCache`) with one switch on, `rope=True`: $q$ and $k$ are
+# rotated between the projection and the cache, at positions offset by `len(cache)`.
 #
 # Is it *the* LLaMA? Hugging Face's `transformers` implements Llama as `LlamaForCausalLM`. Build
 # one from a `LlamaConfig` with random weights (nothing is downloaded), copy its weights into the
 # course's decoder under the course's names, and compare. The names differ in a few places
-# (`self_attn.o_proj` is our `attn.out_proj`, `mlp.gate_proj` our `ffn.gate_proj`,
-# `input_layernorm` our `norm1`, ...).
+# (`model.layers` is our `stack.layers`, `self_attn.o_proj` our `self_attn.out_proj`,
+# `mlp.gate_proj` our `ff.gate_proj`, `input_layernorm` our `norm1`, ...).
 #
 # ### Exercise 4: one piece of the weight loading (1 + 1 points)
 #
@@ -482,14 +485,14 @@ for name, rotate in (("offset = cache length", learner_rope),
 #
 # | Hugging Face | course |
 # |---|---|
-# | `model.embed_tokens.weight` | `embed.weight` |
-# | `model.norm.weight` | `norm.weight` |
+# | `model.embed_tokens.weight` | `embed.table.weight` |
+# | `model.norm.weight` | `stack.norm.weight` |
 # | `lm_head.weight` | `lm_head.weight` |
-# | `model.layers.{i}.self_attn.{q,k,v}_proj.weight` | `layers.{i}.attn.{q,k,v}_proj.weight` |
-# | `model.layers.{i}.self_attn.o_proj.weight` | `layers.{i}.attn.out_proj.weight` |
-# | `model.layers.{i}.mlp.{gate,up,down}_proj.weight` | `layers.{i}.ffn.{gate,up,down}_proj.weight` |
-# | `model.layers.{i}.input_layernorm.weight` | `layers.{i}.norm1.weight` |
-# | `model.layers.{i}.post_attention_layernorm.weight` | `layers.{i}.norm2.weight` |
+# | `model.layers.{i}.self_attn.{q,k,v}_proj.weight` | `stack.layers.{i}.self_attn.{q,k,v}_proj.weight` |
+# | `model.layers.{i}.self_attn.o_proj.weight` | `stack.layers.{i}.self_attn.out_proj.weight` |
+# | `model.layers.{i}.mlp.{gate,up,down}_proj.weight` | `stack.layers.{i}.ff.{gate,up,down}_proj.weight` |
+# | `model.layers.{i}.input_layernorm.weight` | `stack.layers.{i}.norm1.weight` |
+# | `model.layers.{i}.post_attention_layernorm.weight` | `stack.layers.{i}.norm2.weight` |
 #
 # Raise `KeyError` for any other name.
 
@@ -497,18 +500,19 @@ for name, rotate in (("offset = cache length", learner_rope),
 def course_key(hf_key):
     """Hugging Face Llama parameter name -> the course's ``ModernDecoder`` name."""
     ### BEGIN SOLUTION
-    fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
              "lm_head.weight": "lm_head.weight"}
     if hf_key in fixed:
         return fixed[hf_key]
-    inner = {"self_attn.q_proj": "attn.q_proj", "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj",
-             "self_attn.o_proj": "attn.out_proj", "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj",
-             "mlp.down_proj": "ffn.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    inner = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+             "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+             "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+             "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
     parts = hf_key.split(".")
     if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
         middle = ".".join(parts[3:-1])
         if middle in inner:
-            return f"layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
+            return f"stack.layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
     raise KeyError(hf_key)
     ### END SOLUTION
 
@@ -525,13 +529,13 @@ def _raises_key_error():
 
 
 checks.run_checks("course_key", [
-    ("embedding", lambda: checks.expect_equal(checks.call(course_key, "model.embed_tokens.weight"), "embed.weight", "embed")),
+    ("embedding", lambda: checks.expect_equal(checks.call(course_key, "model.embed_tokens.weight"), "embed.table.weight", "embed")),
     ("o_proj -> out_proj", lambda: checks.expect_equal(checks.call(course_key, "model.layers.1.self_attn.o_proj.weight"),
-                                                       "layers.1.attn.out_proj.weight", "o_proj")),
+                                                       "stack.layers.1.self_attn.out_proj.weight", "o_proj")),
     ("the feed-forward", lambda: checks.expect_equal(checks.call(course_key, "model.layers.0.mlp.gate_proj.weight"),
-                                                     "layers.0.ffn.gate_proj.weight", "gate_proj")),
+                                                     "stack.layers.0.ff.gate_proj.weight", "gate_proj")),
     ("the norms", lambda: checks.expect_equal(checks.call(course_key, "model.layers.2.post_attention_layernorm.weight"),
-                                              "layers.2.norm2.weight", "post_attention_layernorm")),
+                                              "stack.layers.2.norm2.weight", "post_attention_layernorm")),
     ("unknown names raise KeyError", _raises_key_error),
 ])
 

@@ -26,7 +26,7 @@ SOURCE = '''def decoder_layer_forward(layer, y, memory, memory_mask=None):
 HIDDEN_ONLY = {
     # hands the work to the course_utils reference: right values, not the learner's table
     "ex1_sinusoidal": '''def sinusoidal_table(max_len, d_model):
-    return T.sinusoidal_encoding(max_len, d_model)
+    return positional.sinusoidal_encoding(max_len, d_model)
 ''',
     # the padding mask is never passed to the attention: right only when nothing is padded
     "ex2_encoder_layer": '''def encoder_layer_forward(layer, x, mask=None):

@@ -44,20 +44,21 @@ HIDDEN_ONLY = {
 ''',
     # the layer number read as one character: right for layers 0-9 only
     "ex4_keys": '''def course_key(hf_key):
-    fixed = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
              "lm_head.weight": "lm_head.weight"}
     if hf_key in fixed:
         return fixed[hf_key]
-    inner = {"self_attn.q_proj": "attn.q_proj", "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj",
-             "self_attn.o_proj": "attn.out_proj", "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj",
-             "mlp.down_proj": "ffn.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    inner = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+             "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+             "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+             "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
     if not hf_key.startswith("model.layers."):
         raise KeyError(hf_key)
     layer, rest = hf_key[13], hf_key[15:]
     middle, _, leaf = rest.rpartition(".")
     if middle not in inner:
         raise KeyError(hf_key)
-    return f"layers.{layer}.{inner[middle]}.{leaf}"
+    return f"stack.layers.{layer}.{inner[middle]}.{leaf}"
 ''',
     # the accumulated output not rescaled when the maximum rises (and no guard for -inf rows):
     # right while the first block holds each row's maximum
@@ -71,6 +72,6 @@ HIDDEN_ONLY = {
 MORE_WRONG = {
     "interleaved": ("ex3_rope", '''def rope_half(x, offset=0, base=10000.0):
     """Wrong: the interleaved pairs (2i, 2i+1) of the paper, not Hugging Face's halves."""
-    return relpos.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
+    return positional.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
 '''),
 }

@@ -1,0 +1,166 @@
+"""The one Transformer block, the stack, the token embedding and RoPE inside attention."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import attention, blocks, decoding, positional
+from course_utils import transformer as T
+
+
+def _perturbed(block: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    for p in block.parameters():            # norms start at gain 1, bias 0: move them so that order matters
+        p.data.add_(0.2 * torch.randn_like(p))
+    return block.eval()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("cross", [False, True])
+def test_block_equals_pytorch_layer(norm_first, cross):
+    torch.manual_seed(1)
+    kind = torch.nn.TransformerDecoderLayer if cross else torch.nn.TransformerEncoderLayer
+    ref = kind(d_model=16, nhead=4, dim_feedforward=24, batch_first=True, norm_first=norm_first, dropout=0.0).eval()
+    ours = blocks.TransformerBlock(d_model=16, n_heads=4, d_ff=24, norm_first=norm_first, cross_attention=cross).eval()
+    T.copy_torch_layer(ours, ref)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    keep = attention.padding_mask(torch.tensor([7, 3]), 7)[:, 0]          # (2, 7)
+    with torch.no_grad():
+        if cross:
+            want = ref(x, memory, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.bool),
+                       memory_key_padding_mask=~keep)
+            got = ours(x, causal=True, memory=memory, memory_mask=keep[:, None, None, :])
+        else:
+            want = ref(x, src_key_padding_mask=~keep[:, :5])
+            got = ours(x, mask=keep[:, None, None, :5])
+    assert isinstance(got, blocks.BlockOutput) and got.self_weights is None and got.cross_weights is None
+    torch.testing.assert_close(got.x, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(norm_first=True), dict(n_kv_heads=1, norm_first=True),
+                                 dict(norm="rms", ffn="swiglu", rope=True, attention_bias=False, norm_first=True),
+                                 dict(ffn="gelu", n_kv_heads=2)])
+def test_cached_block_equals_the_full_causal_pass(cfg):
+    block = _perturbed(blocks.TransformerBlock(d_model=16, n_heads=4, **cfg))
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        full = block(x, causal=True).x
+        cache = attention.KVCache()
+        parts = [block(x[:, :4], cache=cache, causal=True).x]
+        parts += [block(x[:, t:t + 1], cache=cache, causal=True).x for t in range(4, 9)]
+    assert len(cache) == 9
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=0)
+
+
+def test_block_weights_are_rows_of_a_softmax_and_only_when_asked():
+    block = _perturbed(blocks.TransformerBlock(d_model=8, n_heads=2, cross_attention=True))
+    y, memory = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
+    out = block(y, causal=True, memory=memory, need_weights=True)
+    assert out.self_weights.shape == (3, 2, 4, 4) and out.cross_weights.shape == (3, 2, 4, 6)
+    assert torch.triu(out.self_weights, diagonal=1).abs().max() == 0            # causal
+    torch.testing.assert_close(out.cross_weights.sum(-1), torch.ones(3, 2, 4))
+    torch.testing.assert_close(out.x, block(y, causal=True, memory=memory).x, atol=1e-5, rtol=0)
+
+
+def test_block_says_what_is_wrong():
+    enc = blocks.TransformerBlock(d_model=8, n_heads=2)
+    dec = blocks.TransformerBlock(d_model=8, n_heads=2, cross_attention=True)
+    x = torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match="no cross-attention"):
+        enc(x, memory=x)
+    with pytest.raises(ValueError, match="pass memory"):
+        dec(x)
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        blocks.TransformerBlock(d_model=10, n_heads=4)
+    with pytest.raises(ValueError, match="ffn must be one of"):
+        blocks.BlockConfig(ffn="tanh")
+    with pytest.raises(ValueError, match="self-attention only"):
+        blocks.BlockConfig(rope=True, cross_attention=True)
+    with pytest.raises(ValueError, match="dropout"):
+        blocks.BlockConfig(dropout=1.0)
+    with pytest.raises(TypeError, match="BlockConfig"):
+        blocks.TransformerBlock({"d_model": 8})
+    with pytest.raises(ValueError, match="one KVCache per layer"):
+        blocks.TransformerStack(blocks.BlockConfig(d_model=8, n_heads=2), 2)(x, caches=[attention.KVCache()])
+
+
+def test_config_defaults_and_a_block_from_fields_or_config():
+    cfg = blocks.BlockConfig(d_model=96, n_heads=4, ffn="swiglu")
+    assert cfg.d_ff == blocks.swiglu_hidden(96) and cfg.n_kv_heads == 4
+    assert blocks.BlockConfig(d_model=32, n_heads=4).d_ff == 128
+    a = blocks.TransformerBlock(cfg)
+    b = blocks.TransformerBlock(cfg, norm_first=True)
+    assert not a.norm_first and b.norm_first and b.cfg.ffn == "swiglu"
+    assert isinstance(a.ff, blocks.SwiGLU) and a.cross_attn is None and a.norm3 is None
+
+
+def test_stack_shares_one_block_and_adds_a_final_norm_for_pre_ln():
+    cfg = blocks.BlockConfig(d_model=8, n_heads=2, norm_first=True)
+    shared = blocks.TransformerStack(cfg, 3, share_layers=True)
+    assert shared.layers[0] is shared.layers[2] and isinstance(shared.norm, torch.nn.LayerNorm)
+    post = blocks.TransformerStack(blocks.BlockConfig(d_model=8, n_heads=2), 2)
+    assert isinstance(post.norm, torch.nn.Identity)
+    out = post(torch.randn(2, 5, 8), need_weights=True)
+    assert len(out.self_weights) == 2 and out.cross_weights == [None, None]
+
+
+def test_rope_inside_attention_rotates_q_and_k_at_the_cache_offset():
+    torch.manual_seed(0)
+    mha = attention.MultiHeadAttention(16, 4, 2, bias=False, rope=True).eval()
+    x = torch.randn(2, 6, 16)
+    q = attention.split_heads(mha.q_proj(x), 4)
+    k = attention.split_heads(mha.k_proj(x), 2)
+    v = attention.split_heads(mha.v_proj(x), 2)
+    q, k = positional.apply_rope_half(q), positional.apply_rope_half(k)
+    want = F.scaled_dot_product_attention(q, attention.repeat_kv(k, 2), attention.repeat_kv(v, 2), is_causal=True)
+    want = mha.out_proj(attention.merge_heads(want))
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x, causal=True)[0], want, atol=1e-5, rtol=0)
+        cache = attention.KVCache()
+        mha(x[:, :5], cache=cache, causal=True)
+        last = mha(x[:, 5:], cache=cache, causal=True)[0]        # position 5, not 0
+    torch.testing.assert_close(last, want[:, 5:], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="self-attention"):
+        mha(x, context=x)
+    with pytest.raises(ValueError, match="even"):
+        attention.MultiHeadAttention(12, 4, rope=True)             # d_head 3
+
+
+def test_token_embedding_scales_adds_positions_and_rejects_floats():
+    torch.manual_seed(0)
+    emb = blocks.TokenEmbedding.build(10, 8, "sinusoidal", max_len=20)
+    ids = torch.tensor([[1, 2, 3]])
+    want = emb.table(ids) * 8 ** 0.5 + positional.sinusoidal_encoding(20, 8)[5:8]
+    torch.testing.assert_close(emb(ids, offset=5), want)
+    assert emb.weight is emb.table.weight
+    with pytest.raises(ValueError, match="integer ids"):
+        emb(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="positional must be one of"):
+        positional.positional_embedding("alibi", 8, 10)
+
+
+def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
+    """The cache contract: ``decode_step`` extends the caches of the state it is given (so that
+    state must not be stepped twice); ``decoding.index_state`` (what beam search steps) returns
+    copies whose steps leave the original untouched."""
+    torch.manual_seed(3)
+    model = T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4, n_layers=2).eval()
+    src, lengths = torch.tensor([[4, 5, 6, 7]]), torch.tensor([4])
+    with torch.no_grad():
+        state = model.encode(src, lengths)
+        _, after = model.decode_step(torch.tensor([1]), state)
+        assert after["caches"][0] is state["caches"][0] and len(state["caches"][0]) == 1
+        copy = decoding.index_state(after, torch.tensor([0]))
+        model.decode_step(torch.tensor([5]), copy)
+    assert len(copy["caches"][0]) == 2 and len(after["caches"][0]) == 1
+    assert len(copy["cross_caches"][0]) == 4 and copy["cross_caches"][0] is not after["cross_caches"][0]
+
+
+def test_every_model_follows_the_decoding_protocol():
+    from course_utils import families, llama, rnn, rnn_attention
+    seq2seq = [T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4), rnn.Seq2Seq(12, 10, 8, 16),
+               rnn_attention.AttentionSeq2Seq(12, 10, 8, 16)]
+    prompted = [families.DecoderOnlyLM(20, d_model=16, n_heads=2), llama.ModernDecoder(llama.DecoderConfig())]
+    assert all(isinstance(m, decoding.EncoderDecoder) for m in seq2seq)
+    assert all(isinstance(m, decoding.PromptedDecoder) and not isinstance(m, decoding.EncoderDecoder)
+               for m in prompted)
