@@ -36,14 +36,13 @@ from .attention import causal_mask, combine_masks
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
 from .decoding import greedy_decode
+from .train import IGNORE_INDEX
 
 __all__ = [
     "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
     "lm_training_batch", "mlm_corrupt", "mlm_loss", "prefix_lm_mask",
 ]
 
-#: The label of positions that do not count in the loss (``F.cross_entropy``'s default ``ignore_index``).
-IGNORE_INDEX = -100
 
 
 # --- the three attention patterns -----------------------------------------------------------

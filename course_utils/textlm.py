@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import train
+
 __all__ = ["ABLATIONS", "CH08_BUDGET", "CH08_MODEL", "STDLIB_FILES", "VOCAB_SIZE", "ch08_model", "decode",
            "encode", "eval_loss", "loss_by_position", "random_windows", "split_corpus", "stdlib_corpus",
            "train_lm"]
@@ -80,31 +82,25 @@ def random_windows(data: torch.Tensor, batch: int, length: int, generator: torch
 
 def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, length: int = 64,
              lr: float = 3e-3, warmup: int = 20, seed: int = 0, weight_decay: float = 0.01) -> list[float]:
-    """Next-token training on random windows of ``data``; returns the loss of every step.
+    """:func:`course_utils.train.fit` on random windows of ``data`` with the next-token loss;
+    returns the loss of every step.
 
-    AdamW, linear warm-up for ``warmup`` steps then cosine decay to 10 % of ``lr``, gradient
-    clipping at 1.0. ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a
-    generator seeded with ``seed``, so two models trained with the same seed see the same text.
+    AdamW (betas 0.9, 0.95; ``weight_decay`` on the weight matrices only), linear warm-up for
+    ``warmup`` steps then cosine decay to 10 % of ``lr``, gradient clipping at 1.0.
+    ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a generator seeded with
+    ``seed``, so two models trained with the same seed see the same text.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     g = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    for step in range(steps):
-        frac = min(1.0, (step + 1) / max(1, warmup))
-        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
-        for group in opt.param_groups:
-            group["lr"] = lr * min(frac, decay)
-        x, y = random_windows(data, batch, length, g)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+
+    def lr_at(step):   # step counted from 1
+        frac = min(1.0, step / max(1, warmup))
+        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - 1) / max(1, steps)))
+        return lr * min(frac, decay)
+
+    windows = (random_windows(data, batch, length, g) for _ in range(steps))
+    history = train.fit(model, windows, train.next_token_loss, steps, lr_at=lr_at, weight_decay=weight_decay,
+                        betas=(0.9, 0.95), clip=1.0)
+    return history.loss
 
 
 def _fixed_windows(data: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

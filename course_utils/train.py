@@ -1,27 +1,44 @@
-"""Seeding, device choice, the training loop and evaluation of sequence-to-sequence models.
+"""Seeding, device choice, the course's one training loop, and evaluation of sequence-to-sequence models.
 
-Models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
-``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``.
+* :func:`fit` is the training loop of every model of the course: batches in, a loss per task
+  (:func:`seq2seq_loss`, :func:`classification_loss`, :func:`next_token_loss`), AdamW with weight
+  decay on the weight matrices only (:func:`param_groups`), a learning-rate schedule, gradient-norm
+  clipping, a device, a progress bar; it returns a :class:`History`. :func:`train_seq2seq`,
+  :func:`course_utils.vit.train_classifier` and :func:`course_utils.textlm.train_lm` are
+  :func:`fit` with their task's batches and loss.
+* Seq2seq models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
+  ``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``; :func:`evaluate` and the
+  length-graded comparison of chapters 1, 2 and 6 are below the loop.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm.std import tqdm
 
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
+
+__all__ = [
+    "IGNORE_INDEX", "LENGTH_TASK_BUDGET", "Batch", "History", "classification_loss", "epochs", "fit",
+    "next_token_loss", "param_groups", "seq2seq_loss", "Scores", "count_parameters", "error_by_position", "evaluate",
+    "get_device", "grading", "length_task_budget", "mean_exact_match", "predict", "score_predictions",
+    "sequence_loss", "set_seed", "teacher_forced_accuracy", "teacher_forced_predictions", "train_on_length_task",
+    "train_seq2seq",
+]
 
 #: The training budget of the length-graded comparison (:func:`course_utils.data.length_task`):
 #: every chapter trains its model with these settings so that accuracies are comparable.
@@ -74,15 +91,23 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD
                                        ignore_index=pad_id, label_smoothing=label_smoothing)
 
 
+#: The target value of positions that do not count in a loss (``F.cross_entropy``'s default).
+IGNORE_INDEX = -100
+
+
 @dataclass
 class History:
-    """What :func:`train_seq2seq` returns: per-step loss, gradient norm (before clipping) and
-    learning rate, and wall time."""
+    """What :func:`fit` returns: per-step loss, gradient norm (before clipping) and learning rate,
+    the steps taken and the wall time."""
 
     loss: list[float] = field(default_factory=list)
     grad_norm: list[float] = field(default_factory=list)
     seconds: float = 0.0
     lr: list[float] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.loss)
 
     def smoothed(self, window: int = 20) -> list[float]:
         """The loss averaged over a sliding window (for plots)."""
@@ -95,61 +120,134 @@ class History:
         return out
 
 
+# ----------------------------------------------------------------------------------------
+# The training loop
+# ----------------------------------------------------------------------------------------
+
+def seq2seq_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Teacher forcing on a :class:`~course_utils.data.Batch`: :func:`sequence_loss` of
+    ``model(src, src_lengths, tgt_in)`` against ``tgt_out``."""
+    logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+    return sequence_loss(logits, batch.tgt_out, label_smoothing=label_smoothing)
+
+
+def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy of ``model(x) (batch, classes)`` against ``y (batch,)``, for ``batch = (x, y)``."""
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy of ``model(x) (batch, T, vocab)`` against ``y (batch, T)`` (the next
+    tokens; :data:`IGNORE_INDEX` where nothing is scored), for ``batch = (x, y)``."""
+    x, y = batch
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's two groups: the weight matrices of ``nn.Linear`` and convolution layers decay by
+    ``weight_decay``; biases, norms, embeddings (token, position, class token) do not (decaying
+    them pulls gains towards 0 and rare tokens' vectors towards the origin, and buys nothing: the
+    practice of BERT, GPT-2 and nanoGPT). A weight shared by an embedding and an output layer
+    counts as an embedding. Each parameter appears once, in ``model.parameters()`` order."""
+    decayed = {id(m.weight) for m in model.modules()
+               if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))}
+    decayed -= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    params = list(model.parameters())
+    return [{"params": [p for p in params if id(p) in decayed], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0.0}]
+
+
+def _to(batch, device: torch.device):
+    """``batch`` on ``device``: a tensor, a tuple or list of them, or anything with ``.to``."""
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(b, device) for b in batch)
+    return batch.to(device) if hasattr(batch, "to") else batch
+
+
+def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, object], torch.Tensor], steps: int,
+        lr: float = 3e-3, lr_at: Callable[[int], float] | None = None, weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, clip: float | None = None,
+        device: torch.device | str | None = None, progress: bool = False, desc: str = "training",
+        max_seconds: float | None = None) -> History:
+    """The course's training loop: ``steps`` AdamW updates of ``model`` on ``loss_fn(model, batch)``.
+
+    Args:
+        batches: an iterable of batches (tensors, tuples of tensors or
+            :class:`~course_utils.data.Batch`); one is drawn per step, and training stops early
+            if it runs out. Seed it to make runs repeat.
+        loss_fn: the task's loss, e.g. :func:`seq2seq_loss`, :func:`classification_loss`,
+            :func:`next_token_loss`.
+        lr, lr_at: a constant learning rate, or ``lr_at(step) -> learning rate`` for steps
+            counted from 1 (e.g. :func:`course_utils.transformer.noam_lr`, or a warmup and a
+            cosine decay), set before each step.
+        weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
+        betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
+        clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
+        device: where to train (default: where the model's parameters are); batches are moved there.
+        progress: a progress bar (one updated line in a notebook).
+        max_seconds: stop after the first step that ends past this wall-clock budget.
+    Returns:
+        a :class:`History`; the model is left in eval mode.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    params = list(model.parameters())
+    if not params:
+        raise ValueError("the model has no parameters to train")
+    device = torch.device(device) if device is not None else params[0].device
+    model.to(device).train()
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+    history = History()
+    start = time.perf_counter()
+    bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+               ascii=True)
+    for step, batch in enumerate(itertools.islice(batches, steps), start=1):
+        if lr_at is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+        loss = loss_fn(model, _to(batch, device))
+        opt.zero_grad()
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
+        opt.step()
+        history.loss.append(loss.item())
+        history.grad_norm.append(float(norm))
+        history.lr.append(opt.param_groups[0]["lr"])
+        bar.update(1)
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            break
+    bar.close()
+    history.seconds = time.perf_counter() - start
+    model.eval()
+    return history
+
+
+def epochs(epoch_batches: Callable[[int], Iterable]) -> Iterable:
+    """Endless batches: ``epoch_batches(0)``, then ``epoch_batches(1)``, ... (e.g. a reshuffle per epoch)."""
+    for epoch in itertools.count():
+        yield from epoch_batches(epoch)
+
+
 def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
                   steps: int, batch_size: int = 64, lr: float = 3e-3, clip: float | None = 1.0,
                   device: torch.device | str | None = None, seed: int = 0,
                   progress: bool = True, desc: str = "training", lr_at: Callable[[int], float] | None = None,
                   label_smoothing: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
                   eps: float = 1e-8) -> History:
-    """Train with teacher forcing, Adam and gradient-norm clipping for ``steps`` batches.
+    """:func:`fit` on teacher-forced batches of ``pairs``, with gradient-norm clipping at ``clip``.
 
-    Epochs are reshuffled with ``seed + epoch``. Returns a :class:`History`. The model is
-    left on ``device`` (default: :func:`get_device`) in eval mode.
-
-    The loop serves every chapter: the RNNs of chapters 1-2 use the defaults (a constant
-    ``lr``); a Transformer passes a schedule and label smoothing.
-
-    Args:
-        lr_at: ``lr_at(step) -> learning rate`` for steps counted from 1 (e.g. the warmup
-            schedule :func:`course_utils.transformer.noam_lr`); it replaces ``lr``.
-        label_smoothing: see :func:`sequence_loss`.
-        betas, eps: Adam's (Vaswani et al. use ``(0.9, 0.98)`` and ``1e-9``).
-        clip: the largest gradient norm (``None``: no clipping).
+    Epochs are reshuffled with ``seed + epoch``. The RNNs of chapters 1-2 use the defaults (a
+    constant ``lr``); a Transformer passes a schedule (``lr_at``, steps counted from 1, e.g.
+    :func:`course_utils.transformer.noam_lr`) and label smoothing (:func:`sequence_loss`). The
+    model trains where it is unless ``device`` is given, and is left in eval mode.
     """
-    device = torch.device(device) if device is not None else get_device()
-    model.to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
-    history = History()
-    start = time.perf_counter()
-    bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
-               ascii=True)
-    step, epoch = 0, 0
-    while step < steps:
-        for batch in batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch):
-            batch = batch.to(device)
-            if lr_at is not None:
-                for group in opt.param_groups:
-                    group["lr"] = lr_at(step + 1)
-            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-            loss = sequence_loss(logits, batch.tgt_out, label_smoothing=label_smoothing)
-            opt.zero_grad()
-            loss.backward()
-            norm = nn.utils.clip_grad_norm_(model.parameters(), math.inf if clip is None else clip)
-            opt.step()
-            history.loss.append(loss.item())
-            history.grad_norm.append(float(norm))
-            history.lr.append(opt.param_groups[0]["lr"])
-            step += 1
-            bar.update(1)
-            if step % 50 == 0:
-                bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
-            if step >= steps:
-                break
-        epoch += 1
-    bar.close()
-    history.seconds = time.perf_counter() - start
-    model.eval()
-    return history
+    stream = epochs(lambda epoch: batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch))
+    return fit(model, stream, lambda m, b: seq2seq_loss(m, b, label_smoothing), steps, lr=lr, lr_at=lr_at,
+               betas=betas, eps=eps, clip=clip, device=device, progress=progress, desc=desc)
 
 
 @torch.no_grad()
@@ -222,12 +320,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-__all__ = [
-    "LENGTH_TASK_BUDGET", "Batch", "History", "Scores", "count_parameters", "error_by_position", "evaluate",
-    "get_device", "grading", "length_task_budget", "mean_exact_match", "predict", "score_predictions",
-    "sequence_loss", "set_seed", "teacher_forced_accuracy", "teacher_forced_predictions", "train_on_length_task",
-    "train_seq2seq",
-]
 
 
 # ----------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@
   linear classification head on the class token's final state;
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through all layers, and
   :func:`class_token_map` lays the class token's row out on the patch grid for drawing;
-* :func:`train_classifier` and :func:`accuracy`, a plain minibatch loop for image classifiers
-  (with a time budget and optional augmentation such as :func:`random_shift`), and
+* :func:`train_classifier` (the course's loop, :func:`course_utils.train.fit`, on minibatches of
+  images, with a time budget and optional augmentation such as :func:`random_shift`), :func:`accuracy`, and
   :class:`SmallCNN`, the convolutional baseline.
 
 Shapes: images ``(batch, C, H, W)``; tokens ``(batch, 1 + n_patches, d_model)`` with the class
@@ -17,12 +17,12 @@ token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import train
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
@@ -189,11 +189,12 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
                      lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
                      seed: int = 0, warmup_steps: int = 0, augment=None) -> dict:
-    """Minibatch AdamW on cross-entropy, with a cosine learning-rate decay to 0 over ``epochs``
-    (after ``warmup_steps`` of linear warmup).
+    """:func:`course_utils.train.fit` on shuffled minibatches of ``(x, y)`` with cross-entropy, and
+    a cosine learning-rate decay to 0 over ``epochs`` (after ``warmup_steps`` of linear warmup).
 
     Args:
         x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
+        weight_decay: on the weight matrices only (:func:`course_utils.train.param_groups`).
         max_seconds: stop after the first step that ends past this wall-clock budget.
         seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
         augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
@@ -201,39 +202,30 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
     Returns:
         ``{"loss": [mean training loss per epoch], "steps": int, "epochs": float, "seconds": float}``.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     per_epoch = -(-len(x) // batch_size)
     total = epochs * per_epoch
 
-    def lr_at(step):   # step counted from 0
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total - warmup_steps))))
+    def lr_at(step):   # step counted from 1
+        s = step - 1
+        if s < warmup_steps:
+            return lr * ((s + 1) / warmup_steps)
+        return lr * (0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup_steps) / max(1, total - warmup_steps)))))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     g = torch.Generator().manual_seed(seed)
-    history, step, start = {"loss": []}, 0, time.perf_counter()
-    model.train()
-    out_of_time = False
-    for _ in range(epochs):
-        order, total_loss, seen = torch.randperm(len(x), generator=g), 0.0, 0
-        for i in range(0, len(x), batch_size):
-            idx = order[i:i + batch_size]
-            inputs = x[idx] if augment is None else augment(x[idx], generator=g)
-            loss = F.cross_entropy(model(inputs), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            total_loss += loss.item() * len(idx)
-            seen += len(idx)
-            step += 1
-            if max_seconds is not None and time.perf_counter() - start > max_seconds:
-                out_of_time = True
-                break
-        history["loss"].append(total_loss / seen)
-        if out_of_time:
-            break
-    model.eval()
-    history.update(steps=step, epochs=step / per_epoch, seconds=time.perf_counter() - start)
-    return history
+
+    def minibatches():
+        for _ in range(epochs):
+            order = torch.randperm(len(x), generator=g)
+            for i in range(0, len(x), batch_size):
+                idx = order[i:i + batch_size]
+                yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
+
+    history = train.fit(model, minibatches(), train.classification_loss, total, lr=lr, lr_at=lr_at,
+                        weight_decay=weight_decay, max_seconds=max_seconds)
+    sizes = [min(batch_size, len(x) - i) for i in range(0, len(x), batch_size)]
+    epoch_loss = []
+    for e in range(0, history.steps, per_epoch):
+        losses = history.loss[e:e + per_epoch]
+        epoch_loss.append(sum(v * n for v, n in zip(losses, sizes)) / sum(sizes[:len(losses)]))
+    return {"loss": epoch_loss, "steps": history.steps, "epochs": history.steps / per_epoch,
+            "seconds": history.seconds}

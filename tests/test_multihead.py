@@ -228,12 +228,12 @@ def test_kv_cache_keeps_gradients_when_autograd_records():
     torch.testing.assert_close(x.grad, full.grad, atol=1e-5, rtol=1e-5)
 
 
-def test_bias_is_added_to_the_scaled_scores():
+def test_attn_bias_is_added_to_the_scaled_scores():
     torch.manual_seed(7)
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
     bias = torch.randn(3, 5, 6)
     mask = A.padding_mask(torch.tensor([6, 2]), 6).unsqueeze(1)
-    out, w = A.scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    out, w = A.scaled_dot_product_attention(q, k, v, mask, attn_bias=bias)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     m = A.MultiHeadAttention(D, H)

@@ -204,3 +204,25 @@ def test_the_import_graph_of_the_package_has_no_cycle():
 
     for node in graph:
         visit(node, [])
+
+
+def test_one_training_loop():
+    """Issue 18: every model trains through train.fit; a notebook writes its own loop only where the
+    loop is the lesson (chapter 1's look inside Adam's update, chapter 4's search for the best
+    softmax weights, chapter 5's fit of head centres)."""
+    makes_optimizer = re.compile(r"torch\.optim\.(Adam|AdamW|SGD)\(")
+    package = sorted(p.name for p in (ROOT / "course_utils").glob("*.py") if makes_optimizer.search(p.read_text()))
+    assert package == ["train.py"], f"optimisers are built outside train.fit in {package}"
+    chapters = sorted(p.parent.name for p in (ROOT / "solutions").glob("ch*/ch*.py")
+                      if makes_optimizer.search(p.read_text()))
+    assert chapters == ["ch01_seq2seq_rnn", "ch04_multihead_mqa_gqa", "ch05_attention_as_convolution"], \
+        f"chapters with a loop of their own: {chapters}"
+
+
+def test_the_readme_names_every_module_of_the_package():
+    readme = (ROOT / "README.md").read_text()
+    listing = readme[readme.index("`course_utils` modules:"):]
+    listing = listing[:listing.index("\n\n")]
+    missing = [p.stem for p in (ROOT / "course_utils").glob("*.py")
+               if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
+    assert not missing, f"the README's module list lacks {missing}"

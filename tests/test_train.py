@@ -183,3 +183,77 @@ def test_progress_bar_is_one_display_updated_in_place():
     line.write("\rtraining: 100%|####| 10/10\n")
     line.write("\n")
     assert shown == ["training:  10%|#   | 1/10", "training: 100%|####| 10/10"]
+
+
+# --- the one loop -----------------------------------------------------------------------------
+
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(7, 4)
+        self.norm = nn.LayerNorm(4)
+        self.proj = nn.Linear(4, 7)
+        self.head = nn.Linear(4, 7, bias=False)
+        self.head.weight = self.embed.weight            # tied: counts as an embedding
+
+    def forward(self, x):
+        h = self.norm(self.embed(x))
+        return self.proj(h) + self.head(h)
+
+
+def _batches(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x = torch.randint(0, 7, (8, 5), generator=g)
+        yield x, x.roll(1, dims=1)
+
+
+def test_weight_decay_only_on_weight_matrices():
+    model = _Tiny()
+    decayed, plain = train.param_groups(model, 0.1)
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert [id(p) for p in decayed["params"]] == [id(model.proj.weight)]
+    assert {id(p) for p in plain["params"]} == {id(model.embed.weight), id(model.norm.weight), id(model.norm.bias),
+                                                id(model.proj.bias)}
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(model.parameters()))
+    # a parameter without gradient keeps its value under decay only where it is not decayed
+    torch.manual_seed(0)
+    model = _Tiny()
+    bias, weight = model.proj.bias.detach().clone(), model.proj.weight.detach().clone()
+    train.fit(model, _batches(3), lambda m, b: (m(b[0]) * 0).sum(), 3, lr=0.1, weight_decay=0.5)
+    torch.testing.assert_close(model.proj.bias, bias)
+    torch.testing.assert_close(model.proj.weight, weight * (1 - 0.1 * 0.5) ** 3)
+
+
+def test_fit_equals_a_plain_adam_loop_and_records_its_schedule():
+    def loss_fn(m, b):
+        return nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
+
+    torch.manual_seed(0)
+    ours = _Tiny()
+    hist = train.fit(ours, _batches(6), loss_fn, 6, lr_at=lambda s: 0.01 * s, betas=(0.9, 0.98), eps=1e-9)
+    torch.manual_seed(0)
+    ref = _Tiny()
+    opt = torch.optim.Adam(ref.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-9)
+    for s, b in enumerate(_batches(6), start=1):
+        opt.param_groups[0]["lr"] = 0.01 * s
+        loss = loss_fn(ref, b)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        assert torch.equal(p, q)
+    assert hist.lr == [0.01 * s for s in range(1, 7)] and hist.steps == 6 and not ours.training
+
+
+def test_fit_clips_stops_when_batches_run_out_or_time_is_up_and_says_what_is_wrong():
+    def loss_fn(m, b):
+        return 100 * nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
+
+    hist = train.fit(_Tiny(), _batches(3), loss_fn, 10, clip=0.5)
+    assert hist.steps == 3 and all(n > 0.5 for n in hist.grad_norm)     # recorded before clipping
+    assert train.fit(_Tiny(), _batches(5), loss_fn, 5, max_seconds=0.0).steps == 1
+    with pytest.raises(ValueError, match="steps"):
+        train.fit(_Tiny(), _batches(1), loss_fn, -1)
+    with pytest.raises(ValueError, match="no parameters"):
+        train.fit(nn.ReLU(), _batches(1), loss_fn, 1)

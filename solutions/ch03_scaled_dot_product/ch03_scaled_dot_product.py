@@ -1323,17 +1323,12 @@ reversal = {}
 for positions in (False, True):
     train.set_seed(0)
     model = Reverser(positions)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     batch_rng = torch.Generator().manual_seed(0)
+    minibatches = (tuple(t[idx] for t in (src_train, tgt_train))
+                   for idx in (torch.randint(len(src_train), (64,), generator=batch_rng) for _ in range(rev_steps)))
     start = time.perf_counter()
-    for _ in range(rev_steps):
-        idx = torch.randint(len(src_train), (64,), generator=batch_rng)
-        logits, _ = model(src_train[idx])
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt_train[idx].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    train.fit(model, minibatches, lambda m, b: F.cross_entropy(m(b[0])[0].flatten(0, 1), b[1].flatten()),
+              rev_steps, lr=1e-2)                      # the course's loop (Adam; it leaves the model in eval mode)
     with torch.no_grad():
         logits, rev_weights = model(src_test)
         flipped_logits, _ = model(src_test.flip(1))

@@ -1146,17 +1146,12 @@ def prompt_batch(pairs_):
 
 
 def fit(model, steps, lr=3e-3, seed=0):
+    """``steps`` of the course's loop (``train.fit``, Adam) on random batches of 64 reversal prompts."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        idx = torch.randint(len(rev_train), (64,), generator=gen).tolist()
-        inputs, targets = prompt_batch([rev_train[i] for i in idx])
-        loss = F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=data.PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    minibatches = (prompt_batch([rev_train[i] for i in torch.randint(len(rev_train), (64,), generator=gen).tolist()])
+                   for _ in range(steps))
+    train.fit(model, minibatches, lambda m, b: F.cross_entropy(m(b[0]).transpose(1, 2), b[1], ignore_index=data.PAD_ID),
+              steps, lr=lr)
     return model
 
 
