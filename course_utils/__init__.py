@@ -13,7 +13,8 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.blocks` -- the one Transformer block (config, norms, feed-forwards, caches as arguments), the stack, the token embedding
 - :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function
 - :mod:`course_utils.transformer` -- the encoder-decoder Transformer, two stacks of blocks; the warmup schedule (chapter 6)
-- :mod:`course_utils.train` -- seeding, device choice, the training loop, evaluation
+- :mod:`course_utils.train` -- seeding, device choice, the one training loop (``fit``), decoding and scoring seq2seq models
+- :mod:`course_utils.lengthtask` -- the length-graded comparison of chapters 1, 2 and 6 (budget, training, metrics)
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
 - :mod:`course_utils.claims` -- an experiment's result stated with a bound from its spread over seeds and CPUs

@@ -286,7 +286,7 @@ def length_task(n_train: int = 12000, n_test: int = 1000, seed: int = 0
     """The length-graded task every model of the course is compared on.
 
     Reverse a string of 2 to 14 symbols from an alphabet of 8. Returns ``(train, test,
-    vocab)``; no test source occurs in train. Pair it with :data:`course_utils.train.LENGTH_TASK_BUDGET`
+    vocab)``; no test source occurs in train. Pair it with :data:`course_utils.lengthtask.LENGTH_TASK_BUDGET`
     so that models of different chapters are trained for the same number of steps.
     """
     pairs = make_sequence_pairs(n_train + n_test, seed=seed, **LENGTH_TASK)

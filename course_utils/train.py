@@ -7,8 +7,8 @@
   :func:`course_utils.vit.train_classifier` and :func:`course_utils.textlm.train_lm` are
   :func:`fit` with their task's batches and loss.
 * Seq2seq models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
-  ``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``; :func:`evaluate` and the
-  length-graded comparison of chapters 1, 2 and 6 are below the loop.
+  ``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``; :func:`evaluate` decodes and
+  scores them. (The length-graded comparison of chapters 1, 2 and 6 is :mod:`course_utils.lengthtask`.)
 """
 
 from __future__ import annotations
@@ -33,17 +33,12 @@ from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
-    "IGNORE_INDEX", "LENGTH_TASK_BUDGET", "Batch", "History", "classification_loss", "epochs", "fit",
-    "next_token_loss", "param_groups", "seq2seq_loss", "Scores", "count_parameters", "error_by_position", "evaluate",
-    "get_device", "grading", "length_task_budget", "mean_exact_match", "predict", "score_predictions",
-    "sequence_loss", "set_seed", "teacher_forced_accuracy", "teacher_forced_predictions", "train_on_length_task",
+    "IGNORE_INDEX", "Batch", "History", "classification_loss", "epochs", "fit",
+    "next_token_loss", "param_groups", "seq2seq_loss", "Scores", "count_parameters", "evaluate",
+    "get_device", "grading", "predict", "score_predictions",
+    "sequence_loss", "set_seed",
     "train_seq2seq",
 ]
-
-#: The training budget of the length-graded comparison (:func:`course_utils.data.length_task`):
-#: every chapter trains its model with these settings so that accuracies are comparable.
-LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)
-
 
 def set_seed(seed: int = 0) -> None:
     """Seed Python, NumPy and PyTorch (CPU and every GPU)."""
@@ -320,102 +315,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-
-
-# ----------------------------------------------------------------------------------------
-# The length-graded comparison shared by the chapters (data.length_task + LENGTH_TASK_BUDGET)
-# ----------------------------------------------------------------------------------------
-
-def length_task_budget(grading_steps: int = 20, **overrides) -> dict:
-    """:data:`LENGTH_TASK_BUDGET` with ``overrides``, shrunk to ``grading_steps`` steps while
-    nbgrader runs the notebook (:func:`grading`)."""
-    budget = {**LENGTH_TASK_BUDGET, **overrides}
-    if grading():
-        budget["steps"] = min(budget["steps"], grading_steps)
-    return budget
-
-
-def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: int = 0,
-                         **kwargs) -> tuple[nn.Module, History]:
-    """Seed, build ``make_model()`` and train it on the length task with the shared budget.
-
-    Every model of the length comparison starts from the same seed and sees the same
-    batches. ``kwargs`` go to :func:`train_seq2seq` (``device``, ``progress``, ``desc``) or
-    override the budget (``steps``, ``batch_size``, ``lr``; see :func:`length_task_budget`).
-    Returns ``(model, history)``.
-    """
-    budget_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in LENGTH_TASK_BUDGET}
-    set_seed(seed)
-    model = make_model()
-    history = train_seq2seq(model, pairs, vocab, vocab, seed=seed, **length_task_budget(**budget_keys), **kwargs)
-    return model, history
-
-
-def mean_exact_match(scores: Scores, lo: int, hi: int) -> float:
-    """Exact match averaged over the source lengths ``lo..hi`` (each length weighs the same)."""
-    missing = [L for L in range(lo, hi + 1) if L not in scores.by_length]
-    if missing:
-        raise ValueError(f"no test sentences of source length {missing}; have {sorted(scores.by_length)}")
-    return sum(scores.by_length[L][1] for L in range(lo, hi + 1)) / (hi - lo + 1)
-
-
-def error_by_position(predictions: Sequence[Sequence[str]], pairs: Sequence[Pair],
-                      lengths: Sequence[int] | None = None) -> list[float]:
-    """The share of wrong output tokens at each target position ``0, 1, ...``.
-
-    Position ``i`` counts the sentences (of source length in ``lengths``, default all) whose
-    target has a token at ``i``; a prediction is wrong there if its ``i``-th token differs or
-    is missing. The ``<eos>`` position is not counted.
-    """
-    if len(predictions) != len(pairs):
-        raise ValueError(f"{len(predictions)} predictions for {len(pairs)} pairs")
-    keep = None if lengths is None else set(lengths)
-    wrong: dict[int, int] = defaultdict(int)
-    total: dict[int, int] = defaultdict(int)
-    for pred, (src, tgt) in zip(predictions, pairs):
-        if keep is not None and len(src) not in keep:
-            continue
-        for i, tok in enumerate(tgt):
-            total[i] += 1
-            wrong[i] += int(i >= len(pred) or pred[i] != tok)
-    return [wrong[i] / total[i] for i in range(len(total))]
-
-
-@torch.no_grad()
-def teacher_forced_predictions(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-                               batch_size: int = 256) -> list[list[str]]:
-    """For every target position, the model's most probable token given the *correct* previous
-    tokens (teacher forcing), as token lists as long as the targets: errors do not compound,
-    so :func:`error_by_position` on them shows what the decoder gets wrong on its own."""
-    model.eval()
-    device = next(model.parameters()).device
-    out: list[list[str]] = []
-    for start in range(0, len(pairs), batch_size):
-        chunk = list(pairs[start:start + batch_size])
-        batch = make_batch(chunk, src_vocab, tgt_vocab).to(device)
-        pred = model(batch.src, batch.src_lengths, batch.tgt_in).argmax(-1).cpu()
-        out.extend([tgt_vocab.itos[i] for i in pred[b, : len(t)].tolist()] for b, (_, t) in enumerate(chunk))
-    return out
-
-
-@torch.no_grad()
-def teacher_forced_accuracy(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-                            batch_size: int = 256) -> float:
-    """Token accuracy when the decoder is given the *correct* previous tokens (as in training).
-
-    The share of target positions (``<eos>`` included) where the teacher-forced argmax is the
-    target token; compare it with the free-running token accuracy of :func:`evaluate`.
-    """
-    model.eval()
-    device = next(model.parameters()).device
-    right = total = 0
-    for start in range(0, len(pairs), batch_size):
-        batch = make_batch(list(pairs[start:start + batch_size]), src_vocab, tgt_vocab).to(device)
-        pred = model(batch.src, batch.src_lengths, batch.tgt_in).argmax(-1)
-        real = batch.tgt_out != PAD_ID
-        right += int(((pred == batch.tgt_out) & real).sum())
-        total += int(real.sum())
-    return right / total
 
 
 # ----------------------------------------------------------------------------------------

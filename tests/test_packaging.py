@@ -226,3 +226,17 @@ def test_the_readme_names_every_module_of_the_package():
     missing = [p.stem for p in (ROOT / "course_utils").glob("*.py")
                if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
     assert not missing, f"the README's module list lacks {missing}"
+
+
+def test_the_ch06_spread_tool_finds_the_cells_it_runs():
+    """tools/spread_ch06.py runs chapter 6's own cells, found by a marker each: a reworded cell
+    must not leave the tool without them."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import spread_ch06
+    finally:
+        sys.path.pop(0)
+    cells = re.split(r"\n(?=# %%)", spread_ch06.SOURCE.read_text())
+    for marker in spread_ch06.CELLS:
+        assert sum(marker in c for c in cells) == 1, f"chapter 6 has no single cell with {marker!r}"

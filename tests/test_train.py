@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import data, rnn, train
+from course_utils import data, lengthtask, rnn, train
 
 
 def test_sequence_loss_ignores_padding():
@@ -70,7 +70,7 @@ def test_length_task_is_the_shared_setup():
     tr, te, v = data.length_task(n_train=300, n_test=50)
     assert len(te) == 50 and len(v) == 4 + data.LENGTH_TASK["n_symbols"]
     assert all(t == s[::-1] for s, t in tr + te)
-    assert {"steps", "batch_size", "lr"} <= set(train.LENGTH_TASK_BUDGET)
+    assert {"steps", "batch_size", "lr"} <= set(lengthtask.LENGTH_TASK_BUDGET)
 
 
 def test_defaults_reproduce_a_plain_adam_loop():
@@ -126,27 +126,27 @@ def test_mean_exact_match_and_error_by_position_by_hand():
     pairs = [(list("ab"), list("ba")), (list("abc"), list("cba")), (list("abc"), list("cba"))]
     preds = [list("ba"), list("cb"), list("xba")]
     scores = train.score_predictions(preds, pairs)
-    assert train.mean_exact_match(scores, 2, 3) == (1.0 + 0.0) / 2
+    assert lengthtask.mean_exact_match(scores, 2, 3) == (1.0 + 0.0) / 2
     with pytest.raises(ValueError, match="source length"):
-        train.mean_exact_match(scores, 2, 4)
+        lengthtask.mean_exact_match(scores, 2, 4)
     # position 0: right, right, wrong ("x"); 1: right everywhere; 2 (only the length-3 pairs):
     # missing in "cb", right in "xba"
-    assert train.error_by_position(preds, pairs) == [1 / 3, 0.0, 1 / 2]
-    assert train.error_by_position(preds, pairs, lengths=[3]) == [1 / 2, 0.0, 1 / 2]
+    assert lengthtask.error_by_position(preds, pairs) == [1 / 3, 0.0, 1 / 2]
+    assert lengthtask.error_by_position(preds, pairs, lengths=[3]) == [1 / 2, 0.0, 1 / 2]
 
 
 def test_length_task_helpers_shrink_under_grading_and_train(monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    assert train.length_task_budget()["steps"] == 20
-    assert train.length_task_budget(steps=5)["steps"] == 5
+    assert lengthtask.length_task_budget()["steps"] == 20
+    assert lengthtask.length_task_budget(steps=5)["steps"] == 5
     monkeypatch.delenv("NBGRADER_EXECUTION")
-    assert train.length_task_budget() == train.LENGTH_TASK_BUDGET
+    assert lengthtask.length_task_budget() == lengthtask.LENGTH_TASK_BUDGET
     tr, te, v = data.length_task(n_train=200, n_test=40)
     make = lambda: rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=16)  # noqa: E731
-    m1, h1 = train.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
-    m2, h2 = train.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
+    m1, h1 = lengthtask.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
+    m2, h2 = lengthtask.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
     assert len(h1.loss) == 3 and h1.loss == h2.loss            # same seed, same batches
-    acc = train.teacher_forced_accuracy(m1, te, v, v)
+    acc = lengthtask.teacher_forced_accuracy(m1, te, v, v)
     assert 0.0 <= acc <= 1.0
 
 
@@ -168,8 +168,8 @@ def test_teacher_forced_accuracy_counts_eos_and_ignores_padding():
     oracle = Oracle()
     oracle.target = data.make_batch(pairs, v, v).tgt_out
     # positions: 3 + 4 = 7 (eos included), 2 wrong (position 0 of each)
-    assert train.teacher_forced_accuracy(oracle, pairs, v, v) == 5 / 7
-    assert train.teacher_forced_predictions(oracle, pairs, v, v) == [list("da"), list("dba")]
+    assert lengthtask.teacher_forced_accuracy(oracle, pairs, v, v) == 5 / 7
+    assert lengthtask.teacher_forced_predictions(oracle, pairs, v, v) == [list("da"), list("dba")]
 
 
 def test_progress_bar_is_one_display_updated_in_place():

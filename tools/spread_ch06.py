@@ -35,7 +35,7 @@ from claim_spread import SEED_PRELUDE
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch06_transformer" / "ch06_transformer.py"
-CELLS = ("from course_utils import attention, checks", "small_vocab = data.sequence_vocab(8)")
+CELLS = ("from course_utils import (\n    attention,", "small_vocab = data.sequence_vocab(8)")
 
 PARTS = {
     "ln": """
@@ -87,13 +87,13 @@ result = rows
     "extrap": """
 len_train, len_test, len_vocab = data.length_task()
 LV = len(len_vocab)
-model, hist = train.train_on_length_task(lambda: T.Seq2SeqTransformer(LV, LV, d_model=64, n_heads=4, n_layers=2, d_ff=128),
+model, hist = lengthtask.train_on_length_task(lambda: T.Seq2SeqTransformer(LV, LV, d_model=64, n_heads=4, n_layers=2, d_ff=128),
                                          len_train, len_vocab, device="cpu", progress=False,
                                          lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100))
 sc = train.evaluate(model, len_test, len_vocab, len_vocab, max_len=20)
 longer = data.make_sequence_pairs(400, 15, 18, task="reverse", n_symbols=8, seed=11)
 sl = train.evaluate(model, longer, len_vocab, len_vocab, max_len=24)
-result = [dict(em_10_14=train.mean_exact_match(sc, 10, 14), em_15_18=sl.exact_match,
+result = [dict(em_10_14=lengthtask.mean_exact_match(sc, 10, 14), em_15_18=sl.exact_match,
                em_by_len={L: e for L, (_, e) in sl.by_length.items()})]
 """,
     "dates": """

@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course_utils import checks, claims, data, decoding, plots, rnn, train
+from course_utils import checks, claims, data, decoding, lengthtask, plots, rnn, train
 from course_utils.data import EOS_ID, PAD_ID, SOS_ID
 
 train.set_seed(0)
@@ -82,7 +82,7 @@ for src, tgt in date_pairs:
 # The second task is made to be *hard in a controlled way*: reverse a string of symbols. Its
 # difficulty is set by one number, the length, so we can plot how a model copes as the input
 # grows. Every model of the course is compared on this task with the same training budget
-# (`data.length_task()` and `train.LENGTH_TASK_BUDGET`).
+# (`data.length_task()` and `lengthtask.LENGTH_TASK_BUDGET`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -726,13 +726,13 @@ if not GRADING:
 # runs in a minute, and the loss is still falling: this model shows an encoder-decoder
 # translating, not how well one can learn dates (chapter 2 trains the same task with attention). Now the
 # length-graded task, twice: once with the context only as the decoder's initial state, once fed
-# at every step — same data, same seed, same budget (`train.train_on_length_task`).
+# at every step — same data, same seed, same budget (`lengthtask.train_on_length_task`).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 models, histories = {}, {}
 for label, every in (("context at start only", False), ("context at every step", True)):
-    models[label], histories[label] = train.train_on_length_task(
+    models[label], histories[label] = lengthtask.train_on_length_task(
         lambda: rnn.Seq2Seq(len(len_vocab), len(len_vocab), emb_dim=32, hidden=64, context_every_step=every),
         len_train, len_vocab, device=device, desc=label)
     print(f"{label}: {train.count_parameters(models[label]):,} parameters, {histories[label].seconds:.1f} s")
@@ -775,7 +775,7 @@ def adam_with_a_spike(clip, spike_at=50, spike=100.0, steps=100):
     the loss of step `spike_at` multiplied by `spike`."""
     model_ = copy.deepcopy(models["context at every step"]).to(device).train()
     params = list(model_.parameters())
-    opt = torch.optim.Adam(params, lr=train.LENGTH_TASK_BUDGET["lr"])
+    opt = torch.optim.Adam(params, lr=lengthtask.LENGTH_TASK_BUDGET["lr"])
     updates, denominators = [], []
     for i, b in enumerate(data.batches(len_train, len_vocab, len_vocab, 64, shuffle=True, seed=7)):
         if i == steps:
@@ -1174,7 +1174,7 @@ plt.show()
 
 # %%
 for label, s in results.items():
-    acc_short, acc_long = train.mean_exact_match(s, 2, 5), train.mean_exact_match(s, 12, 14)
+    acc_short, acc_long = lengthtask.mean_exact_match(s, 2, 5), lengthtask.mean_exact_match(s, 12, 14)
     print(f"{label:>22}: exact match {acc_short:.2f} for lengths 2-5, {acc_long:.2f} for lengths 12-14")
     if not GRADING:
         claims.check(f"ch01: {label} handles short inputs (exact match, lengths 2-5)", acc_short, above=0.85)
@@ -1192,7 +1192,7 @@ per_length = {L: sum(1 for s, _ in len_train if len(s) == L) for L in range(2, 1
 distinct = {L: len({tuple(s) for s, _ in len_train if len(s) == L}) for L in range(2, 15)}
 print("training pairs by length:   ", per_length)
 print("distinct sources by length: ", distinct)
-steps, bs = train.LENGTH_TASK_BUDGET["steps"], train.LENGTH_TASK_BUDGET["batch_size"]
+steps, bs = lengthtask.LENGTH_TASK_BUDGET["steps"], lengthtask.LENGTH_TASK_BUDGET["batch_size"]
 print(f"{steps} steps x {bs} sentences = {steps * bs / len(len_train):.1f} passes over {len(len_train)} pairs")
 print(f"a string of 14 symbols from 8: {14 * math.log2(8):.0f} bits; the context vector: 64 floats")
 
@@ -1213,7 +1213,7 @@ print(f"a string of 14 symbols from 8: {14 * math.log2(8):.0f} bits; the context
 # NBVAL_IGNORE_OUTPUT
 longer = copy.deepcopy(models["context at every step"]).to(device)
 longer_hist = train.train_seq2seq(longer, len_train, len_vocab, len_vocab, device=device, seed=1000,
-                                  desc="700 more steps", **train.length_task_budget())
+                                  desc="700 more steps", **lengthtask.length_task_budget())
 longer.cpu()
 results["context at every step, 2x budget"] = train.evaluate(longer, len_test, len_vocab, len_vocab)
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
@@ -1229,15 +1229,15 @@ plt.tight_layout()
 plt.show()
 for label in ("context at every step", "context at every step, 2x budget"):
     s = results[label]
-    print(f"{label:>33}: {s}; exact match 2-5: {train.mean_exact_match(s, 2, 5):.2f}, "
-          f"8-11: {train.mean_exact_match(s, 8, 11):.2f}, 12-14: {train.mean_exact_match(s, 12, 14):.2f}")
+    print(f"{label:>33}: {s}; exact match 2-5: {lengthtask.mean_exact_match(s, 2, 5):.2f}, "
+          f"8-11: {lengthtask.mean_exact_match(s, 8, 11):.2f}, 12-14: {lengthtask.mean_exact_match(s, 12, 14):.2f}")
     print(" " * 35 + "by length: " + " ".join(f"{L}:{e:.2f}" for L, (_, e) in s.by_length.items()))
 if not GRADING:
     two = results["context at every step, 2x budget"]
     claims.check("ch01: twice the budget still handles short inputs (exact match, lengths 2-5)",
-                 train.mean_exact_match(two, 2, 5), above=0.85)
+                 lengthtask.mean_exact_match(two, 2, 5), above=0.85)
     claims.check("ch01: twice the budget still fails on long inputs (exact match, lengths 12-14)",
-                 train.mean_exact_match(two, 12, 14), below=0.25)
+                 lengthtask.mean_exact_match(two, 12, 14), below=0.25)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1246,9 +1246,9 @@ fig, ax = plt.subplots(figsize=(7, 3.5))
 position_errors = {}
 for label, m in (("700 steps", models["context at every step"]), ("1400 steps", longer)):
     free = train.predict(m, [s for s, _ in long_pairs], len_vocab, len_vocab, max_len=19, decode=greedy_decode_used)
-    forced = train.teacher_forced_predictions(m, long_pairs, len_vocab, len_vocab)
+    forced = lengthtask.teacher_forced_predictions(m, long_pairs, len_vocab, len_vocab)
     for how, preds_ in (("free-running", free), ("teacher-forced", forced)):
-        err = train.error_by_position(preds_, long_pairs)
+        err = lengthtask.error_by_position(preds_, long_pairs)
         position_errors[label, how] = err
         ax.plot(err, marker="o", linestyle="-" if how == "free-running" else "--", label=f"{label}, {how}")
 ax.set_xlabel("output position (0 = the last input symbol)")
@@ -1260,7 +1260,7 @@ for (label, how), err in position_errors.items():
     print(f"{label:>10}, {how:>14}: " + " ".join(f"{e:.2f}" for e in err))
 for label, m in (("700 steps", models["context at every step"]), ("1400 steps", longer)):
     free_acc = results["context at every step" if label == "700 steps" else "context at every step, 2x budget"]
-    print(f"{label:>10}: token accuracy teacher-forced {train.teacher_forced_accuracy(m, len_test, len_vocab, len_vocab):.3f},"
+    print(f"{label:>10}: token accuracy teacher-forced {lengthtask.teacher_forced_accuracy(m, len_test, len_vocab, len_vocab):.3f},"
           f" free-running {free_acc.token_accuracy:.3f}")
 if not GRADING:
     for key, err in position_errors.items():
@@ -1294,15 +1294,15 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 copy_pairs = data.make_sequence_pairs(len(len_train) + len(len_test), seed=0, **{**data.LENGTH_TASK, "task": "copy"})
 copy_train, copy_test = data.split(copy_pairs, len(len_test), seed=1)
-copy_model, _ = train.train_on_length_task(
+copy_model, _ = lengthtask.train_on_length_task(
     lambda: rnn.Seq2Seq(len(len_vocab), len(len_vocab), emb_dim=32, hidden=64, context_every_step=True),
     copy_train, len_vocab, device=device, desc="copy task")
 copy_model.cpu()
 copy_long = [(s_, t_) for s_, t_ in copy_test if len(s_) >= 12]
 copy_errors = {
-    "free-running": train.error_by_position(train.predict(copy_model, [s_ for s_, _ in copy_long], len_vocab,
+    "free-running": lengthtask.error_by_position(train.predict(copy_model, [s_ for s_, _ in copy_long], len_vocab,
                                                           len_vocab, max_len=19, decode=greedy_decode_used), copy_long),
-    "teacher-forced": train.error_by_position(train.teacher_forced_predictions(copy_model, copy_long, len_vocab,
+    "teacher-forced": lengthtask.error_by_position(lengthtask.teacher_forced_predictions(copy_model, copy_long, len_vocab,
                                                                                len_vocab), copy_long)}
 print("copy task:", train.evaluate(copy_model, copy_test, len_vocab, len_vocab))
 print("share of wrong tokens by output position, sources of length 12-14 (700 steps)")

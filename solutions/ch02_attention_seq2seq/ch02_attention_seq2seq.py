@@ -54,7 +54,7 @@ import torch
 
 import course_utils.attention
 import course_utils.rnn_attention
-from course_utils import attention, checks, claims, data, plots, rnn, train
+from course_utils import attention, checks, claims, data, lengthtask, plots, rnn, train
 from course_utils import rnn_attention as ra
 
 train.set_seed(0)
@@ -705,7 +705,7 @@ for kind in [dict(score="additive"), dict(score="general"), dict(score="general"
 # ## 8. The experiment: accuracy against input length
 #
 # The task of chapter 1: reverse a string of 2 to 14 symbols from an alphabet of 8, with the same
-# training budget for every model (`train.LENGTH_TASK_BUDGET`: 700 steps of 64 sentences, Adam,
+# training budget for every model (`lengthtask.LENGTH_TASK_BUDGET`: 700 steps of 64 sentences, Adam,
 # learning rate 3e-3) and the same sizes (embeddings 32, GRU state 64). Every output symbol comes
 # from exactly one input position, and that position sweeps the whole source as the output is
 # written. The order itself is not what makes it hard: the first output symbol is the last input
@@ -717,7 +717,7 @@ for kind in [dict(score="additive"), dict(score="general"), dict(score="general"
 # how many symbols the decoder has already unpacked, not how long ago the encoder read the symbol
 # it writes. Attention lets the
 # decoder read each symbol's own encoder state when it writes it. We retrain chapter 1's model here
-# with the same code and seed (`train.train_on_length_task`), and train Bahdanau's model beside it.
+# with the same code and seed (`lengthtask.train_on_length_task`), and train Bahdanau's model beside it.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -730,7 +730,7 @@ makers = {
 }
 models, histories, results = {}, {}, {}
 for name, make in makers.items():
-    models[name], histories[name] = train.train_on_length_task(make, train_pairs, vocab, device=device, progress=False)
+    models[name], histories[name] = lengthtask.train_on_length_task(make, train_pairs, vocab, device=device, progress=False)
     results[name] = train.evaluate(models[name], test_pairs, vocab, vocab)
     print(f"{name:25s} {train.count_parameters(models[name]):6,d} parameters, "
           f"{histories[name].seconds:5.1f} s, {results[name]}")
@@ -750,15 +750,15 @@ print(f"{'model':25s}" + "".join(f"{L:>6d}" for L in lengths))
 for name, sc in results.items():
     print(f"{name:25s}" + "".join(f"{sc.by_length[L][1]:6.2f}" for L in lengths))
 
-short_acc = {name: round(train.mean_exact_match(sc, 2, 5), 2) for name, sc in results.items()}
-long_acc = {name: round(train.mean_exact_match(sc, 12, 14), 2) for name, sc in results.items()}
+short_acc = {name: round(lengthtask.mean_exact_match(sc, 2, 5), 2) for name, sc in results.items()}
+long_acc = {name: round(lengthtask.mean_exact_match(sc, 12, 14), 2) for name, sc in results.items()}
 print("mean exact match at lengths 2-5:  ", short_acc)
 print("mean exact match at lengths 12-14:", long_acc)
 print("share of wrong tokens by output position, lengths 12-14, teacher-forced (0 = the last input symbol)")
 position_errors = {}
 long_pairs = [(s, t) for s, t in test_pairs if len(s) >= 12]
 for name, m in models.items():
-    position_errors[name] = train.error_by_position(train.teacher_forced_predictions(m, long_pairs, vocab, vocab),
+    position_errors[name] = lengthtask.error_by_position(lengthtask.teacher_forced_predictions(m, long_pairs, vocab, vocab),
                                                     long_pairs)
     print(f"{name:25s}" + "".join(f"{e:5.2f}" for e in position_errors[name]))
 if not train.grading():

@@ -59,6 +59,7 @@ from course_utils import (
     claims,
     data,
     decoding,
+    lengthtask,
     plots,
     positional,
     rnn,
@@ -958,7 +959,7 @@ plt.show()
 # ## 8. The comparison chapter 1 promised
 #
 # Chapters 1 and 2 trained their models on the length-graded reversal task (`data.length_task()`:
-# reverse 2 to 14 symbols from an alphabet of 8) with one budget, `train.LENGTH_TASK_BUDGET`: the
+# reverse 2 to 14 symbols from an alphabet of 8) with one budget, `lengthtask.LENGTH_TASK_BUDGET`: the
 # same number of steps and the same batch size for every model. Here the chapter 1 GRU
 # encoder-decoder and the chapter 2 Bahdanau attention model are retrained exactly as there (same
 # sizes, Adam at a constant 3e-3, seed 0), and the Transformer gets the same steps and batch size.
@@ -972,7 +973,7 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 len_train, len_test, len_vocab = data.length_task()
-budget = train.length_task_budget()          # chapters 1-2's steps, batch size and lr (20 steps while grading)
+budget = lengthtask.length_task_budget()          # chapters 1-2's steps, batch size and lr (20 steps while grading)
 LV = len(len_vocab)
 TF_SIZE = dict(d_model=64, n_heads=4, n_layers=2, d_ff=128)
 TF_OPT = dict(lr_at=lambda step: 0.5 * lr_schedule(step, 64, 100))
@@ -983,7 +984,7 @@ families = {
 }
 len_models, len_hist, len_preds, len_scores = {}, {}, {}, {}
 for name, (make, opt) in families.items():         # same seed, same batches, same number of steps
-    len_models[name], len_hist[name] = train.train_on_length_task(make, len_train, len_vocab, device=device,
+    len_models[name], len_hist[name] = lengthtask.train_on_length_task(make, len_train, len_vocab, device=device,
                                                                   progress=False, **opt)
     len_preds[name] = train.predict(len_models[name], [s for s, _ in len_test], len_vocab, len_vocab, max_len=20)
     len_scores[name] = train.score_predictions(len_preds[name], len_test)
@@ -998,7 +999,7 @@ print("-" * len(header))
 for name in families:
     sc = len_scores[name]
     print(f"{name:26s} {train.count_parameters(len_models[name]):10,d} {len_hist[name].seconds:8.1f} "
-          + " ".join(f"{train.mean_exact_match(sc, lo, hi):8.2f}" for lo, hi in RANGES) + f" {sc.exact_match:7.2f}")
+          + " ".join(f"{lengthtask.mean_exact_match(sc, lo, hi):8.2f}" for lo, hi in RANGES) + f" {sc.exact_match:7.2f}")
 tf_name, bahdanau_name, gru_name = "ch6: Transformer", "ch2: Bahdanau attention", "ch1: GRU encoder-decoder"
 print(f"training time in this run (CPU kernel {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)): "
       f"Transformer / Bahdanau {len_hist[tf_name].seconds / len_hist[bahdanau_name].seconds:.2f}, "
@@ -1013,7 +1014,7 @@ plt.show()
 if not GRADING:
     gru, bahdanau, tf = (len_scores[n] for n in families)
     claims.check("ch06: the Transformer beats chapter 1's GRU on lengths 10-14 (difference in exact match)",
-                 train.mean_exact_match(tf, 10, 14) - train.mean_exact_match(gru, 10, 14), above=0.5)
+                 lengthtask.mean_exact_match(tf, 10, 14) - lengthtask.mean_exact_match(gru, 10, 14), above=0.5)
     claims.check("ch06: the Transformer learns reversal (exact match, all lengths)", tf.exact_match, above=0.85)
     claims.check("ch06: chapter 2's attention model learns reversal (exact match, all lengths)",
                  bahdanau.exact_match, above=0.85)
@@ -1079,8 +1080,8 @@ for s, t, p in tf_errors[:8]:
 longer = data.make_sequence_pairs(400, 15, 18, task="reverse", n_symbols=8, seed=11)
 long_scores = train.evaluate(len_models[tf_name], longer, len_vocab, len_vocab, max_len=24)
 print("exact match of section 8's Transformer (sinusoidal positions), trained on lengths 2-14:")
-print(f"  lengths 10-14 (seen in training): {train.mean_exact_match(len_scores[tf_name], 10, 14):.2f}")
-print(f"  lengths 15-18 (never seen):       {train.mean_exact_match(long_scores, 15, 18):.2f}, by length "
+print(f"  lengths 10-14 (seen in training): {lengthtask.mean_exact_match(len_scores[tf_name], 10, 14):.2f}")
+print(f"  lengths 15-18 (never seen):       {lengthtask.mean_exact_match(long_scores, 15, 18):.2f}, by length "
       f"{ {L: round(e, 2) for L, (_, e) in sorted(long_scores.by_length.items())} }")
 try:
     positional.LearnedPositions(64, max_len=15)(torch.zeros(1, 18, 64))
@@ -1088,7 +1089,7 @@ except ValueError as err:
     print(f"a learned table of 15 positions, given 18: ValueError: {err}")
 if not GRADING:
     claims.check("ch06: sinusoidal positions alone do not extrapolate (exact match at lengths 15-18 minus 10-14)",
-                 train.mean_exact_match(long_scores, 15, 18) - train.mean_exact_match(len_scores[tf_name], 10, 14),
+                 lengthtask.mean_exact_match(long_scores, 15, 18) - lengthtask.mean_exact_match(len_scores[tf_name], 10, 14),
                  below=-0.5)
 
 # %% [markdown]
