@@ -33,12 +33,11 @@ from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
-    "IGNORE_INDEX", "Batch", "History", "classification_loss", "epochs", "fit",
-    "next_token_loss", "param_groups", "seq2seq_loss", "Scores", "count_parameters", "evaluate",
-    "get_device", "grading", "predict", "score_predictions",
-    "sequence_loss", "set_seed",
-    "train_seq2seq",
+    "IGNORE_INDEX", "Batch", "History", "Scores", "classification_loss", "count_parameters", "epochs", "evaluate",
+    "fit", "get_device", "grading", "next_token_loss", "param_groups", "predict", "score_predictions",
+    "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq",
 ]
+
 
 def set_seed(seed: int = 0) -> None:
     """Seed Python, NumPy and PyTorch (CPU and every GPU)."""
