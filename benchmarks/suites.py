@@ -31,6 +31,8 @@ from course_utils import (
     cost,
     data,
     families,
+    kvcache,
+    multihead,
     relpos,
     rnn,
     rnn_attention,
@@ -189,17 +191,17 @@ def attention_table(cfg: Config, ctx: Context) -> Table:
 # MultiHeadAttention (MHA, GQA, MQA) against nn.MultiheadAttention and enable_gqa
 # --------------------------------------------------------------------------------------------
 
-def _sdpa_enable_gqa(m: attention.MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+def _sdpa_enable_gqa(m: multihead.MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     """``m``'s projections around ``F.scaled_dot_product_attention(..., enable_gqa=True)``:
     ``x (batch, L, d_model)`` -> ``(batch, L, d_model)``."""
-    q = attention.split_heads(m.q_proj(x), m.n_heads)
-    k = attention.split_heads(m.k_proj(x), m.n_kv_heads)
-    v = attention.split_heads(m.v_proj(x), m.n_kv_heads)
-    return m.out_proj(attention.merge_heads(F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+    q = multihead.split_heads(m.q_proj(x), m.n_heads)
+    k = multihead.split_heads(m.k_proj(x), m.n_kv_heads)
+    v = multihead.split_heads(m.v_proj(x), m.n_kv_heads)
+    return m.out_proj(multihead.merge_heads(F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
 
 
 def mha_table(cfg: Config, ctx: Context) -> Table:
-    """``attention.MultiHeadAttention`` with 8, 2 and 1 key/value heads, against
+    """``multihead.MultiHeadAttention`` with 8, 2 and 1 key/value heads, against
     ``nn.MultiheadAttention`` (MHA only: it has no GQA) and against the same projections around
     ``F.scaled_dot_product_attention(enable_gqa=True)``; forward, and forward + backward."""
     b, L, d, h = cfg.mha_shape
@@ -215,7 +217,7 @@ def mha_table(cfg: Config, ctx: Context) -> Table:
         torch.manual_seed(0)
         x = torch.randn(b, L, d, device=device, generator=_gen(device))
         ref = nn.MultiheadAttention(d, h, batch_first=True).to(device)
-        mods = {name: attention.MultiHeadAttention(d, h, g).to(device) for name, g in cfg.kv_variants}
+        mods = {name: multihead.MultiHeadAttention(d, h, g).to(device) for name, g in cfg.kv_variants}
         for pass_ in ("forward", "forward+backward"):
             backward = pass_ != "forward"
 
@@ -246,7 +248,7 @@ def mha_table(cfg: Config, ctx: Context) -> Table:
                     + ", ".join(f"{n} {r['ours_over_torch']:.2f}" for n, r in zip(mods, t.rows[-len(mods):])))
     t.notes = ["nn.MHA is nn.MultiheadAttention(batch_first=True, need_weights=False) with 8 heads for every "
                "row (it has no GQA/MQA). SDPA(gqa): the same module's projections around "
-               "F.scaled_dot_product_attention(enable_gqa=True); ours uses attention.grouped_sdpa. "
+               "F.scaled_dot_product_attention(enable_gqa=True); ours uses multihead.grouped_sdpa. "
                "% peak: matmul FLOPs (FlopCounterMode; fused attention counted as its products, x3 with "
                "backward) per second over the measured fp32 peak."]
     t.seconds = time.perf_counter() - start
@@ -258,8 +260,8 @@ def mha_table(cfg: Config, ctx: Context) -> Table:
 # --------------------------------------------------------------------------------------------
 
 def decoding_table(cfg: Config, ctx: Context) -> Table:
-    """One decoding step of one ``attention.MultiHeadAttention`` layer after ``T`` tokens of
-    context: without a cache (the whole prefix again, causal), with ``attention.KVCache`` (the
+    """One decoding step of one ``multihead.MultiHeadAttention`` layer after ``T`` tokens of
+    context: without a cache (the whole prefix again, causal), with ``kvcache.KVCache`` (the
     full step: projections, ``KVCache.append`` into the preallocated buffers, and attention), the
     attention over the cache alone, and what concatenating the whole cache at every step (a cache
     without preallocation) would add."""
@@ -277,7 +279,7 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
     start = time.perf_counter()
     for device, threads in ctx.settings():
         torch.manual_seed(0)
-        mods = {name: attention.MultiHeadAttention(d, h, g).to(device).eval() for name, g in cfg.kv_variants}
+        mods = {name: multihead.MultiHeadAttention(d, h, g).to(device).eval() for name, g in cfg.kv_variants}
         for batch in cfg.dec_batches:
             for T in cfg.dec_contexts:
                 g = _gen(device, T)
@@ -285,19 +287,19 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
                 fns, sizes = {}, {}
                 with torch.no_grad():
                     for name, m in mods.items():
-                        k0 = attention.split_heads(m.k_proj(x[:, :T]), m.n_kv_heads)      # (B, G, T, dh)
-                        v0 = attention.split_heads(m.v_proj(x[:, :T]), m.n_kv_heads)
-                        k1 = attention.split_heads(m.k_proj(x[:, T:]), m.n_kv_heads)      # (B, G, 1, dh)
-                        v1 = attention.split_heads(m.v_proj(x[:, T:]), m.n_kv_heads)
+                        k0 = multihead.split_heads(m.k_proj(x[:, :T]), m.n_kv_heads)      # (B, G, T, dh)
+                        v0 = multihead.split_heads(m.v_proj(x[:, :T]), m.n_kv_heads)
+                        k1 = multihead.split_heads(m.k_proj(x[:, T:]), m.n_kv_heads)      # (B, G, 1, dh)
+                        v1 = multihead.split_heads(m.v_proj(x[:, T:]), m.n_kv_heads)
                         kf, vf = torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)
-                        q1 = attention.split_heads(m.q_proj(x[:, T:]), m.n_heads)         # (B, H, 1, dh)
+                        q1 = multihead.split_heads(m.q_proj(x[:, T:]), m.n_heads)         # (B, H, 1, dh)
                         mask = attention.causal_mask(1, T + 1, device=device)
                         sizes[name] = kf.nbytes + vf.nbytes
                         fns[f"{name} nocache"] = lambda m=m: m(x, causal=True)
-                        cache = attention.KVCache(max_len=T + 1)       # preallocated, as a decoder holds it
+                        cache = kvcache.KVCache(max_len=T + 1)       # preallocated, as a decoder holds it
                         cache.append(k0, v0)
                         fns[f"{name} step"] = lambda m=m, c=cache: m(x[:, T:], cache=c.crop(T), causal=True)
-                        fns[f"{name} attn"] = lambda q1=q1, kf=kf, vf=vf, mask=mask: attention.grouped_sdpa(q1, kf, vf, mask)
+                        fns[f"{name} attn"] = lambda q1=q1, kf=kf, vf=vf, mask=mask: multihead.grouped_sdpa(q1, kf, vf, mask)
                         fns[f"{name} copy"] = lambda k0=k0, v0=v0, k1=k1, v1=v1: (torch.cat([k0, k1], 2),
                                                                                     torch.cat([v0, v1], 2))
                     with cost.torch_threads(threads):
@@ -322,17 +324,17 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
                         + ", ".join(f"{r['variant']} {r['speedup']:.1f}" for r in t.rows[-len(mods):]))
     t.notes = [
         "no cache: the layer over all T + 1 positions with a causal mask (what a model without a cache "
-        "recomputes at every step). cached step: the layer on the new token with attention.KVCache holding T "
+        "recomputes at every step). cached step: the layer on the new token with kvcache.KVCache holding T "
         "positions in buffers preallocated for T + 1 (KVCache(max_len=...), cropped back to T before each "
         "timed call), so the append writes only the new position. 'attention over cache' times "
-        "attention.grouped_sdpa over the T + 1 cached keys and values alone; 'concatenating the cache' times "
+        "multihead.grouped_sdpa over the T + 1 cached keys and values alone; 'concatenating the cache' times "
         "the two torch.cat that a cache without preallocation would run at every step (read + write of the "
         "whole cache), for comparison.",
         "% bandwidth: attention reads the cache once, cache bytes over its time (attention alone) or over the "
         "whole step's time; both over the copy "
         "bandwidth measured in this run at the same thread count (the better of start and end). Small caches "
         "fit in the processor's caches and can exceed 100 %.",
-        "no cache, GQA and MQA: attention.grouped_sdpa folds each group's r query heads into the query axis; "
+        "no cache, GQA and MQA: multihead.grouped_sdpa folds each group's r query heads into the query axis; "
         "the causal mask, the same for every head, is repeated r times along that axis (r x L x L), never "
         "expanded to (batch, heads, L, L). Without a cache the fused kernel sees r times longer query rows, "
         "so GQA and MQA do not save time there: their gain is in the cached step.",

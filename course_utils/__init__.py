@@ -5,7 +5,9 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.data` -- synthetic tasks (dates, length-graded sequences), vocabularies, batching
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
-- :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3); multi-head / grouped-query / multi-query attention and the KV cache (chapter 4)
+- :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3)
+- :mod:`course_utils.multihead` -- multi-head / grouped-query / multi-query attention, MHA -> GQA (chapter 4)
+- :mod:`course_utils.kvcache` -- the key/value cache for decoding one token at a time (chapter 4)
 - :mod:`course_utils.attention_variants` -- cross-attention from projection matrices, sliding-window attention (mask and banded) (chapter 3)
 - :mod:`course_utils.cost` -- median time per call, bytes saved for backward, operations counted
 - :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution (chapter 5)
@@ -17,6 +19,7 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.lengthtask` -- the length-graded comparison of chapters 1, 2 and 6 (budget, training, metrics)
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
+- :mod:`course_utils.budget` -- smaller experiments while nbgrader grades a notebook
 - :mod:`course_utils.claims` -- an experiment's result stated with a bound from its spread over seeds and CPUs
 - :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)
 - :mod:`course_utils.vit` -- patches, the Vision Transformer, attention rollout, a CNN baseline (chapter 7)

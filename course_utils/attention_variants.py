@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import attention
+from course_utils._validate import check_int
 
 __all__ = ["cross_attention", "sliding_window_attention", "sliding_window_mask"]
 
@@ -42,8 +43,7 @@ def cross_attention(x_dec: torch.Tensor, x_enc: torch.Tensor, W_q: torch.Tensor,
 
 
 def _check_radius(radius: int) -> None:
-    if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
-        raise ValueError(f"radius must be an int >= 0, got {radius!r}")
+    check_int(radius, "radius")
 
 
 def sliding_window_mask(L: int, radius: int, device=None) -> torch.Tensor:

@@ -31,7 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from ._validate import check_int
+from .kvcache import KVCache
+from .multihead import MultiHeadAttention
 from .positional import positional_embedding
 
 __all__ = [
@@ -48,11 +50,6 @@ def swiglu_hidden(d_model: int, multiple_of: int = 8) -> int:
     (three matrices of that width hold as many weights as two of width ``4 * d_model``)."""
     h = int(2 * 4 * d_model / 3)
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
-
-
-def _positive_int(name: str, n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be a positive int, got {n!r}")
 
 
 @dataclass
@@ -81,8 +78,8 @@ class BlockConfig:
     eps: float = 1e-5
 
     def __post_init__(self):
-        _positive_int("d_model", self.d_model)
-        _positive_int("n_heads", self.n_heads)
+        check_int(self.d_model, "d_model", 1)
+        check_int(self.n_heads, "n_heads", 1)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         for name, allowed in (("norm", NORMS), ("ffn", FFNS)):
@@ -97,7 +94,7 @@ class BlockConfig:
             self.n_kv_heads = self.n_heads
         if self.d_ff is None:
             self.d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
-        _positive_int("d_ff", self.d_ff)
+        check_int(self.d_ff, "d_ff", 1)
 
 
 # --- the parts --------------------------------------------------------------------------------
@@ -202,7 +199,7 @@ class TransformerBlock(nn.Module):
     Built from a :class:`BlockConfig`, or from its fields: ``TransformerBlock(d_model=8, n_heads=2,
     d_ff=16, norm_first=True)``. Sub-modules, named as in ``nn.TransformerEncoderLayer`` and
     ``nn.TransformerDecoderLayer``: ``self_attn`` and ``cross_attn`` (chapter 4's
-    :class:`~course_utils.attention.MultiHeadAttention`; ``cross_attn`` is ``None`` without
+    :class:`~course_utils.multihead.MultiHeadAttention`; ``cross_attn`` is ``None`` without
     cross-attention), ``ff``, and the norms: ``norm1`` before/after self-attention; then
     ``norm2`` for the feed-forward, or, with cross-attention, ``norm2`` for cross-attention and
     ``norm3`` for the feed-forward.
@@ -238,7 +235,7 @@ class TransformerBlock(nn.Module):
         Args:
             mask: self-attention's bool mask, broadcastable to ``(batch, heads, L, L_k)``, ``L_k``
                 counting cached positions (e.g. a ``(batch, 1, 1, L)`` padding mask).
-            cache: self-attention's :class:`~course_utils.attention.KVCache`; the new keys and
+            cache: self-attention's :class:`~course_utils.kvcache.KVCache`; the new keys and
                 values are appended to it (in place).
             causal: also apply the causal mask, aligned to the last positions (right with a cache).
             memory: ``(batch, S, d_model)``, the encoder's output for cross-attention; may be
@@ -306,8 +303,7 @@ class TransformerStack(nn.Module):
     def __init__(self, cfg: BlockConfig, n_layers: int, final_norm: bool | None = None,
                  share_layers: bool = False):
         super().__init__()
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
-            raise ValueError(f"n_layers must be an int >= 0, got {n_layers!r}")
+        check_int(n_layers, "n_layers")
         self.cfg = cfg
         if share_layers:
             self.layers = nn.ModuleList([TransformerBlock(cfg)] * n_layers)   # the same module n times
@@ -317,7 +313,7 @@ class TransformerStack(nn.Module):
         self.norm = make_norm(cfg) if final_norm else nn.Identity()
 
     def new_caches(self, max_len: int | None = None) -> list[KVCache]:
-        """One empty self-attention :class:`~course_utils.attention.KVCache` per layer (``max_len``:
+        """One empty self-attention :class:`~course_utils.kvcache.KVCache` per layer (``max_len``:
         preallocate that many positions)."""
         return [KVCache(max_len=max_len) for _ in self.layers]
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._validate import check_int
+
 __all__ = [
     "CLS", "EOS", "EOS_ID", "MASK", "PAD", "PAD_ID", "SOS", "SOS_ID", "UNK", "UNK_ID",
     "DATE_FIRST", "DATE_LAST", "DATE_SRC_CHARS", "DATE_TGT_CHARS", "DIGITS_N_TEST", "LENGTH_TASK",
@@ -314,8 +316,7 @@ def digits(n_test: int = DIGITS_N_TEST, seed: int = 0
     """
     from sklearn.datasets import load_digits  # imported here: only chapter 7 needs scikit-learn
 
-    if isinstance(n_test, bool) or not isinstance(n_test, int) or not 0 < n_test < 1797:
-        raise ValueError(f"n_test must be an int between 1 and 1796, got {n_test!r}")
+    check_int(n_test, "n_test", 1, 1796, "scikit-learn's digits hold 1797 images")
     bunch = load_digits()
     x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0     # (1797, 1, 8, 8)
     y = torch.tensor(bunch.target, dtype=torch.long)
@@ -372,8 +373,7 @@ def make_toy_sentences(n: int, seed: int = 0, p_not: float = 0.5, max_adjectives
     or negative ones with it. Masked language modelling can learn agreement, which adjectives go
     together (and therefore their polarity) and where "not" may stand, without any label.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be an int >= 0, got {n!r}")
+    check_int(n, "n")
     if max_adjectives < 1:
         raise ValueError(f"max_adjectives must be >= 1, got {max_adjectives}")
     pools = {1: list(TOY_POSITIVE), 0: list(TOY_NEGATIVE)}

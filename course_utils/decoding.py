@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from ._validate import check_int
 from .data import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = [
@@ -65,7 +66,7 @@ def index_state(state: Any, index: torch.Tensor) -> Any:
     """Select rows ``index`` (a 1-D long tensor) of every tensor in a nested state.
 
     Dicts, lists and tuples are walked; tensors are indexed along dimension 0; an object with
-    a ``reorder(index)`` method (such as :class:`course_utils.attention.KVCache`) is replaced
+    a ``reorder(index)`` method (such as :class:`course_utils.kvcache.KVCache`) is replaced
     by what that returns; anything else (``None``, ints) is returned unchanged.
     """
     if isinstance(state, torch.Tensor):
@@ -286,8 +287,7 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     broken by :func:`torch.topk`). ``k >= V`` keeps everything.
     """
     _check_logits(logits)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {k!r}")
+    check_int(k, "top_k", 1)
     if k >= logits.shape[-1]:
         return logits
     idx = logits.topk(k, dim=-1).indices

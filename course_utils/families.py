@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import check_int
 from .attention import causal_mask, combine_masks
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
@@ -47,14 +48,9 @@ __all__ = [
 
 # --- the three attention patterns -----------------------------------------------------------
 
-def _check_length(L) -> None:
-    if isinstance(L, bool) or not isinstance(L, int) or L < 0:
-        raise ValueError(f"L must be an int >= 0, got {L!r}")
-
-
 def bidirectional_mask(L: int, device=None) -> torch.Tensor:
     """``(L, L)`` all True: every position attends to every position (BERT, ViT, an encoder)."""
-    _check_length(L)
+    check_int(L, "L")
     return torch.ones(L, L, dtype=torch.bool, device=device)
 
 
@@ -66,7 +62,7 @@ def prefix_lm_mask(L: int, prefix_len: int | torch.Tensor, device=None) -> torch
     prefix length per sequence. ``prefix_len = 0`` is :func:`causal_mask`, ``prefix_len = L``
     :func:`bidirectional_mask`.
     """
-    _check_length(L)
+    check_int(L, "L")
     if isinstance(prefix_len, torch.Tensor):
         if prefix_len.dim() != 1 or prefix_len.is_floating_point() or prefix_len.dtype == torch.bool:
             raise ValueError(f"prefix_len must be an int or a (batch,) integer tensor, got dtype "
@@ -77,8 +73,7 @@ def prefix_lm_mask(L: int, prefix_len: int | torch.Tensor, device=None) -> torch
         keys = torch.arange(L, device=device)
         in_prefix = keys[None, :] < prefix_len.to(device)[:, None]            # (batch, L) over keys
         return (in_prefix[:, None, :] | causal_mask(L, device=device)).unsqueeze(1)   # (batch, 1, L, L)
-    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= L:
-        raise ValueError(f"prefix_len must be an int in [0, L={L}] or a (batch,) tensor, got {prefix_len!r}")
+    check_int(prefix_len, "prefix_len", 0, L, f"L = {L}; or give a (batch,) tensor")
     in_prefix = torch.arange(L, device=device) < prefix_len                    # (L,) over keys
     return in_prefix[None, :] | causal_mask(L, device=device)
 
@@ -198,10 +193,17 @@ class EncoderOnly(nn.Module):
 class DecoderOnlyLM(nn.Module):
     """A GPT-style language model: causal self-attention, next-token prediction.
 
-    Args: as :class:`EncoderOnly` (without ``n_classes``), plus ``tie_weights`` (the output layer
-    shares the token embedding's matrix, as in GPT-2) and ``use_cache`` (``decode_step`` keeps one
-    :class:`~course_utils.attention.KVCache` per layer, or recomputes the whole prefix: the same
-    result, the cache is only faster).
+    Args: as :class:`EncoderOnly` (without ``n_classes``), plus ``n_kv_heads`` (key/value heads:
+    ``None`` is multi-head attention, a divisor of ``n_heads`` grouped-query, 1 multi-query;
+    chapter 4), ``ffn`` (the feed-forward's activation, ``"relu"`` or ``"gelu"`` as in GPT-2),
+    ``tie_weights`` (the output layer shares the token embedding's matrix, as in GPT-2) and
+    ``use_cache`` (``decode_step`` keeps one :class:`~course_utils.kvcache.KVCache` per layer,
+    preallocated for ``max_len`` positions, or recomputes the whole prefix: the same result, the
+    cache is only faster).
+
+    Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`, learned positions),
+    ``stack`` (:class:`~course_utils.blocks.TransformerStack`: ``stack.layers``, ``stack.norm``),
+    ``lm_head``.
 
     Decoding protocol (:mod:`course_utils.decoding`)::
 
@@ -212,10 +214,14 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
-                 pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True):
+                 pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True,
+                 n_kv_heads: int | None = None, ffn: str = "relu"):
         super().__init__()
-        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
-        self.pad_id = pad_id
+        if ffn not in ("relu", "gelu"):
+            raise ValueError(f"ffn must be 'relu' or 'gelu' (chapter 8's ModernDecoder has SwiGLU), got {ffn!r}")
+        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout,
+                          norm_first=norm_first, ffn=ffn)
+        self.pad_id, self.max_len = pad_id, max_len
         self.embed = TokenEmbedding.build(vocab_size, d_model, "learned", max_len, dropout=dropout)
         self.stack = TransformerStack(cfg, n_layers)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
@@ -248,10 +254,10 @@ class DecoderOnlyLM(nn.Module):
 
     def init_state(self, batch: int, device=None) -> dict:
         """An empty decoding state: ``tokens (batch, 0)`` and, with ``use_cache``, an empty
-        :class:`~course_utils.attention.KVCache` per layer."""
+        :class:`~course_utils.kvcache.KVCache` per layer."""
         state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device), "prefix_len": 0}
         if self.use_cache:
-            state["caches"] = self.stack.new_caches()
+            state["caches"] = self.stack.new_caches(self.max_len)
         return state
 
     def _run_new(self, new: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:

@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from ._validate import check_int
+
 __all__ = ["FlashAttentionFunction", "flash_attention", "naive_attention", "online_softmax",
            "online_softmax_update"]
 
@@ -83,8 +85,7 @@ def _check(q, k, v, block_q, block_k):
         raise ValueError(f"q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) must agree, got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"{name} must be a positive int, got {b!r}")
+        check_int(b, name, 1)
 
 
 def _tile_scores(q_blk, k_blk, scale, causal, i0, j0):

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .budget import grading
 from .data import PAD_ID, Pair, Vocab, make_batch
-from .train import History, Scores, grading, set_seed, train_seq2seq
+from .train import History, Scores, set_seed, train_seq2seq
 
 __all__ = [
     "LENGTH_TASK_BUDGET", "error_by_position", "length_task_budget", "mean_exact_match", "teacher_forced_accuracy",
@@ -33,7 +34,7 @@ LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)
 
 def length_task_budget(grading_steps: int = 20, **overrides) -> dict:
     """:data:`LENGTH_TASK_BUDGET` with ``overrides``, shrunk to ``grading_steps`` steps while
-    nbgrader runs the notebook (:func:`course_utils.train.grading`)."""
+    nbgrader runs the notebook (:func:`course_utils.budget.grading`)."""
     budget = {**LENGTH_TASK_BUDGET, **overrides}
     if grading():
         budget["steps"] = min(budget["steps"], grading_steps)

@@ -10,12 +10,12 @@ What LLaMA-style decoders (Touvron et al. 2023) change in chapter 7's GPT-style 
 * **RoPE inside attention** (Su et al. 2021; chapter 5): queries and keys are rotated by their
   position after the projections, at every layer, nothing is added to the embeddings. With a KV
   cache the new positions start at the cache's length.
-* **Grouped-query attention** with the :class:`~course_utils.attention.KVCache` of chapter 4 (the
+* **Grouped-query attention** with the :class:`~course_utils.kvcache.KVCache` of chapter 4 (the
   cache holds the rotated, un-repeated key heads), pre-norm residual blocks, no biases anywhere.
 
 Every part lives where its idea does: RMSNorm, SwiGLU, the block and the stack in
 :mod:`course_utils.blocks`; RoPE in :mod:`course_utils.positional`, applied by chapter 4's
-:class:`~course_utils.attention.MultiHeadAttention` (``rope=True``). Two layouts of RoPE exist. The
+:class:`~course_utils.multihead.MultiHeadAttention` (``rope=True``). Two layouts of RoPE exist. The
 paper and Meta's code rotate the *interleaved* pairs ``(2i, 2i+1)``
 (:func:`course_utils.positional.apply_rope`); Hugging Face's Llama rotates the *split halves* ``(i, i
 + d/2)`` (:func:`course_utils.positional.apply_rope_half`). They are one rotation on permuted
@@ -37,8 +37,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
-from course_utils.attention import KVCache
 from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack, swiglu_hidden
+from course_utils.kvcache import KVCache
 
 __all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
            "load_hf_llama"]

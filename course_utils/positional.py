@@ -7,7 +7,7 @@
   :func:`apply_rope` rotates the interleaved pairs ``(2i, 2i+1)`` (the paper, Meta's code, chapter
   5); :func:`apply_rope_half` the split halves ``(i, i + d/2)`` (Hugging Face's Llama, chapter 8),
   at positions offset by a KV cache's length; :func:`interleaved_to_half` is the permutation that
-  maps one layout onto the other. :class:`~course_utils.attention.MultiHeadAttention` takes
+  maps one layout onto the other. :class:`~course_utils.multihead.MultiHeadAttention` takes
   ``rope=True``.
 
 Shapes: embeddings ``(batch, L, d_model)``; RoPE inputs ``(..., seq, d_head)``.
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from ._validate import check_int
 
 __all__ = [
     "POSITIONAL", "LearnedPositions", "NoPositions", "SinusoidalPositions", "apply_rope", "apply_rope_half",
@@ -36,10 +38,10 @@ def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> to
     ``PE[pos, 2i] = sin(pos / base^(2i / d_model))`` and ``PE[pos, 2i + 1] = cos(...)`` of the
     same angle. ``d_model`` must be even (each frequency fills a sine and a cosine column).
     """
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
-        raise ValueError(f"max_len must be an int >= 0, got {max_len!r}")
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0 or d_model % 2:
-        raise ValueError(f"d_model must be a positive even int (sine and cosine columns pair up), got {d_model!r}")
+    check_int(max_len, "max_len")
+    check_int(d_model, "d_model", 1)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sine and cosine columns pair up), got {d_model!r}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]                  # (max_len, 1)
     freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
     angle = pos * freq                                                          # (max_len, d_model / 2)
@@ -172,8 +174,7 @@ def apply_rope_half(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> 
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] % 2:
         raise ValueError(f"x must be a (..., seq, d_head) tensor with an even d_head, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be an int >= 0 (the cache length), got {offset!r}")
+    check_int(offset, "offset", note="the cache length")
     pos = torch.arange(offset, offset + x.shape[-2], device=x.device)
     cos, sin = rope_cos_sin(pos, x.shape[-1], base, dtype=x.dtype)
     return x * cos + rotate_half(x) * sin

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils import attention
+from course_utils import attention, multihead
+from course_utils._validate import check_int
 
 __all__ = [
     "conv_as_attention", "conv_as_multihead", "grid_positions", "kernel_centers", "kernel_to_heads",
@@ -34,15 +35,10 @@ __all__ = [
 ]
 
 
-def _check_size(name: str, n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-
-
 def grid_positions(height: int, width: int, device=None) -> torch.Tensor:
     """``(height*width, 2)`` integer ``(row, column)`` of every cell, in row-major order."""
-    _check_size("height", height)
-    _check_size("width", width)
+    check_int(height, "height", 1)
+    check_int(width, "width", 1)
     rows, cols = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device),
                                 indexing="ij")
     return torch.stack([rows.reshape(-1), cols.reshape(-1)], dim=-1)
@@ -122,7 +118,7 @@ def kernel_centers(kernel_size: int, device=None) -> torch.Tensor:
     Tap ``(i, j)`` of a kernel (``weight[..., i, j]``) reads the input at offset
     ``(i - K//2, j - K//2)`` from the output pixel, so head ``i*K + j`` is centred there.
     """
-    _check_size("kernel_size", kernel_size)
+    check_int(kernel_size, "kernel_size", 1)
     if kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be odd (a centred kernel), got {kernel_size}")
     return grid_positions(kernel_size, kernel_size, device) - kernel_size // 2
@@ -178,7 +174,7 @@ def positional_attention(x_keys: torch.Tensor, bias: torch.Tensor, w_val: torch.
     q = x_keys.new_zeros(1, heads, bias.shape[1], 1)               # W_qry = W_key = 0
     k = x_keys.new_zeros(1, heads, l_k, 1)
     heads_out, weights = attention.scaled_dot_product_attention(q, k, values, attn_bias=bias)
-    return attention.merge_heads(heads_out) @ w_out, weights[0]    # (batch, L_q, D_out), (heads, L_q, L_k)
+    return multihead.merge_heads(heads_out) @ w_out, weights[0]    # (batch, L_q, D_out), (heads, L_q, L_k)
 
 
 def conv_as_attention(image: torch.Tensor, weight: torch.Tensor, alpha: float,
@@ -222,7 +218,7 @@ def conv_as_attention(image: torch.Tensor, weight: torch.Tensor, alpha: float,
 
 
 def conv_as_multihead(image: torch.Tensor, weight: torch.Tensor, alpha: float) -> torch.Tensor:
-    """:func:`conv_as_attention` with chapter 4's ``attention.MultiHeadAttention`` module.
+    """:func:`conv_as_attention` with chapter 4's ``multihead.MultiHeadAttention`` module.
 
     The module gets ``K*K`` heads of width ``d_head = max(C_out, ceil(C_in / K^2))``, zero
     query and key projections, value projections whose head ``h`` holds the tap of
@@ -244,7 +240,7 @@ def conv_as_multihead(image: torch.Tensor, weight: torch.Tensor, alpha: float) -
     heads, p = k * k, k // 2
     d_head = max(c_out, -(-c_in // heads))
     d_model = heads * d_head
-    mha = attention.MultiHeadAttention(d_model, heads, bias=False).to(device=image.device, dtype=image.dtype)
+    mha = multihead.MultiHeadAttention(d_model, heads, bias=False).to(device=image.device, dtype=image.dtype)
     w_val, w_out = kernel_to_heads(weight)                               # (K*K, C_in, C_out), (K*K*C_out, C_out)
     with torch.no_grad():
         for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):

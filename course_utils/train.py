@@ -29,12 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.std import tqdm
 
+from ._validate import check_int
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
     "IGNORE_INDEX", "Batch", "History", "Scores", "classification_loss", "count_parameters", "epochs", "evaluate",
-    "fit", "get_device", "grading", "next_token_loss", "param_groups", "predict", "score_predictions",
+    "fit", "get_device", "next_token_loss", "param_groups", "predict", "score_predictions",
     "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq",
 ]
 
@@ -59,11 +60,6 @@ def get_device(prefer: str | None = None) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def grading() -> bool:
-    """True while nbgrader executes the notebook (autograde or validate): shrink experiments."""
-    return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID,
@@ -185,8 +181,7 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
     Returns:
         a :class:`History`; the model is left in eval mode.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    check_int(steps, "steps")
     params = list(model.parameters())
     if not params:
         raise ValueError("the model has no parameters to train")

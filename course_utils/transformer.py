@@ -29,9 +29,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .attention import causal_mask, padding_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerBlock, TransformerStack
 from .data import PAD_ID
+from .multihead import MultiHeadAttention
 from .positional import positional_embedding
 
 __all__ = [
@@ -176,7 +177,7 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
         """The initial decoding state: ``memory (batch, S, d_model)``, ``memory_mask``,
         ``tokens (batch, 0)`` (the prefix fed so far) and, with ``use_cache``, an empty
-        :class:`~course_utils.attention.KVCache` per decoder layer in ``caches`` (self-attention)
+        :class:`~course_utils.kvcache.KVCache` per decoder layer in ``caches`` (self-attention)
         and in ``cross_caches`` (cross-attention)."""
         memory, memory_mask, _ = self.run_encoder(src, src_lengths)
         state = {"memory": memory, "memory_mask": memory_mask,

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import train
+from ._validate import check_int
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
@@ -41,8 +42,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     if not isinstance(images, torch.Tensor) or images.dim() != 4:
         raise ValueError("images must be a (batch, C, H, W) tensor, got "
                          f"{tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__}")
-    if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1:
-        raise ValueError(f"patch must be a positive int, got {patch!r}")
+    check_int(patch, "patch", 1)
     B, C, H, W = images.shape
     if H % patch or W % patch:
         raise ValueError(f"patch={patch} must divide the image height and width, got {H}x{W}")

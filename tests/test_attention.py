@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from course_utils import attention as A
+from course_utils import multihead
 
 B, H, LQ, LK, DK, DV = 2, 3, 4, 6, 8, 5
 
@@ -231,8 +232,8 @@ def test_other_bad_inputs():
 
 def test_one_head_self_attention_is_multi_head_with_one_head():
     torch.manual_seed(0)
-    one = A.OneHeadSelfAttention(8)
-    multi = A.MultiHeadAttention(8, 1)
+    one = multihead.OneHeadSelfAttention(8)
+    multi = multihead.MultiHeadAttention(8, 1)
     multi.load_state_dict(one.state_dict())
     x = torch.randn(2, 5, 8)
     mask = A.combine_masks(A.padding_mask(torch.tensor([5, 3]), 5), A.causal_mask(5))

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import attention, blocks, decoding, positional
+from course_utils import attention, blocks, decoding, kvcache, multihead, positional
 from course_utils import transformer as T
 
 
@@ -45,7 +45,7 @@ def test_cached_block_equals_the_full_causal_pass(cfg):
     x = torch.randn(2, 9, 16)
     with torch.no_grad():
         full = block(x, causal=True).x
-        cache = attention.KVCache()
+        cache = kvcache.KVCache()
         parts = [block(x[:, :4], cache=cache, causal=True).x]
         parts += [block(x[:, t:t + 1], cache=cache, causal=True).x for t in range(4, 9)]
     assert len(cache) == 9
@@ -81,7 +81,7 @@ def test_block_says_what_is_wrong():
     with pytest.raises(TypeError, match="BlockConfig"):
         blocks.TransformerBlock({"d_model": 8})
     with pytest.raises(ValueError, match="one KVCache per layer"):
-        blocks.TransformerStack(blocks.BlockConfig(d_model=8, n_heads=2), 2)(x, caches=[attention.KVCache()])
+        blocks.TransformerStack(blocks.BlockConfig(d_model=8, n_heads=2), 2)(x, caches=[kvcache.KVCache()])
 
 
 def test_config_defaults_and_a_block_from_fields_or_config():
@@ -106,24 +106,24 @@ def test_stack_shares_one_block_and_adds_a_final_norm_for_pre_ln():
 
 def test_rope_inside_attention_rotates_q_and_k_at_the_cache_offset():
     torch.manual_seed(0)
-    mha = attention.MultiHeadAttention(16, 4, 2, bias=False, rope=True).eval()
+    mha = multihead.MultiHeadAttention(16, 4, 2, bias=False, rope=True).eval()
     x = torch.randn(2, 6, 16)
-    q = attention.split_heads(mha.q_proj(x), 4)
-    k = attention.split_heads(mha.k_proj(x), 2)
-    v = attention.split_heads(mha.v_proj(x), 2)
+    q = multihead.split_heads(mha.q_proj(x), 4)
+    k = multihead.split_heads(mha.k_proj(x), 2)
+    v = multihead.split_heads(mha.v_proj(x), 2)
     q, k = positional.apply_rope_half(q), positional.apply_rope_half(k)
-    want = F.scaled_dot_product_attention(q, attention.repeat_kv(k, 2), attention.repeat_kv(v, 2), is_causal=True)
-    want = mha.out_proj(attention.merge_heads(want))
+    want = F.scaled_dot_product_attention(q, multihead.repeat_kv(k, 2), multihead.repeat_kv(v, 2), is_causal=True)
+    want = mha.out_proj(multihead.merge_heads(want))
     with torch.no_grad():
         torch.testing.assert_close(mha(x, causal=True)[0], want, atol=1e-5, rtol=0)
-        cache = attention.KVCache()
+        cache = kvcache.KVCache()
         mha(x[:, :5], cache=cache, causal=True)
         last = mha(x[:, 5:], cache=cache, causal=True)[0]        # position 5, not 0
     torch.testing.assert_close(last, want[:, 5:], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="self-attention"):
         mha(x, context=x)
     with pytest.raises(ValueError, match="even"):
-        attention.MultiHeadAttention(12, 4, rope=True)             # d_head 3
+        multihead.MultiHeadAttention(12, 4, rope=True)             # d_head 3
 
 
 def test_token_embedding_scales_adds_positions_and_rejects_floats():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_utils import attention, decoding, families
+from course_utils import attention, decoding, families, multihead
 from course_utils.blocks import TransformerBlock
 from course_utils.data import PAD_ID, SOS_ID
 
@@ -37,7 +37,7 @@ def test_prefix_lm_mask_works_in_attention():
     # With a prefix-LM mask, changing a token after the prefix leaves the prefix's outputs alone,
     # while changing a prefix token changes every output.
     torch.manual_seed(0)
-    mha = attention.MultiHeadAttention(8, 2).eval()
+    mha = multihead.MultiHeadAttention(8, 2).eval()
     x = torch.randn(1, 5, 8)
     mask = families.prefix_lm_mask(5, 3)
     out, _ = mha(x, mask=mask)

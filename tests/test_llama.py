@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import attention, blocks, llama, positional
+from course_utils import blocks, kvcache, llama, positional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -136,7 +136,7 @@ def test_cached_decoding_equals_the_full_forward(positions):
     tokens = torch.randint(0, 50, (2, 15))
     with torch.no_grad():
         full = model(tokens)
-        caches = [attention.KVCache() for _ in model.layers]
+        caches = [kvcache.KVCache() for _ in model.layers]
         parts = [model(tokens[:, :6], caches)] + [model(tokens[:, t:t + 1], caches) for t in range(6, 15)]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
     assert caches[0].k.shape == (2, 2, 15, 8), "the cache holds the un-repeated key heads"
@@ -167,7 +167,7 @@ def test_bad_tokens_and_caches_say_what_is_wrong():
     with pytest.raises(ValueError, match="int64 ids"):
         m(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="one KVCache per layer"):
-        m(torch.zeros(1, 3, dtype=torch.long), [attention.KVCache()])
+        m(torch.zeros(1, 3, dtype=torch.long), [kvcache.KVCache()])
 
 
 # --- parity with Hugging Face's Llama ---------------------------------------------------------

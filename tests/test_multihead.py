@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils import attention as A
-from course_utils import decoding
+from course_utils import decoding, kvcache, multihead
 
 D, H = 24, 6
 
@@ -14,7 +14,7 @@ D, H = 24, 6
 def _mha_pair(d=D, h=H, bias=True, seed=0):
     """Our module and nn.MultiheadAttention holding the same weights."""
     torch.manual_seed(seed)
-    ours = A.MultiHeadAttention(d, h, bias=bias)
+    ours = multihead.MultiHeadAttention(d, h, bias=bias)
     theirs = nn.MultiheadAttention(d, h, bias=bias, batch_first=True)
     with torch.no_grad():
         theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
@@ -86,7 +86,7 @@ def test_cross_attention_equals_nn_multiheadattention():
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_gqa_and_mqa_equal_sdpa_with_enable_gqa(n_kv, need_weights):
     torch.manual_seed(3)
-    m = A.MultiHeadAttention(D, H, n_kv_heads=n_kv)
+    m = multihead.MultiHeadAttention(D, H, n_kv_heads=n_kv)
     assert m.k_proj.out_features == n_kv * (D // H) == m.v_proj.out_features
     x = torch.randn(2, 8, D, requires_grad=True)
     x2 = x.detach().clone().requires_grad_()
@@ -105,31 +105,31 @@ def test_gqa_and_mqa_equal_sdpa_with_enable_gqa(n_kv, need_weights):
 
 def test_repeat_kv_pairs_query_head_i_with_kv_head_i_div_group():
     kv = torch.arange(3.0).view(1, 3, 1, 1).expand(1, 3, 2, 4)      # head g holds the value g
-    rep = A.repeat_kv(kv, 4)
+    rep = multihead.repeat_kv(kv, 4)
     assert rep.shape == (1, 12, 2, 4)
     assert rep[0, :, 0, 0].tolist() == [i // 4 for i in range(12)]
     wrong = kv.repeat(1, 4, 1, 1)                                     # the stacked order: i % 3
     assert wrong[0, :, 0, 0].tolist() == [i % 3 for i in range(12)]
-    assert A.repeat_kv(kv, 1) is kv
+    assert multihead.repeat_kv(kv, 1) is kv
 
 
 def test_split_merge_heads_equal_a_loop_over_heads():
     torch.manual_seed(4)
     x = torch.randn(2, 5, D)
-    s = A.split_heads(x, H)
+    s = multihead.split_heads(x, H)
     assert s.shape == (2, H, 5, D // H)
     for h in range(H):
         assert torch.equal(s[:, h], x[..., h * 4:(h + 1) * 4])
-    assert torch.equal(A.merge_heads(s), x)
+    assert torch.equal(multihead.merge_heads(s), x)
 
 
 @pytest.mark.parametrize("n_kv", [6, 2, 1])
 def test_cached_decoding_equals_one_causal_forward(n_kv):
     torch.manual_seed(5)
-    m = A.MultiHeadAttention(D, H, n_kv_heads=n_kv).eval()
+    m = multihead.MultiHeadAttention(D, H, n_kv_heads=n_kv).eval()
     x = torch.randn(2, 10, D)
     full, _ = m(x, causal=True)
-    cache = A.KVCache()
+    cache = kvcache.KVCache()
     outs = [m(x[:, :4], cache=cache, causal=True)[0]]                 # prefill the prompt
     for t in range(4, 10):                                             # then one token at a time
         outs.append(m(x[:, t:t + 1], cache=cache, causal=True)[0])
@@ -137,16 +137,16 @@ def test_cached_decoding_equals_one_causal_forward(n_kv):
     assert cache.k.shape == (2, n_kv, 10, D // H) and len(cache) == 10
     assert cache.nbytes() == 2 * 2 * n_kv * 10 * (D // H) * 4
     # without the causal mask a step would see every cached key: the same as the last full row only
-    one, _ = m(x[:, :1], cache=A.KVCache(), causal=True)
+    one, _ = m(x[:, :1], cache=kvcache.KVCache(), causal=True)
     torch.testing.assert_close(one, full[:, :1], atol=1e-5, rtol=1e-5)
 
 
 def test_cross_attention_cache_is_filled_once_and_reused():
     torch.manual_seed(6)
-    m = A.MultiHeadAttention(D, H, n_kv_heads=2).eval()
+    m = multihead.MultiHeadAttention(D, H, n_kv_heads=2).eval()
     x, ctx = torch.randn(2, 3, D), torch.randn(2, 7, D)
     ref, _ = m(x, context=ctx)
-    cache = A.KVCache()
+    cache = kvcache.KVCache()
     a, _ = m(x[:, :1], context=ctx, cache=cache)
     assert cache.static and len(cache) == 7
     b, _ = m(x[:, 1:], cache=cache)                                     # context not needed any more
@@ -155,7 +155,7 @@ def test_cross_attention_cache_is_filled_once_and_reused():
 
 
 def test_kv_cache_reorder_is_used_by_decoding_index_state():
-    cache = A.KVCache()
+    cache = kvcache.KVCache()
     cache.append(torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1))
     state = {"caches": [cache], "memory": torch.arange(3.0)}
     picked = decoding.index_state(state, torch.tensor([2, 2, 0]))
@@ -168,7 +168,7 @@ def test_kv_cache_is_preallocated_and_appends_in_place():
     """With ``max_len`` the buffers are allocated once; appends write only the new positions."""
     g = torch.Generator().manual_seed(9)
     ks, vs = torch.randn(2, 3, 12, 4, generator=g), torch.randn(2, 3, 12, 4, generator=g)
-    cache = A.KVCache(max_len=12)
+    cache = kvcache.KVCache(max_len=12)
     with torch.no_grad():
         cache.append(ks[:, :, :5], vs[:, :, :5])
         ptr, seen = cache.k.data_ptr(), cache.k
@@ -179,11 +179,11 @@ def test_kv_cache_is_preallocated_and_appends_in_place():
     assert seen.shape[2] == 5 and torch.equal(seen, ks[:, :, :5])       # an earlier view still shows its 5 positions
     assert cache.nbytes() == ks.nbytes + vs.nbytes
     with pytest.raises(ValueError, match="max_len"):
-        A.KVCache(max_len=0)
+        kvcache.KVCache(max_len=0)
 
 
 def test_kv_cache_without_max_len_doubles_its_capacity():
-    cache = A.KVCache()
+    cache = kvcache.KVCache()
     capacities = []
     with torch.no_grad():
         for t in range(20):
@@ -197,9 +197,9 @@ def test_kv_cache_without_max_len_doubles_its_capacity():
 def test_kv_cache_crop_forgets_positions_and_reuses_the_buffers():
     """After ``crop(T)`` the next step sees exactly the first T positions, in the same buffers."""
     torch.manual_seed(11)
-    m = A.MultiHeadAttention(D, H, n_kv_heads=2).eval()
+    m = multihead.MultiHeadAttention(D, H, n_kv_heads=2).eval()
     x, other = torch.randn(2, 7, D), torch.randn(2, 1, D)
-    cache = A.KVCache(max_len=7)
+    cache = kvcache.KVCache(max_len=7)
     with torch.no_grad():
         m(x[:, :6], cache=cache, causal=True)
         ptr = cache.k.data_ptr()
@@ -210,16 +210,16 @@ def test_kv_cache_crop_forgets_positions_and_reuses_the_buffers():
     torch.testing.assert_close(step, full[:, 6:], atol=1e-5, rtol=1e-5)
     assert cache.k.data_ptr() == ptr and cache.capacity == 7
     for bad in (8, -1, 2.0, True):
-        with pytest.raises(ValueError, match="crop keeps 0 to 7 positions"):
+        with pytest.raises(ValueError, match=r"crop.s length must be an int in \[0, 7\] \(the cache holds 7 positions\)"):
             cache.crop(bad)
 
 
 def test_kv_cache_keeps_gradients_when_autograd_records():
     """Appends that need gradients concatenate (no in-place write into saved tensors)."""
     torch.manual_seed(10)
-    m = A.MultiHeadAttention(D, H, n_kv_heads=2)
+    m = multihead.MultiHeadAttention(D, H, n_kv_heads=2)
     x = torch.randn(2, 6, D, requires_grad=True)
-    cache = A.KVCache(max_len=6)
+    cache = kvcache.KVCache(max_len=6)
     outs = [m(x[:, :3], cache=cache, causal=True)[0]]
     outs += [m(x[:, t:t + 1], cache=cache, causal=True)[0] for t in range(3, 6)]
     torch.cat(outs, 1).sum().backward()
@@ -236,7 +236,7 @@ def test_attn_bias_is_added_to_the_scaled_scores():
     out, w = A.scaled_dot_product_attention(q, k, v, mask, attn_bias=bias)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    m = A.MultiHeadAttention(D, H)
+    m = multihead.MultiHeadAttention(D, H)
     x = torch.randn(2, 5, D)
     zero, _ = m(x, attn_bias=torch.zeros(H, 5, 5))
     torch.testing.assert_close(zero, m(x)[0], atol=1e-6, rtol=1e-6)
@@ -246,10 +246,10 @@ def test_attn_bias_is_added_to_the_scaled_scores():
 
 def test_clear_errors():
     with pytest.raises(ValueError, match="does not divide d_model"):
-        A.MultiHeadAttention(10, 3)
+        multihead.MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="does not divide n_heads"):
-        A.MultiHeadAttention(24, 6, n_kv_heads=4)
-    m = A.MultiHeadAttention(D, H)
+        multihead.MultiHeadAttention(24, 6, n_kv_heads=4)
+    m = multihead.MultiHeadAttention(D, H)
     with pytest.raises(ValueError, match=r"\(batch, seq, d_model=24\)"):
         m(torch.randn(5, D))
     with pytest.raises(ValueError, match=r"\(batch, seq, d_model=24\)"):
@@ -261,7 +261,7 @@ def test_clear_errors():
     with pytest.raises(TypeError, match="floating"):
         m(torch.ones(2, 5, D, dtype=torch.long))
     with pytest.raises(ValueError, match="divisible"):
-        A.split_heads(torch.randn(2, 3, 10), 4)
+        multihead.split_heads(torch.randn(2, 3, 10), 4)
 
 
 @pytest.mark.parametrize("n_kv", [1, 2, 3])
@@ -270,9 +270,9 @@ def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
     q, k, v = torch.randn(2, 6, 4, 5), torch.randn(2, n_kv, 9, 5), torch.randn(2, n_kv, 9, 5)
     mask = A.combine_masks(A.padding_mask(torch.tensor([9, 3]), 9).unsqueeze(1), A.causal_mask(4, 9))
     r = 6 // n_kv
-    ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
-    torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(A.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
+    ref = F.scaled_dot_product_attention(q, multihead.repeat_kv(k, r), multihead.repeat_kv(v, r), attn_mask=mask)
+    torch.testing.assert_close(multihead.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(multihead.grouped_sdpa(q, k, v), F.scaled_dot_product_attention(
         q, k, v, enable_gqa=True), atol=1e-6, rtol=1e-5)
 
 
@@ -294,8 +294,8 @@ def test_grouped_sdpa_takes_every_mask_shape_without_copying_it_per_head(n_kv, m
     for name, mask in masks.items():
         if mask.dtype == torch.bool:
             mask = mask | torch.eye(L_q, L_k, dtype=torch.bool)      # no query row left without a key
-        ref = F.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), attn_mask=mask)
-        torch.testing.assert_close(A.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5, msg=name)
+        ref = F.scaled_dot_product_attention(q, multihead.repeat_kv(k, r), multihead.repeat_kv(v, r), attn_mask=mask)
+        torch.testing.assert_close(multihead.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5, msg=name)
     seen, real_sdpa = [], F.scaled_dot_product_attention
 
     def spy(*args, attn_mask=None, **kwargs):
@@ -304,7 +304,7 @@ def test_grouped_sdpa_takes_every_mask_shape_without_copying_it_per_head(n_kv, m
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     q, k, v = torch.randn(4, 8, 512, 2), torch.randn(4, 2, 512, 2), torch.randn(4, 2, 512, 2)
-    A.grouped_sdpa(q, k, v, A.causal_mask(512, 512))
+    multihead.grouped_sdpa(q, k, v, A.causal_mask(512, 512))
     assert seen == [4 * 512 * 512], f"the causal mask was copied to {seen} elements, expected r * L * L"
 
 
@@ -313,12 +313,12 @@ def test_cached_attention_prefill_chunks_and_steps_equal_full_causal_attention(n
     torch.manual_seed(9)
     q, k, v = torch.randn(2, 6, 9, 4), torch.randn(2, n_kv, 9, 4), torch.randn(2, n_kv, 9, 4)
     r = 6 // n_kv
-    full, _ = A.scaled_dot_product_attention(q, A.repeat_kv(k, r), A.repeat_kv(v, r), A.causal_mask(9))
-    out1, cache = A.cached_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3])        # prefill 3
-    out2, cache = A.cached_attention(q[:, :, 3:7], k[:, :, 3:7], v[:, :, 3:7], cache)  # a chunk of 4
+    full, _ = A.scaled_dot_product_attention(q, multihead.repeat_kv(k, r), multihead.repeat_kv(v, r), A.causal_mask(9))
+    out1, cache = multihead.cached_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3])        # prefill 3
+    out2, cache = multihead.cached_attention(q[:, :, 3:7], k[:, :, 3:7], v[:, :, 3:7], cache)  # a chunk of 4
     outs = [out1, out2]
     for t in (7, 8):
-        o, cache = A.cached_attention(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
+        o, cache = multihead.cached_attention(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache)
         outs.append(o)
     torch.testing.assert_close(torch.cat(outs, 2), full, atol=1e-6, rtol=1e-5)
     assert cache[0].shape == (2, n_kv, 9, 4)
@@ -326,23 +326,23 @@ def test_cached_attention_prefill_chunks_and_steps_equal_full_causal_attention(n
 
 def test_kv_cache_bytes_and_mean_pooling():
     # Llama-2-7B-like: 32 layers, 32 heads of 128, float16: 512 KiB per token with MHA
-    assert A.kv_cache_bytes(32, 32, 128, 1) == 512 * 1024
-    assert A.kv_cache_bytes(32, 8, 128, 4096, batch=2, bytes_per_value=4) == 2 * 32 * 8 * 128 * 4096 * 2 * 4
+    assert kvcache.kv_cache_bytes(32, 32, 128, 1) == 512 * 1024
+    assert kvcache.kv_cache_bytes(32, 8, 128, 4096, batch=2, bytes_per_value=4) == 2 * 32 * 8 * 128 * 4096 * 2 * 4
     w = torch.arange(24.0).view(6, 4)                       # 3 heads of d_head 2
-    pooled = A.mean_pool_kv_heads(w, n_heads=3, n_groups=1)
+    pooled = multihead.mean_pool_kv_heads(w, n_heads=3, n_groups=1)
     torch.testing.assert_close(pooled, (w[0:2] + w[2:4] + w[4:6]) / 3)
     b = torch.arange(8.0)                                   # 4 heads of 2, 2 groups
-    torch.testing.assert_close(A.mean_pool_kv_heads(b, 4, 2), torch.tensor([1.0, 2.0, 5.0, 6.0]))
-    torch.testing.assert_close(A.mean_pool_kv_heads(w, 3, 3), w)
+    torch.testing.assert_close(multihead.mean_pool_kv_heads(b, 4, 2), torch.tensor([1.0, 2.0, 5.0, 6.0]))
+    torch.testing.assert_close(multihead.mean_pool_kv_heads(w, 3, 3), w)
     with pytest.raises(ValueError, match="does not divide"):
-        A.mean_pool_kv_heads(w, 3, 2)
+        multihead.mean_pool_kv_heads(w, 3, 2)
 
 
 @pytest.mark.parametrize("how", ["mean", "first", "random"])
 def test_convert_to_gqa(how):
     torch.manual_seed(10)
-    mha = A.MultiHeadAttention(D, H)
-    gqa = A.convert_to_gqa(mha, 2, how, generator=torch.Generator().manual_seed(0))
+    mha = multihead.MultiHeadAttention(D, H)
+    gqa = multihead.convert_to_gqa(mha, 2, how, generator=torch.Generator().manual_seed(0))
     assert gqa.n_kv_heads == 2 and gqa.k_proj.weight.shape == (2 * 4, D)
     assert torch.equal(gqa.q_proj.weight, mha.q_proj.weight)
     assert torch.equal(gqa.out_proj.bias, mha.out_proj.bias)
@@ -354,6 +354,6 @@ def test_convert_to_gqa(how):
     else:
         assert not torch.allclose(gqa.k_proj.weight[:4], heads[:3].mean(0))
     # converting to as many kv heads as query heads by mean pooling changes nothing
-    same = A.convert_to_gqa(mha, H, "mean")
+    same = multihead.convert_to_gqa(mha, H, "mean")
     x = torch.randn(2, 5, D)
     torch.testing.assert_close(same(x)[0], mha(x)[0])

@@ -5,6 +5,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from course_utils import grading
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,3 +242,22 @@ def test_the_ch06_spread_tool_finds_the_cells_it_runs():
     cells = re.split(r"\n(?=# %%)", spread_ch06.SOURCE.read_text())
     for marker in spread_ch06.CELLS:
         assert sum(marker in c for c in cells) == 1, f"chapter 6 has no single cell with {marker!r}"
+
+
+def test_one_integer_check():
+    """Integer arguments are checked by ``_validate.check_int`` alone, so every message reads the same."""
+    copies = [f"{p.name}:{i}" for p in sorted((ROOT / "course_utils").glob("*.py")) if p.name != "_validate.py"
+              for i, line in enumerate(p.read_text().splitlines(), 1)
+              if re.search(r"isinstance\(\w+, bool\) or not isinstance\(\w+, int\)", line)]
+    assert not copies, f"an integer check written by hand (use course_utils._validate.check_int): {copies}"
+
+
+def test_check_int_accepts_ints_in_range_and_names_what_is_wrong():
+    from course_utils._validate import check_int
+    assert check_int(0, "n") == 0 and check_int(5, "n", 1, 5) == 5
+    for bad, pattern in ((True, r"n must be an int >= 0, got True"), (2.0, "got 2.0"), (-1, "got -1"),
+                         ("3", "got '3'")):
+        with pytest.raises(ValueError, match=pattern):
+            check_int(bad, "n")
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 4\] \(the vocabulary\), got 5"):
+        check_int(5, "k", 1, 4, "the vocabulary")

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import data, lengthtask, rnn, train
+from course_utils import budget, data, lengthtask, rnn, train
 
 
 def test_sequence_loss_ignores_padding():
@@ -133,6 +133,18 @@ def test_mean_exact_match_and_error_by_position_by_hand():
     # missing in "cb", right in "xba"
     assert lengthtask.error_by_position(preds, pairs) == [1 / 3, 0.0, 1 / 2]
     assert lengthtask.error_by_position(preds, pairs, lengths=[3]) == [1 / 2, 0.0, 1 / 2]
+
+
+def test_budget_picks_the_smaller_one_only_while_nbgrader_runs(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert not budget.grading() and budget.pick(300, grading=20) == 300
+    assert budget.pick([1, 2], grading=[1]) == [1, 2]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert budget.grading() and budget.pick(300, grading=20) == 20
+    monkeypatch.setenv("NBGRADER_EXECUTION", "")
+    assert not budget.grading() and budget.pick(300, grading=20) == 300
+    with pytest.raises(TypeError):
+        budget.pick(300, 20)          # the grading budget is named at every call site
 
 
 def test_length_task_helpers_shrink_under_grading_and_train(monkeypatch):

@@ -32,7 +32,7 @@ def test_patchify_rejects_bad_input():
         vit.patchify(torch.zeros(1, 1, 8, 8), 3)
     with pytest.raises(ValueError, match=r"\(batch, C, H, W\)"):
         vit.patchify(torch.zeros(8, 8), 2)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="int >= 1"):
         vit.patchify(torch.zeros(1, 1, 8, 8), 0)
 
 

@@ -46,17 +46,19 @@ from torch import nn
 from course_utils import (
     attention,
     attention_variants,
+    budget,
     checks,
     claims,
     cost,
     data,
+    multihead,
     plots,
     rnn,
     train,
 )
 
 train.set_seed(0)
-GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
 
 
 # %% [markdown]
@@ -913,8 +915,8 @@ except TypeError as err:
 # padding of the *source* needs masking: every target position may look at every real
 # source token (the decoder's own causal mask lives in its self-attention). Note that the
 # encoder's keys and values are the same at every decoding step, so they can be computed
-# once per source sentence and reused (chapter 4's `attention.KVCache` holds them:
-# `attention.MultiHeadAttention` fills it from the source once and reuses it at every step).
+# once per source sentence and reused (chapter 4's `kvcache.KVCache` holds them:
+# `multihead.MultiHeadAttention` fills it from the source once and reuses it at every step).
 #
 # ### Exercise 5: a cross-attention call (3 points: 1 + 2)
 #
@@ -1047,7 +1049,7 @@ plt.show()
 # * four sub-modules `q_proj`, `k_proj`, `v_proj`, `out_proj`, each an
 #   `nn.Linear(d_model, d_model)` with a bias (the names matter: the tests load your
 #   module's weights into PyTorch's `nn.MultiheadAttention` and into the course's
-#   `attention.MultiHeadAttention` and compare the results);
+#   `multihead.MultiHeadAttention` and compare the results);
 # * `forward(x, mask=None)` with `x` of shape `(batch, L, d_model)` and `mask` `None` or a
 #   bool tensor broadcastable to `(batch, L, L)`, True = may attend (a padding mask
 #   `(batch, 1, L)`, a causal mask `(L, L)`, or both combined);
@@ -1058,7 +1060,7 @@ plt.show()
 #
 # You may use your `sdp_attention` or `attention.scaled_dot_product_attention` for the
 # attention itself; not `F.scaled_dot_product_attention`, `nn.MultiheadAttention` or
-# `attention.MultiHeadAttention`.
+# `multihead.MultiHeadAttention`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_module", "locked": false, "schema_version": 3, "solution": true}
 class SelfAttention(nn.Module):
@@ -1156,7 +1158,7 @@ checks.run_checks("SelfAttention", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_module-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: equal to nn.MultiheadAttention and attention.MultiHeadAttention with the same weights,
+# Hidden tests: equal to nn.MultiheadAttention and multihead.MultiHeadAttention with the same weights,
 # padding and combined masks, a fully masked row, float64; no ready-made attention module.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(108)
@@ -1164,7 +1166,7 @@ with torch.random.fork_rng():                  # seeded modules, the notebook's 
     torch.manual_seed(108)
     _m = checks.call(SelfAttention, 12, what="SelfAttention(12)")
     _torch_mha = nn.MultiheadAttention(12, 1, batch_first=True)
-    _ours_mha = attention.MultiHeadAttention(12, 1)
+    _ours_mha = multihead.MultiHeadAttention(12, 1)
 _xh = torch.randn(3, 6, 12, generator=_g)
 _lens = torch.tensor([6, 4, 2])
 _pad = attention.padding_mask(_lens, 6)                                    # (3, 1, 6)
@@ -1182,7 +1184,7 @@ with torch.no_grad():
     _want_left = _ours_mha(_xh, mask=_left.unsqueeze(1), need_weights=True)
     _want64 = _ours_mha.double()(_xh.double(), mask=_both.unsqueeze(1), need_weights=True)
 with checks.forbid((F, "scaled_dot_product_attention"), nn.MultiheadAttention.forward,
-                   attention.MultiHeadAttention.forward, F.multi_head_attention_forward):
+                   multihead.MultiHeadAttention.forward, F.multi_head_attention_forward):
     with torch.no_grad():
         _got_pad = checks.call(_m, _xh, _pad, what="SelfAttention.forward")
         _got_both = checks.call(_m, _xh, _both, what="SelfAttention.forward")
@@ -1197,14 +1199,14 @@ checks.run_checks("SelfAttention (hidden)", [
     ("float64 module and input", lambda: checks.expect_close(_got64[0], _want64[0], "out (float64)")),
     ("float64 stays float64", lambda: checks.expect_dtype(_got64[0], torch.float64, "out")),
     ("no ready-made attention module", lambda: checks.expect_not_calling(
-        SelfAttention.forward, nn.MultiheadAttention, attention.MultiHeadAttention, F.multi_head_attention_forward)),
+        SelfAttention.forward, nn.MultiheadAttention, multihead.MultiHeadAttention, F.multi_head_attention_forward)),
 ])
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # The experiments below use your `SelfAttention` if it gives the reference's result on a
 # probe (the same weights loaded into both, a padded and causal batch), and otherwise the
-# course's `attention.OneHeadSelfAttention` (its `MultiHeadAttention` with a single head), which
+# course's `multihead.OneHeadSelfAttention` (its `MultiHeadAttention` with a single head), which
 # has the same four sub-modules. The next cell also checks the warning of section 6: PyTorch's
 # `nn.MultiheadAttention`, given your module's weights, computes the same layer only when
 # the mask is inverted.
@@ -1220,7 +1222,7 @@ def _probe_self_attention(cls):
     return layer(x, attention.combine_masks(attention.padding_mask(torch.tensor([5, 3]), 5), attention.causal_mask(5)))
 
 
-SelfAttentionLayer = checks.learner_or_reference(SelfAttention, attention.OneHeadSelfAttention,
+SelfAttentionLayer = checks.learner_or_reference(SelfAttention, multihead.OneHeadSelfAttention,
                                                  _probe_self_attention, name="SelfAttention")
 
 # %%
@@ -1318,7 +1320,7 @@ class Reverser(nn.Module):
         return self.readout(h), weights
 
 
-rev_steps = 30 if GRADING else 300
+rev_steps = budget.pick(300, grading=30)
 reversal = {}
 for positions in (False, True):
     train.set_seed(0)
@@ -1465,8 +1467,8 @@ assert op_counts[64][1] - op_counts[32][1] == 2 * (op_counts[32][1] - op_counts[
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-lengths = [32, 64, 128] if GRADING else [128, 256, 512, 1024, 2048, 4096]
-repeats = 1 if GRADING else 5
+lengths = budget.pick([128, 256, 512, 1024, 2048, 4096], grading=[32, 64, 128])
+repeats = budget.pick(5, grading=1)
 d, radius = 64, 32
 gru = nn.GRU(d, d, batch_first=True)
 variants = {

@@ -42,10 +42,22 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import attention, blocks, checks, claims, cost, data, plots, train
+from course_utils import (
+    attention,
+    blocks,
+    budget,
+    checks,
+    claims,
+    cost,
+    data,
+    kvcache,
+    multihead,
+    plots,
+    train,
+)
 
 train.set_seed(0)
-GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
 torch.set_printoptions(precision=4, sci_mode=False)
 
 # %% [markdown]
@@ -120,7 +132,7 @@ n_tok, d_model = 128, 256
 x_cost = torch.randn(1, n_tok, d_model)
 print(" heads  d_head        FLOPs   formula 2*(4 n d^2 + 2 n^2 d)")
 for h in (1, 2, 4, 8, 16):
-    mha_h = attention.MultiHeadAttention(d_model, h, bias=False)
+    mha_h = multihead.MultiHeadAttention(d_model, h, bias=False)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         mha_h(x_cost, need_weights=True)            # the explicit computation: every matmul is counted
     formula = 2 * (4 * n_tok * d_model ** 2 + 2 * n_tok ** 2 * d_model)
@@ -249,9 +261,9 @@ _g = torch.Generator().manual_seed(101)
 _x5 = torch.randn(3, 7, 12, generator=_g)
 _m5 = torch.randn(2, 3, 5, 4, generator=_g)
 checks.run_checks("split_heads / merge_heads (hidden)", [
-    ("split, L=7, 3 heads", lambda: checks.expect_equal(checks.call(split_heads, _x5, 3), attention.split_heads(_x5, 3), "split")),
+    ("split, L=7, 3 heads", lambda: checks.expect_equal(checks.call(split_heads, _x5, 3), multihead.split_heads(_x5, 3), "split")),
     ("split, 1 head", lambda: checks.expect_equal(checks.call(split_heads, _x5, 1), _x5[:, None], "split")),
-    ("merge of (2, 3, 5, 4)", lambda: checks.expect_equal(checks.call(merge_heads, _m5), attention.merge_heads(_m5), "merge")),
+    ("merge of (2, 3, 5, 4)", lambda: checks.expect_equal(checks.call(merge_heads, _m5), multihead.merge_heads(_m5), "merge")),
 ])
 ### END HIDDEN TESTS
 
@@ -262,9 +274,9 @@ checks.run_checks("split_heads / merge_heads (hidden)", [
 # attention on each head alone.
 
 # %%
-split_used = checks.learner_or_reference(split_heads, attention.split_heads,
+split_used = checks.learner_or_reference(split_heads, multihead.split_heads,
                                          lambda f: f(torch.arange(24.).view(1, 3, 8), 2), "split_heads")
-merge_used = checks.learner_or_reference(merge_heads, attention.merge_heads,
+merge_used = checks.learner_or_reference(merge_heads, multihead.merge_heads,
                                          lambda f: f(torch.arange(24.).view(1, 2, 3, 4)), "merge_heads")
 g = torch.Generator().manual_seed(1)
 B, L, D, H = 2, 6, 16, 4
@@ -302,7 +314,7 @@ assert torch.allclose(batched, looped, atol=1e-6), 'the batched heads must equal
 # `(batch, L_q, d_model)` and the weights `(batch, n_heads, L_q, L_k)`.
 #
 # (Do not call `nn.MultiheadAttention`, `F.multi_head_attention_forward` or
-# `attention.MultiHeadAttention`: the hidden tests check.)
+# `multihead.MultiHeadAttention`: the hidden tests check.)
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_mha", "locked": false, "schema_version": 3, "solution": true}
 def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
@@ -328,7 +340,7 @@ def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
 # %% nbgrader={"grade": true, "grade_id": "ex2_mha-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _reference_mha(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
     """The course's module with the same weights (nn.Linear stores W transposed)."""
-    m = attention.MultiHeadAttention(x.shape[-1], n_heads, bias=False).to(x.dtype)
+    m = multihead.MultiHeadAttention(x.shape[-1], n_heads, bias=False).to(x.dtype)
     with torch.no_grad():
         for lin, W in ((m.q_proj, W_q), (m.k_proj, W_k), (m.v_proj, W_v), (m.out_proj, W_o)):
             lin.weight.copy_(W.T)
@@ -368,7 +380,7 @@ _xq, _ctx = torch.randn(2, 3, 8, generator=_g, dtype=torch.float64), torch.randn
 _W64 = [torch.randn(8, 8, generator=_g, dtype=torch.float64) / 3 for _ in range(4)]
 _pad = attention.padding_mask(torch.tensor([6, 2]), 6).unsqueeze(1)
 _both = attention.combine_masks(attention.padding_mask(torch.tensor([5, 3]), 5).unsqueeze(1), attention.causal_mask(5))
-with checks.forbid(attention.MultiHeadAttention.forward, (F, "multi_head_attention_forward"),
+with checks.forbid(multihead.MultiHeadAttention.forward, (F, "multi_head_attention_forward"),
                    nn.MultiheadAttention.forward):
     _cross = checks.call(multi_head_attention, _xq, _ctx, *_W64, 4, _pad)
     _self8 = checks.call(multi_head_attention, _x, _x, *_W, 8, _both)
@@ -384,7 +396,7 @@ checks.run_checks("multi_head_attention (hidden)", [
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Equal to PyTorch.** `course_utils.attention.MultiHeadAttention` is the same computation as
+# **Equal to PyTorch.** `course_utils.multihead.MultiHeadAttention` is the same computation as
 # a module: `nn.Linear` layers `q_proj`, `k_proj`, `v_proj` and `out_proj` (with biases). PyTorch's
 # `nn.MultiheadAttention` packs the three input projections into one `in_proj_weight` of shape
 # `(3 d_model, d_model)`; load the same numbers into both and they agree. One trap: PyTorch's
@@ -398,7 +410,7 @@ mha_fn = checks.learner_or_reference(
     lambda f: f(_x, _x[:, :3], *_W, 4, attention.padding_mask(torch.tensor([3, 2]), 3).unsqueeze(1)),
     "multi_head_attention")
 torch.manual_seed(3)
-ours = attention.MultiHeadAttention(16, 4)
+ours = multihead.MultiHeadAttention(16, 4)
 theirs = nn.MultiheadAttention(16, 4, batch_first=True)
 with torch.no_grad():
     theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
@@ -413,7 +425,7 @@ with torch.no_grad():
                                   average_attn_weights=False)
     # the function of exercise 2 (yours if it passed the probe) with the same weights; it has
     # no biases, so zero the module's biases for this comparison
-    plain = attention.MultiHeadAttention(16, 4, bias=False)
+    plain = multihead.MultiHeadAttention(16, 4, bias=False)
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
         getattr(plain, name).weight.copy_(getattr(ours, name).weight)
     out_plain, _ = plain(xs, mask=keep)
@@ -480,7 +492,7 @@ print(f"{'d_model':>8} {'heads':>6} {'kv heads':>9} {'Q and O params':>15} {'K a
 for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
     mha_total = None
     for g in sorted({h, 8, 1}, reverse=True):
-        m = attention.MultiHeadAttention(d_model, h, g) if d_model <= 512 else None
+        m = multihead.MultiHeadAttention(d_model, h, g) if d_model <= 512 else None
         d_head = d_model // h
         qo = 2 * (d_model * d_model + d_model)
         kv = 2 * (d_model * g * d_head + g * d_head)
@@ -578,15 +590,15 @@ except IndexError as err:
 # run it with the other:
 
 # %%
-repeat_used = checks.learner_or_reference(repeat_kv, attention.repeat_kv,
+repeat_used = checks.learner_or_reference(repeat_kv, multihead.repeat_kv,
                                           lambda f: f(torch.arange(120.).view(2, 3, 5, 4), 2), "repeat_kv")
 torch.manual_seed(4)
-gqa = attention.MultiHeadAttention(32, 8, n_kv_heads=2).eval()
+gqa = multihead.MultiHeadAttention(32, 8, n_kv_heads=2).eval()
 xg = torch.randn(4, 10, 32)
 with torch.no_grad():
-    q = attention.split_heads(gqa.q_proj(xg), 8)
-    k = attention.split_heads(gqa.k_proj(xg), 2)
-    v = attention.split_heads(gqa.v_proj(xg), 2)
+    q = multihead.split_heads(gqa.q_proj(xg), 8)
+    k = multihead.split_heads(gqa.k_proj(xg), 2)
+    v = multihead.split_heads(gqa.v_proj(xg), 2)
     mask = attention.causal_mask(10)
     right, _ = attention.scaled_dot_product_attention(q, repeat_used(k, 4), repeat_used(v, 4), mask)
     strided, _ = attention.scaled_dot_product_attention(q, k.repeat(1, 4, 1, 1), v.repeat(1, 4, 1, 1), mask)
@@ -652,7 +664,7 @@ print("the mask behind is_causal=True (top-left):\n", torch.ones(2, 5).tril().in
 # `T + L_new` keys with the bottom-right causal mask (so a prompt of several tokens, or a
 # chunk of them, works too); return `(out, (k, v))` with `out (batch, n_heads, L_new,
 # d_head)` and the *un-repeated* updated cache. Use your `repeat_kv` (or
-# `attention.repeat_kv`), `attention.causal_mask` and `attention.scaled_dot_product_attention`.
+# `multihead.repeat_kv`), `attention.causal_mask` and `attention.scaled_dot_product_attention`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_cache", "locked": false, "schema_version": 3, "solution": true}
 def attend_with_cache(q, k_new, v_new, cache=None):
@@ -724,7 +736,7 @@ checks.run_checks("attend_with_cache (hidden)", [("prefill, then a chunk, MQA, f
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# `attention.MultiHeadAttention` does the same with a `KVCache` object: pass `cache=` and
+# `multihead.MultiHeadAttention` does the same with a `KVCache` object: pass `cache=` and
 # `causal=True`, and it projects only the new tokens, appends their keys and values and
 # attends over everything cached. Cached decoding must give exactly what a full forward pass
 # gives. The cell prefills 5 tokens and then decodes 7 more one by one, for MHA, GQA and MQA,
@@ -732,27 +744,27 @@ checks.run_checks("attend_with_cache (hidden)", [("prefill, then a chunk, MQA, f
 # chunk on a non-empty cache.
 
 # %%
-cache_fn = checks.learner_or_reference(attend_with_cache, attention.cached_attention,
+cache_fn = checks.learner_or_reference(attend_with_cache, multihead.cached_attention,
                                        lambda f: f(_q[:, :, 3:], _k[:, :, 3:], _v[:, :, 3:], (_k[:, :, :3], _v[:, :, :3])),
                                        "attend_with_cache")
 torch.manual_seed(5)
 x_seq = torch.randn(2, 12, 32)
 for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
-    layer = attention.MultiHeadAttention(32, 8, n_kv_heads=g).eval()
+    layer = multihead.MultiHeadAttention(32, 8, n_kv_heads=g).eval()
     with torch.no_grad():
         full, _ = layer(x_seq, causal=True)
-        cache = attention.KVCache()
+        cache = kvcache.KVCache()
         steps = [layer(x_seq[:, :5], cache=cache, causal=True)[0]]
         steps += [layer(x_seq[:, t:t + 1], cache=cache, causal=True)[0] for t in range(5, 12)]
         # the same layer through the exercise's function
-        q = attention.split_heads(layer.q_proj(x_seq), 8)
-        k = attention.split_heads(layer.k_proj(x_seq), g)
-        v = attention.split_heads(layer.v_proj(x_seq), g)
+        q = multihead.split_heads(layer.q_proj(x_seq), 8)
+        k = multihead.split_heads(layer.k_proj(x_seq), g)
+        v = multihead.split_heads(layer.v_proj(x_seq), g)
         o1, c = cache_fn(q[:, :, :5], k[:, :, :5], v[:, :, :5], None)
         o2, c = cache_fn(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], c)
-        mine = layer.out_proj(attention.merge_heads(torch.cat([o1, o2], 2)))
+        mine = layer.out_proj(multihead.merge_heads(torch.cat([o1, o2], 2)))
         wrong = F.scaled_dot_product_attention(q[:, :, 5:], k, v, is_causal=True, enable_gqa=g < 8)
-        wrong = layer.out_proj(attention.merge_heads(torch.cat([o1, wrong], 2)))
+        wrong = layer.out_proj(multihead.merge_heads(torch.cat([o1, wrong], 2)))
     err = (torch.cat(steps, 1) - full).abs().max().item()
     print(f"{name:>5}: cache holds k of shape {tuple(cache.k.shape)}; cached vs full: {err:.1e}; "
           f"attend_with_cache vs full: {(mine - full).abs().max().item():.1e}; "
@@ -838,7 +850,7 @@ checks.run_checks("kv_cache_bytes (hidden)", [
 
 # %%
 # NBVAL_CHECK_OUTPUT
-bytes_fn = checks.learner_or_reference(kv_cache_bytes, attention.kv_cache_bytes,
+bytes_fn = checks.learner_or_reference(kv_cache_bytes, kvcache.kv_cache_bytes,
                                        lambda f: f(3, 2, 8, 5, batch=2, bytes_per_value=4), "kv_cache_bytes")
 print(f"{'model':>5} {'kind':>6} {'kv heads':>9} {'KiB per token':>14} {'GiB at 4096 tokens':>19} {'/ MHA':>7}")
 for name, layers, h in (("7B", 32, 32), ("70B", 80, 64)):
@@ -854,8 +866,8 @@ print(f"\n7B weights in float16: {weights_gib:.1f} GiB; MHA cache of one 4096-to
       f"{bytes_fn(32, 32, 128, 4096) / 2**30:.1f} GiB ({bytes_fn(32, 32, 128, 4096) / 2**30 / weights_gib:.0%} of the weights); "
       f"of 8 sequences: {bytes_fn(32, 32, 128, 4096, batch=8) / 2**30:.0f} GiB\n")
 
-layer = attention.MultiHeadAttention(64, 8, n_kv_heads=2)
-cache = attention.KVCache()
+layer = multihead.MultiHeadAttention(64, 8, n_kv_heads=2)
+cache = kvcache.KVCache()
 with torch.no_grad():
     layer(torch.randn(3, 20, 64), cache=cache, causal=True)
 print("KVCache.nbytes() of a GQA-2 layer, 3 sequences of 20 tokens, float32:", cache.nbytes(),
@@ -868,53 +880,38 @@ assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4), 'KVC
 # weights; a batch of 8 such sequences needs more memory than the weights. With GQA-8
 # the 70B model's cache is 1.25 GiB per sequence instead of 10.
 #
-# **Measured here.** A small decoder-only stack (a preview of chapter 6: each block, the
-# course's one `blocks.TransformerBlock`, is layer norm, causal multi-head attention, layer norm,
-# a feed-forward network, with residual connections) generates tokens after a context of 64 to 1024 tokens, with and
-# without the cache, for MHA, GQA-2 and MQA. Without the cache every step runs the whole
-# context through the model again.
+# **Measured here.** A small decoder-only model, the course's GPT (`families.DecoderOnlyLM`, which
+# chapter 7 trains on language; here it gets a GELU feed-forward and `n_kv_heads` key/value heads)
+# generates tokens after a context of 64 to 1024 tokens, with and without the cache, for MHA, GQA-2
+# and MQA. It is a preview of chapters 6 and 7: token and learned position embeddings, a stack of
+# blocks (the course's one `blocks.TransformerBlock`: layer norm, causal multi-head attention, layer
+# norm, a feed-forward network, with residual connections), a projection to the vocabulary. It
+# decodes through the protocol every model of the course follows: `prefill` runs the context in
+# one pass, `decode_step` feeds one token. Without the cache every step runs the whole context
+# through the model again.
 
 # %%
-class TinyDecoder(nn.Module):
-    """Token and learned position embeddings, a stack of the course's Pre-LN blocks
-    (``blocks.TransformerBlock``: layer norm, causal multi-head attention, layer norm, a GELU
-    feed-forward network, with residual connections), a projection to the vocabulary."""
-
-    def __init__(self, vocab, d_model=64, n_heads=8, n_kv_heads=None, n_layers=2, d_ff=128, max_len=64):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(max_len, d_model)
-        cfg = blocks.BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
-                                 ffn="gelu", norm_first=True)
-        self.blocks = nn.ModuleList(blocks.TransformerBlock(cfg) for _ in range(n_layers))
-        self.norm, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
-
-    def new_caches(self):
-        """One preallocated ``KVCache`` per block, for the longest sequence the model takes."""
-        return [attention.KVCache(max_len=self.pos.num_embeddings) for _ in self.blocks]
-
-    def forward(self, ids, caches=None):                  # ids (batch, L) -> logits (batch, L, vocab)
-        start = 0 if caches is None else len(caches[0])   # positions continue after the cached ones
-        x = self.tok(ids) + self.pos(torch.arange(start, start + ids.shape[1], device=ids.device))
-        for i, block in enumerate(self.blocks):
-            x = block(x, cache=None if caches is None else caches[i], causal=True).x
-        return self.head(self.norm(x))
+def small_decoder(vocab, d_model=64, n_heads=8, n_kv_heads=None, n_layers=2, d_ff=128, max_len=64):
+    """The course's GPT with a GELU feed-forward: ``n_layers`` Pre-LN blocks of ``n_heads`` query
+    heads and ``n_kv_heads`` key/value heads (None: as many as query heads), learned positions up to
+    ``max_len`` (the caches are preallocated for as many)."""
+    return families.DecoderOnlyLM(vocab, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                                  max_len=max_len, n_kv_heads=n_kv_heads, ffn="gelu")
 
 
 def seconds_per_token(model, context, n_new, cached, batch):
     """Seconds per generated token after a random context of ``context`` tokens: the fastest
     of ``n_new`` steps (the one least disturbed by other programs on the machine)."""
     ids = torch.randint(0, 64, (batch, context), generator=torch.Generator().manual_seed(0))
+    model.use_cache = cached              # without the cache, decode_step recomputes the whole prefix
     times = []
     with torch.no_grad():
-        caches = model.new_caches() if cached else None
-        nxt = model(ids, caches)[:, -1:].argmax(-1)        # prefill (not timed)
+        state = model.prefill(ids[:, :-1])                 # not timed
+        nxt = ids[:, -1]
         for _ in range(n_new):
             t0 = time.perf_counter()
-            if cached:
-                nxt = model(nxt, caches)[:, -1:].argmax(-1)
-            else:
-                ids = torch.cat([ids, nxt], 1)
-                nxt = model(ids)[:, -1:].argmax(-1)
+            log_probs, state = model.decode_step(nxt, state)
+            nxt = log_probs.argmax(-1)
             times.append(time.perf_counter() - t0)
     return min(times)
 
@@ -922,9 +919,9 @@ def seconds_per_token(model, context, n_new, cached, batch):
 # %%
 # NBVAL_IGNORE_OUTPUT
 print("measured in one run on:", cost.machine())
-contexts = [64, 128, 256, 512, 1024] if not GRADING else [64, 128]
+contexts = budget.pick([64, 128, 256, 512, 1024], grading=[64, 128])
 torch.manual_seed(6)
-decoders = {name: TinyDecoder(64, d_model=256, n_heads=8, n_kv_heads=g, n_layers=2, d_ff=512, max_len=1100).eval()
+decoders = {name: small_decoder(64, d_model=256, n_heads=8, n_kv_heads=g, n_layers=2, d_ff=512, max_len=1100).eval()
             for name, g in (("MHA", 8), ("GQA-2", 2), ("MQA", 1))}
 seconds_per_token(decoders["MHA"], 64, 3, True, 1)           # warm-up
 timing = {"MHA, no cache": [], "MHA, cache": [], "GQA-2, cache": [], "MQA, cache": []}
@@ -1001,9 +998,9 @@ for name, g in (("MHA", 8), ("GQA-2", 2), ("MQA", 1)):
     k_c, v_c = torch.randn(2, b_long, g, n_long, 32, generator=gen)           # the cache of one layer
     kv1 = torch.randn(b_long, g, 1, 32, generator=gen)                        # the new key and value
     with torch.no_grad():       # processor time: the moments other programs hold the CPU do not count
-        t_grouped = cost.seconds_per_call(attention.grouped_sdpa, q1, k_c, v_c, repeats=15, clock=time.process_time)
+        t_grouped = cost.seconds_per_call(multihead.grouped_sdpa, q1, k_c, v_c, repeats=15, clock=time.process_time)
         t_repeat = cost.seconds_per_call(
-            lambda: F.scaled_dot_product_attention(q1, attention.repeat_kv(k_c, 8 // g), attention.repeat_kv(v_c, 8 // g)),
+            lambda: F.scaled_dot_product_attention(q1, multihead.repeat_kv(k_c, 8 // g), multihead.repeat_kv(v_c, 8 // g)),
             repeats=15, clock=time.process_time)
         t_copy = cost.seconds_per_call(lambda: (torch.cat([k_c, kv1], 2), torch.cat([v_c, kv1], 2)), repeats=15,
                                        clock=time.process_time)
@@ -1035,14 +1032,14 @@ narrow = {}
 for d in (256, 32):
     for name, g in (("MHA", 8), ("MQA", 1)):
         torch.manual_seed(6)
-        narrow[(d, name)] = TinyDecoder(64, d_model=d, n_heads=8, n_kv_heads=g, n_layers=2, d_ff=2 * d, max_len=1100).eval()
+        narrow[(d, name)] = small_decoder(64, d_model=d, n_heads=8, n_kv_heads=g, n_layers=2, d_ff=2 * d, max_len=1100).eval()
 print(f"{'d_model':>8} {'kind':>5} {'weights in the blocks':>22} {'PyTorch calls per step':>23}")
 for (d, name), m in narrow.items():
-    caches = m.new_caches()
+    m.use_cache = True
     with torch.no_grad():
-        m(ids64, caches)                                                  # prefill 64 tokens
-        calls = cost.count_torch_calls(m, ids64[:, :1], caches)           # one cached step
-    n_weights = sum(p.numel() for block in m.blocks for p in block.parameters())
+        state = m.prefill(ids64)                                          # 64 tokens in the caches
+        calls = cost.count_torch_calls(m.decode_step, ids64[:, 0], state)  # one cached step
+    n_weights = sum(p.numel() for block in m.stack.layers for p in block.parameters())
     print(f"{d:>8} {name:>5} {n_weights:>22,} {calls:>23}")
 
 # %%
@@ -1108,7 +1105,7 @@ _g = torch.Generator().manual_seed(106)
 _w2 = torch.randn(6 * 4, 5, generator=_g)
 _b2 = torch.randn(6 * 4, generator=_g)
 checks.run_checks("mean_pool_heads (hidden)", [
-    ("bias of 6 heads into 3 groups", lambda: checks.expect_close(checks.call(mean_pool_heads, _b2, 6, 3), attention.mean_pool_kv_heads(_b2, 6, 3), "bias")),
+    ("bias of 6 heads into 3 groups", lambda: checks.expect_close(checks.call(mean_pool_heads, _b2, 6, 3), multihead.mean_pool_kv_heads(_b2, 6, 3), "bias")),
     ("MQA: 6 heads into 1", lambda: checks.expect_close(checks.call(mean_pool_heads, _w2, 6, 1), _w2.view(6, 4, 5).mean(0), "weight")),
     ("as many groups as heads", lambda: checks.expect_close(checks.call(mean_pool_heads, _w2, 6, 6), _w2, "weight")),
 ])
@@ -1126,7 +1123,7 @@ checks.run_checks("mean_pool_heads (hidden)", [
 # right prefix, greedy decoding produces the same prefix).
 
 # %%
-pool_fn = checks.learner_or_reference(mean_pool_heads, attention.mean_pool_kv_heads,
+pool_fn = checks.learner_or_reference(mean_pool_heads, multihead.mean_pool_kv_heads,
                                       lambda f: (f(torch.arange(24.).view(8, 3), 4, 2), f(torch.arange(8.), 4, 2)),
                                       "mean_pool_heads")
 vocab = data.sequence_vocab(8)
@@ -1136,13 +1133,10 @@ rev_train, rev_test = data.split(pairs, 500, seed=1)
 
 
 def prompt_batch(pairs_):
-    """Token ids ``src <sep> tgt <eos>``: inputs and next-token targets, the prompt's targets padded out."""
-    seqs = [vocab.encode(s) + [SEP] + vocab.encode(t) + [data.EOS_ID] for s, t in pairs_]
-    ids, _ = data.pad_sequences(seqs)
-    inputs, targets = ids[:, :-1], ids[:, 1:].clone()
-    for i, (s, _) in enumerate(pairs_):
-        targets[i, :len(s)] = data.PAD_ID                # no loss on predicting the prompt itself
-    return inputs, targets
+    """Prompt ``src <sep>``, completion ``tgt <eos>``: inputs and next-token targets (chapter 7's
+    batching), the targets inside the prompt ignored (``train.IGNORE_INDEX``)."""
+    return families.lm_training_batch([vocab.encode(s) + [SEP] for s, _ in pairs_],
+                                      [vocab.encode(t) + [data.EOS_ID] for _, t in pairs_])
 
 
 def fit(model, steps, lr=3e-3, seed=0):
@@ -1150,8 +1144,7 @@ def fit(model, steps, lr=3e-3, seed=0):
     gen = torch.Generator().manual_seed(seed)
     minibatches = (prompt_batch([rev_train[i] for i in torch.randint(len(rev_train), (64,), generator=gen).tolist()])
                    for _ in range(steps))
-    train.fit(model, minibatches, lambda m, b: F.cross_entropy(m(b[0]).transpose(1, 2), b[1], ignore_index=data.PAD_ID),
-              steps, lr=lr)
+    train.fit(model, minibatches, train.next_token_loss, steps, lr=lr)
     return model
 
 
@@ -1159,22 +1152,22 @@ def test_loss(model, pairs_):
     """Mean cross-entropy of the answer tokens of ``pairs_`` (teacher-forced)."""
     inputs, targets = prompt_batch(pairs_)
     with torch.no_grad():
-        return F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=data.PAD_ID).item()
+        return train.next_token_loss(model, (inputs, targets)).item()
 
 
 def exact_match(model, pairs_):
     inputs, targets = prompt_batch(pairs_)
     with torch.no_grad():
-        right = (model(inputs).argmax(-1) == targets) | (targets == data.PAD_ID)
+        right = (model(inputs).argmax(-1) == targets) | (targets == train.IGNORE_INDEX)
     return right.all(dim=1).float().mean().item()
 
 
 def converted(model, n_kv, how):
     """A copy of ``model`` whose attention layers have ``n_kv`` key/value heads."""
-    new = TinyDecoder(len(vocab), n_kv_heads=n_kv)
+    new = small_decoder(len(vocab), n_kv_heads=n_kv)
     new.load_state_dict({k: v for k, v in model.state_dict().items() if ".self_attn." not in k}, strict=False)
-    for block_new, block_old in zip(new.blocks, model.blocks):
-        block_new.self_attn = attention.convert_to_gqa(block_old.self_attn, n_kv, how,
+    for block_new, block_old in zip(new.stack.layers, model.stack.layers):
+        block_new.self_attn = multihead.convert_to_gqa(block_old.self_attn, n_kv, how,
                                                        generator=torch.Generator().manual_seed(1))
         if how == "mean":   # the learner's pooling (if it agrees with the reference) on the K and V projections
             with torch.no_grad():
@@ -1187,11 +1180,11 @@ def converted(model, n_kv, how):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-STEPS = 600 if not GRADING else 20
+STEPS = budget.pick(600, grading=20)
 UPTRAIN = STEPS // 10
 torch.manual_seed(7)
 t0 = time.perf_counter()
-base = fit(TinyDecoder(len(vocab)), STEPS)
+base = fit(small_decoder(len(vocab)), STEPS)
 train_s = time.perf_counter() - t0
 print(f"MHA model: {train.count_parameters(base):,} parameters, {STEPS} steps in {train_s:.1f} s, "
       f"test exact match {exact_match(base, rev_test):.3f}")
@@ -1254,8 +1247,8 @@ if not GRADING:
 print("measured in one run on:", cost.machine())
 torch.manual_seed(8)
 print(f"{'batch':>6} {'L':>5} {'d_model':>8} {'ours, fused':>12} {'nn.MHA':>9} {'ratio':>6} {'ours, with weights':>19}")
-for b, L, d in ((8, 128, 256), (4, 512, 256)) if not GRADING else ((2, 16, 32),):
-    ours = attention.MultiHeadAttention(d, 8).eval()
+for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),)):
+    ours = multihead.MultiHeadAttention(d, 8).eval()
     theirs = nn.MultiheadAttention(d, 8, batch_first=True).eval()
     xb = torch.randn(b, L, d)
     with torch.no_grad():

@@ -44,10 +44,10 @@ import torch.nn.functional as F
 from matplotlib import cbook
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import checks, claims, cost, positional, relpos, train
+from course_utils import budget, checks, claims, cost, positional, relpos, train
 
 train.set_seed(0)
-GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
 
 # %% [markdown]
 # ## 1. What the previous chapters left open
@@ -662,7 +662,7 @@ print(f"alpha = 100, float64: max |attention - conv2d| = {(att_conv - reference_
 assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), atol=1e-12), 'the multi-head layer must equal relpos.conv_as_attention'
 
 # %% [markdown]
-# The previous chapter's `attention.MultiHeadAttention` module computes the same thing once its
+# The previous chapter's `multihead.MultiHeadAttention` module computes the same thing once its
 # weights are set: `relpos.conv_as_multihead` gives it nine heads, zero query and key
 # projections, the taps in its value projection, an output projection that adds the heads, and
 # the quadratic scores as its additive `bias`. (Its tokens are all the cells of the padded
@@ -671,7 +671,7 @@ assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), 
 # %%
 # NBVAL_CHECK_OUTPUT
 mha_conv = relpos.conv_as_multihead(photo, kernel, alpha=100.0)
-print("attention.MultiHeadAttention vs F.conv2d, alpha = 100, float64: max error below 1e-12?",
+print("multihead.MultiHeadAttention vs F.conv2d, alpha = 100, float64: max error below 1e-12?",
       (mha_conv - reference_conv).abs().max().item() < 1e-12)
 
 # %%
@@ -832,7 +832,7 @@ def fit_heads(w_val, learn_values, steps, seed, keys=None, goal=None):
 
 
 start = time.process_time()
-fit = fit_heads(relpos.kernel_to_heads(target_kernel)[0], learn_values=False, steps=20 if GRADING else 300, seed=0)
+fit = fit_heads(relpos.kernel_to_heads(target_kernel)[0], learn_values=False, steps=budget.pick(300, grading=20), seed=0)
 print(f"{len(fit['loss'])} steps in {time.process_time() - start:.1f} s of processor time; "
       f"loss {fit['loss'][0]:.4f} -> {fit['loss'][-1]:.2e}")
 final = fit["centers"][-1]
@@ -902,14 +902,14 @@ def neighbour_correlation(image):
     return torch.corrcoef(torch.stack([image[..., :, :-1].flatten(), image[..., :, 1:].flatten()]))[0, 1].item()
 
 
-starts = range(2 if GRADING else 5)
+starts = range(budget.pick(5, grading=2))
 free_fits = {}
 for name, image in images.items():
     keys_i = F.pad(image, (1, 1, 1, 1)).flatten(2).transpose(1, 2)
     goal_i = F.conv2d(image, target_kernel, padding=1).flatten(2).transpose(1, 2)
     for s in starts:
         w0 = 0.1 * torch.randn(9, 3, 4, generator=torch.Generator().manual_seed(1 + s))
-        free_fits[(name, s)] = fit_heads(w0, learn_values=True, steps=20 if GRADING else 300, seed=s, keys=keys_i, goal=goal_i)
+        free_fits[(name, s)] = fit_heads(w0, learn_values=True, steps=budget.pick(300, grading=20), seed=s, keys=keys_i, goal=goal_i)
         free_fits[(name, s)]["keys"], free_fits[(name, s)]["goal"] = keys_i, goal_i
 
 
@@ -1047,7 +1047,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-sizes = [8, 16] if GRADING else [8, 16, 24, 32]
+sizes = budget.pick([8, 16, 24, 32], grading=[8, 16])
 
 
 def best_time(fn, repeats=3):

@@ -25,7 +25,7 @@
 # **What you will build**: the sinusoidal position table, the forward pass of an encoder layer and
 # of a decoder layer (both layer-norm orders), the decoder's combined mask and the learning-rate
 # schedule of the paper. `course_utils.transformer` holds the reference versions, built on
-# chapter 4's `attention.MultiHeadAttention`; chapter 7 builds on that module.
+# chapter 4's `multihead.MultiHeadAttention`; chapter 7 builds on that module.
 #
 # **Exercises** (graded by nbgrader; visible tests run in place, hidden tests when graded):
 #
@@ -55,6 +55,7 @@ from torch import nn
 from course_utils import (
     attention,
     blocks,
+    budget,
     checks,
     claims,
     data,
@@ -73,7 +74,7 @@ from course_utils.data import PAD_ID, SOS_ID
 warnings.filterwarnings("ignore", message=".*nested.tensor.*", category=UserWarning)
 
 train.set_seed(0)
-GRADING = train.grading()   # True while nbgrader runs the notebook: experiments shrink
+GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
 device = torch.device("cpu")   # small models and batches: the CPU is the fair place to compare timings
 
 
@@ -363,7 +364,7 @@ def small_transformer(**kw):
 
 def train_small(model, schedule="warmup", **kw):
     """Train one of the small models of sections 3.4, 10 and 11 (``kw``: e.g. label_smoothing); evaluate it."""
-    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=5 if GRADING else ABL_STEPS,
+    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=budget.pick(ABL_STEPS, grading=5),
                                batch_size=64, device=device, progress=False, lr_at=schedules[schedule],
                                betas=(0.9, 0.98), eps=1e-9, **kw)
     return model, hist, train.evaluate(model, small_test, small_vocab, small_vocab)
@@ -427,7 +428,7 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 #
 # The course has one Transformer block, `course_utils.blocks.TransformerBlock`; every model of
 # chapters 6-8 is a stack of it. As an encoder layer (no cross-attention), like
-# `nn.TransformerEncoderLayer`, its attention is chapter 4's `attention.MultiHeadAttention` in
+# `nn.TransformerEncoderLayer`, its attention is chapter 4's `multihead.MultiHeadAttention` in
 # `layer.self_attn`, the FFN `layer.ff`, the norms `layer.norm1` and `layer.norm2`, and
 # `layer.norm_first` says which order to use.
 #
@@ -1125,7 +1126,7 @@ train.set_seed(0)
 date_model = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), **DATE_SIZE)
 cpu_start = time.process_time()
 date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab, device=device, progress=False,
-                                steps=20 if GRADING else DATE_STEPS, batch_size=64, **DATE_OPT)
+                                steps=budget.pick(DATE_STEPS, grading=20), batch_size=64, **DATE_OPT)
 date_cpu = time.process_time() - cpu_start
 date_scores = train.evaluate(date_model, date_test, date_src_vocab, date_tgt_vocab)
 print(f"Transformer on dates: {train.count_parameters(date_model):,} parameters, trained on the CPU for "
@@ -1151,7 +1152,7 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
 # state)` once per generated token. Without a cache, step $t$ would run the decoder over the whole
 # prefix of $t$ tokens again: $O(t)$ work per step for positions whose results have not changed (the
 # causal mask guarantees that earlier positions never depend on later ones). With chapter 4's
-# `attention.KVCache`, `T.Seq2SeqTransformer.decode_step` feeds only the new token through the
+# `kvcache.KVCache`, `T.Seq2SeqTransformer.decode_step` feeds only the new token through the
 # decoder:
 #
 # * each layer's **self-attention** cache grows by one key and one value per step: the new query

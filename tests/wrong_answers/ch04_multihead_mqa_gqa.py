@@ -21,8 +21,8 @@ SOURCE = '''def attend_with_cache(q, k_new, v_new, cache=None):
         v_new = torch.cat([cache[1], v_new], dim=2)
     n_rep = q.shape[1] // k_new.shape[1]
     mask = torch.ones(q.shape[2], k_new.shape[2], dtype=torch.bool).tril()
-    out, _ = attention.scaled_dot_product_attention(q, attention.repeat_kv(k_new, n_rep),
-                                                    attention.repeat_kv(v_new, n_rep), mask)
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k_new, n_rep),
+                                                    multihead.repeat_kv(v_new, n_rep), mask)
     return out, (k_new, v_new)
 '''
 
@@ -56,8 +56,8 @@ def merge_heads(x):
         k_new = torch.cat([cache[0], k_new], dim=2)
         v_new = torch.cat([cache[1], v_new], dim=2)
     n_rep = q.shape[1] // k_new.shape[1]
-    out, _ = attention.scaled_dot_product_attention(q, attention.repeat_kv(k_new, n_rep),
-                                                    attention.repeat_kv(v_new, n_rep))
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k_new, n_rep),
+                                                    multihead.repeat_kv(v_new, n_rep))
     return out, (k_new, v_new)
 ''',
     # the batch argument is ignored
