@@ -465,7 +465,7 @@ def _families(cfg: Config, device: str) -> list[_Family]:
         _Family("GRU encoder-decoder (ch1)", "reversal", "train.train_seq2seq",
                 lambda: rnn.Seq2Seq(LV, LV, emb_dim=emb, hidden=hid), seq2seq, batch, tgt_tokens),
         _Family("Bahdanau attention GRU (ch2)", "reversal", "train.train_seq2seq",
-                lambda: rnn_attention.AttentionSeq2Seq(LV, LV, emb_dim=emb, hidden=hid, score="additive"),
+                lambda: rnn_attention.BahdanauSeq2Seq(LV, LV, emb_dim=emb, hidden=hid),
                 seq2seq, batch, tgt_tokens),
         _Family("Transformer encoder-decoder (ch6)", "reversal", "train.train_seq2seq",
                 lambda: transformer.Seq2SeqTransformer(LV, LV, d_model=d_model, n_heads=heads, n_layers=2, d_ff=d_ff),

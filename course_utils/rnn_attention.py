@@ -23,9 +23,14 @@ Score functions (``n`` = the decoder's hidden size, ``d`` = the encoder states' 
 :func:`local_m_mask` restricts attention to Luong's local-m window ``[p_t - D, p_t + D]``
 with ``p_t = t`` (clamped to the last real source position).
 
-:class:`AttentionSeq2Seq` puts it together on top of :class:`course_utils.rnn.Encoder` and
-follows the decoding protocol of :mod:`course_utils.decoding` (``encode``/``decode_step``
-with a dict of batch-first tensors). Boolean masks: True = may attend.
+The models put it together on top of :class:`course_utils.rnn.Encoder` and follow the
+decoding protocol of :mod:`course_utils.decoding` (``encode``/``decode_step`` with a dict of
+batch-first tensors). Each score is a small module (:class:`AdditiveScore`, :class:`DotScore`,
+:class:`GeneralScore`, :class:`ConcatScore`) with ``keys(memory)``, its key side computed once
+per sentence, and ``forward(query, keys)``, the scores. :class:`BahdanauSeq2Seq` (additive
+score) and :class:`LuongSeq2Seq` (dot, general or concat; local-m; input feeding) share
+:class:`AttentionSeq2SeqBase`; :func:`AttentionSeq2Seq` builds either by the score's name.
+Boolean masks: True = may attend.
 """
 
 from __future__ import annotations
@@ -241,95 +246,150 @@ def local_m_mask(t: torch.Tensor, lengths: torch.Tensor, D: int, src_len: int) -
 
 
 # ----------------------------------------------------------------------------------------
-# The model
+# Score modules: the parameters of a score, its key side and its formula
 # ----------------------------------------------------------------------------------------
 
-class AttentionSeq2Seq(nn.Module):
-    """A GRU encoder-decoder with attention over every encoder state.
+class AdditiveScore(nn.Module):
+    """Bahdanau's score ``v_a^T tanh(W_a s + U_a h_j)`` over states of size ``hidden``.
 
-    The encoder is chapter 1's bidirectional :class:`~course_utils.rnn.Encoder`; its
-    ``(batch, S, 2h)`` states are projected to ``h`` by ``memory_proj`` (one linear layer),
-    so that keys, values and the decoder state live in one space of size ``h`` (the dot
-    score needs this, and every score matrix stays ``h x h``). The projected states are the
-    keys and the values ("memory"). The decoder starts from the encoder's bridged context.
-
-    Two decoders, as in the two papers:
-
-    * ``score="additive"`` (Bahdanau): the query is the *previous* state ``s_{i-1}``; the
-      context ``c_i`` enters the GRU's input with the previous token, and the output layer
-      reads ``[s_i; c_i]``. The decoder is sequential even under teacher forcing.
-    * ``score in ("dot", "general", "concat")`` (Luong): the GRU steps first; its *new* state
-      ``h_t`` is the query; ``h~_t = tanh(W_c [c_t; h_t])`` feeds the output layer. Without
-      input feeding (the default) teacher forcing runs all steps in one GRU call; with
-      ``input_feeding=True`` ``h~_{t-1}`` is also concatenated to the next input.
-
-    ``window=D`` restricts attention to Luong's local-m window (:func:`local_m_mask`);
-    ``None`` is global attention.
-
-    Args:
-        src_vocab, tgt_vocab: vocabulary sizes; emb_dim, hidden: embedding and GRU sizes.
+    ``keys(memory (B, S, h)) -> U_a h_j (B, S, h)``, once per sentence;
+    ``forward(query (B, [T,] h), keys) -> scores (B, [T,] S)``.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, emb_dim: int = 32, hidden: int = 64,
-                 score: str = "additive", window: int | None = None, input_feeding: bool = False):
+    def __init__(self, hidden: int):
         super().__init__()
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        self.W_a = nn.Linear(hidden, hidden, bias=False)
+        self.U_a = nn.Linear(hidden, hidden)
+        self.v_a = nn.Parameter(torch.randn(hidden) / hidden ** 0.5)
+
+    def keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.U_a(memory)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return additive_score(query, keys, self.W_a.weight, self.v_a)
+
+
+class DotScore(nn.Module):
+    """Luong's dot score ``h_t^T h_j``: no parameters, the keys are the memory itself.
+
+    ``keys(memory (B, S, h)) -> (B, S, h)``; ``forward(query (B, [T,] h), keys) -> (B, [T,] S)``.
+    ``hidden`` is unused (every score is built as ``cls(hidden)``).
+    """
+
+    def __init__(self, hidden: int):
+        super().__init__()
+
+    def keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return memory
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return dot_score(query, keys)
+
+
+class GeneralScore(nn.Module):
+    """Luong's general score ``h_t^T W_a h_j``, computed as a dot score against ``h_j W_a^T``.
+
+    ``keys(memory (B, S, h)) -> h_j W_a^T (B, S, h)``; ``forward(query (B, [T,] h), keys) -> (B, [T,] S)``.
+    """
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.W_a = nn.Linear(hidden, hidden, bias=False)
+
+    def keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return memory @ self.W_a.weight.T
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return dot_score(query, keys)
+
+
+class ConcatScore(nn.Module):
+    """Luong's concat score ``v_a^T tanh(W_a [h_t; h_j])`` with ``W_a = [W1 W2]`` of shape ``(h, 2h)``:
+    the additive score with ``W = W1`` and the keys ``W2 h_j``.
+
+    ``keys(memory (B, S, h)) -> W2 h_j (B, S, h)``; ``forward(query (B, [T,] h), keys) -> (B, [T,] S)``.
+    """
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.hidden = hidden
+        self.W_a = nn.Linear(2 * hidden, hidden, bias=False)
+        self.v_a = nn.Parameter(torch.randn(hidden) / hidden ** 0.5)
+
+    def keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return memory @ self.W_a.weight[:, self.hidden:].T
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return additive_score(query, keys, self.W_a.weight[:, :self.hidden], self.v_a)
+
+
+LUONG_SCORES: dict[str, type[nn.Module]] = {"dot": DotScore, "general": GeneralScore,
+                                             "concat": ConcatScore}
+
+
+# ----------------------------------------------------------------------------------------
+# The models
+# ----------------------------------------------------------------------------------------
+
+class AttentionSeq2SeqBase(nn.Module):
+    """What Bahdanau's and Luong's models share: the encoder, the memory, the masks, the protocol.
+
+    The encoder is chapter 1's bidirectional :class:`~course_utils.rnn.Encoder`; its
+    ``(B, S, 2h)`` states are projected to ``h`` by ``memory_proj`` (one linear layer), so that
+    keys, values and the decoder state live in one space of size ``h`` (the dot score needs
+    this, and every score matrix stays ``h x h``). The projected states are the keys and the
+    values ("memory"). The decoder starts from the encoder's bridged context. ``window=D``
+    restricts attention to Luong's local-m window (:func:`local_m_mask`); ``None`` is global.
+
+    A subclass builds its score module (:meth:`_use_score`) and its decoder, and defines
+    ``step(prev_tokens (B,), state) -> (logits (B, V), state)``.
+    """
+
+    score: str             # the score's name, one of SCORES
+    input_feeding: bool
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, emb_dim: int, hidden: int,
+                 window: int | None):
+        super().__init__()
         if window is not None and window < 0:
             raise ValueError(f"window must be None (global) or >= 0, got {window}")
-        if input_feeding and score == "additive":
-            raise ValueError("input_feeding is Luong's; the additive (Bahdanau) decoder already "
-                             "feeds c_i to the GRU")
-        self.score, self.window, self.input_feeding = score, window, input_feeding
-        self.hidden = hidden
+        self.window, self.hidden = window, hidden
         self.encoder = Encoder(src_vocab, emb_dim, hidden, bidirectional=True)
         self.memory_proj = nn.Linear(2 * hidden, hidden)
         self.embedding = nn.Embedding(tgt_vocab, emb_dim, padding_idx=0)
-        if score == "additive":
-            self.W_a = nn.Linear(hidden, hidden, bias=False)
-            self.U_a = nn.Linear(hidden, hidden)
-            self.v_a = nn.Parameter(torch.randn(hidden) / hidden ** 0.5)
-            self.cell = nn.GRUCell(emb_dim + hidden, hidden)
-            self.out = nn.Linear(2 * hidden, tgt_vocab)
-        else:
-            if score == "general":
-                self.W_a = nn.Linear(hidden, hidden, bias=False)
-            elif score == "concat":
-                self.W_a = nn.Linear(2 * hidden, hidden, bias=False)
-                self.v_a = nn.Parameter(torch.randn(hidden) / hidden ** 0.5)
-            self.rnn = nn.GRU(emb_dim + (hidden if input_feeding else 0), hidden, batch_first=True)
-            self.W_c = nn.Linear(2 * hidden, hidden)
-            self.out = nn.Linear(hidden, tgt_vocab)
+
+    def _use_score(self, scorer: nn.Module) -> None:
+        # The score's parameters are registered on the model itself (model.W_a, model.U_a,
+        # model.v_a, as chapter 2 reads them, and the state_dict keys of saved models); the
+        # score module is kept unregistered and holds the same objects. (Replacing model.v_a
+        # by a new tensor, as load_state_dict(assign=True) does, would not reach the score.)
+        object.__setattr__(self, "scorer", scorer)
+        for name, child in scorer.named_children():
+            setattr(self, name, child)
+        for name, param in scorer.named_parameters(recurse=False):
+            setattr(self, name, param)
+
+    def step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
 
     # -- encoding ------------------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
         """Read the source once. The state (all batch-first):
 
         ``hidden (B, h)`` decoder state; ``memory (B, S, h)`` keys/values; ``keys (B, S, h)``
-        the key side of the score precomputed once (``U h_j`` for additive, ``h_j W_a^T`` for
-        general, ``W2 h_j`` for concat, ``h_j`` for dot); ``mask (B, S)`` real positions;
-        ``lengths (B,)``; ``step (B,)`` the target position; ``weights (B, S)`` the last
-        attention weights; ``feed (B, h)`` (input feeding only) the last ``h~``.
+        the key side of the score precomputed once (``scorer.keys(memory)``); ``mask (B, S)``
+        real positions; ``lengths (B,)``; ``step (B,)`` the target position; ``weights (B, S)``
+        the last attention weights.
         """
         states, context = self.encoder(src, src_lengths)
         memory = self.memory_proj(states)
-        if self.score == "additive":
-            keys = self.U_a(memory)
-        elif self.score == "general":
-            keys = memory @ self.W_a.weight.T
-        elif self.score == "concat":
-            keys = memory @ self.W_a.weight[:, self.hidden:].T
-        else:
-            keys = memory
         B, S = src.shape
-        state = {"hidden": context, "memory": memory, "keys": keys,
-                 "mask": padding_mask(src_lengths.to(src.device), S)[:, 0],
-                 "lengths": src_lengths.to(src.device),
-                 "step": torch.zeros(B, dtype=torch.long, device=src.device),
-                 "weights": torch.zeros(B, S, device=memory.device)}
-        if self.input_feeding:
-            state["feed"] = torch.zeros_like(context)
-        return state
+        return {"hidden": context, "memory": memory, "keys": self.scorer.keys(memory),
+                "mask": padding_mask(src_lengths.to(src.device), S)[:, 0],
+                "lengths": src_lengths.to(src.device),
+                "step": torch.zeros(B, dtype=torch.long, device=src.device),
+                "weights": torch.zeros(B, S, device=memory.device)}
 
     def _mask(self, state: dict[str, torch.Tensor], t: torch.Tensor) -> torch.Tensor:
         """``(B, S)`` or ``(B, T, S)`` mask for target positions ``t`` (``(B,)`` or ``(B, T)``)."""
@@ -337,19 +397,51 @@ class AttentionSeq2Seq(nn.Module):
             return state["mask"] if t.dim() == 1 else state["mask"].unsqueeze(1)
         return local_m_mask(t, state["lengths"], self.window, state["mask"].shape[1])
 
-    def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        if self.score == "additive":
-            return additive_score(query, keys, self.W_a.weight, self.v_a)
-        if self.score == "concat":
-            return additive_score(query, keys, self.W_a.weight[:, :self.hidden], self.v_a)
-        return dot_score(query, keys)  # dot, and general with W_a folded into the keys
+    def decode_step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``prev_tokens (B,)`` -> log-probabilities ``(B, tgt_vocab)`` and the next state."""
+        logits, state = self.step(prev_tokens, state)
+        return torch.log_softmax(logits, dim=-1), state
 
-    # -- one step --------------------------------------------------------------------------
+    # -- teacher forcing -----------------------------------------------------------------
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits ``(B, T, tgt_vocab)``."""
+        return self.forward_with_weights(src, src_lengths, tgt_in)[0]
+
+    def forward_with_weights(self, src: torch.Tensor, src_lengths: torch.Tensor,
+                             tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits ``(B, T, tgt_vocab)`` and the attention weights ``(B, T, S)``
+        (row t: where the decoder looked while writing output t), one :meth:`step` at a time."""
+        state = self.encode(src, src_lengths)
+        all_logits, all_weights = [], []
+        for i in range(tgt_in.shape[1]):
+            lg, state = self.step(tgt_in[:, i], state)
+            all_logits.append(lg)
+            all_weights.append(state["weights"])
+        return torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+
+
+class BahdanauSeq2Seq(AttentionSeq2SeqBase):
+    """Bahdanau's decoder (additive score): the query is the *previous* state ``s_{i-1}``; the
+    context ``c_i`` enters the ``GRUCell`` with the previous token's embedding, and the output
+    layer reads ``[s_i; c_i]``. Sequential even under teacher forcing.
+    """
+
+    score = "additive"
+    input_feeding = False   # c_i already enters the GRU
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, emb_dim: int = 32, hidden: int = 64,
+                 window: int | None = None):
+        super().__init__(src_vocab, tgt_vocab, emb_dim, hidden, window)
+        self._use_score(AdditiveScore(hidden))          # W_a, U_a, v_a
+        self.cell = nn.GRUCell(emb_dim + hidden, hidden)
+        self.out = nn.Linear(2 * hidden, tgt_vocab)
+
     def _bahdanau_recurrence(self, emb: torch.Tensor, state: dict[str, torch.Tensor]
                              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Attention with ``s_{i-1}``, then the GRU step; returns ``(s_i, c_i, state)``."""
+        """Attention with ``s_{i-1}``, then the GRU step; returns ``(s_i (B, h), c_i (B, h), state)``."""
         s_prev = state["hidden"]
-        scores = self._scores(s_prev, state["keys"])
+        scores = self.scorer(s_prev, state["keys"])
         context, weights = attend(scores, state["memory"], self._mask(state, state["step"]))
         s = self.cell(torch.cat([emb, context], dim=-1), s_prev)
         return s, context, {**state, "hidden": s, "step": state["step"] + 1, "weights": weights}
@@ -361,15 +453,58 @@ class AttentionSeq2Seq(nn.Module):
         s, context, state = self._bahdanau_recurrence(self.embedding(prev_tokens), state)
         return self.out(torch.cat([s, context], dim=-1)), state
 
+    step = bahdanau_step
+
+    def forward_with_weights(self, src: torch.Tensor, src_lengths: torch.Tensor,
+                             tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits ``(B, T, V)`` and weights ``(B, T, S)``: sequential, but the
+        embeddings and the output layer run once for all steps."""
+        state = self.encode(src, src_lengths)
+        emb = self.embedding(tgt_in)
+        states, contexts, all_weights = [], [], []
+        for i in range(tgt_in.shape[1]):
+            s, context, state = self._bahdanau_recurrence(emb[:, i], state)
+            states.append(s)
+            contexts.append(context)
+            all_weights.append(state["weights"])
+        logits = self.out(torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)], dim=-1))
+        return logits, torch.stack(all_weights, 1)
+
+
+class LuongSeq2Seq(AttentionSeq2SeqBase):
+    """Luong's decoder (``score`` in ``LUONG_SCORES``: dot, general, concat): the GRU steps first;
+    its *new* state ``h_t`` is the query; ``h~_t = tanh(W_c [c_t; h_t])`` feeds the output layer.
+    Without input feeding (the default) teacher forcing runs all steps in one GRU call; with
+    ``input_feeding=True`` ``h~_{t-1}`` is also concatenated to the next input (state ``feed (B, h)``).
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, emb_dim: int = 32, hidden: int = 64,
+                 score: str = "general", window: int | None = None, input_feeding: bool = False):
+        if score not in LUONG_SCORES:
+            raise ValueError(f"score must be one of {tuple(LUONG_SCORES)}, got {score!r}")
+        super().__init__(src_vocab, tgt_vocab, emb_dim, hidden, window)
+        self.score, self.input_feeding = score, input_feeding
+        self._use_score(LUONG_SCORES[score](hidden))    # general: W_a; concat: W_a, v_a
+        self.rnn = nn.GRU(emb_dim + (hidden if input_feeding else 0), hidden, batch_first=True)
+        self.W_c = nn.Linear(2 * hidden, hidden)
+        self.out = nn.Linear(hidden, tgt_vocab)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = super().encode(src, src_lengths)
+        if self.input_feeding:
+            state["feed"] = torch.zeros_like(state["hidden"])
+        return state
+
     def luong_step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """One step of the Luong decoder: update the GRU, then score with the new ``h_t``."""
+        """One step of the Luong decoder: update the GRU, then score with the new ``h_t``.
+        Returns ``(logits (B, V), state)``."""
         x = self.embedding(prev_tokens)
         if self.input_feeding:
             x = torch.cat([x, state["feed"]], dim=-1)
         _, h = self.rnn(x.unsqueeze(1), state["hidden"].unsqueeze(0).contiguous())
         h = h[0]
-        context, weights = attend(self._scores(h, state["keys"]), state["memory"],
+        context, weights = attend(self.scorer(h, state["keys"]), state["memory"],
                                   self._mask(state, state["step"]))
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))
         new = {**state, "hidden": h, "step": state["step"] + 1, "weights": weights}
@@ -377,56 +512,47 @@ class AttentionSeq2Seq(nn.Module):
             new["feed"] = h_tilde
         return self.out(h_tilde), new
 
-    def decode_step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``prev_tokens (B,)`` -> log-probabilities ``(B, tgt_vocab)`` and the next state."""
-        step = self.bahdanau_step if self.score == "additive" else self.luong_step
-        logits, state = step(prev_tokens, state)
-        return torch.log_softmax(logits, dim=-1), state
-
-    # -- teacher forcing -----------------------------------------------------------------
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits ``(B, T, tgt_vocab)``."""
-        return self.forward_with_weights(src, src_lengths, tgt_in)[0]
+    step = luong_step
 
     def forward_with_weights(self, src: torch.Tensor, src_lengths: torch.Tensor,
                              tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced logits ``(B, T, tgt_vocab)`` and the attention weights ``(B, T, S)``
-        (row t: where the decoder looked while writing output t)."""
+        """Teacher-forced logits ``(B, T, V)`` and weights ``(B, T, S)``."""
+        if self.input_feeding:
+            return super().forward_with_weights(src, src_lengths, tgt_in)
+        # Without input feeding the GRU does not depend on the attention, so all T steps run
+        # at once and attention is one batched matrix product.
         state = self.encode(src, src_lengths)
-        if self.score != "additive" and not self.input_feeding:
-            # Luong without input feeding: the GRU does not depend on the attention, so all
-            # T steps run at once and attention is one batched matrix product.
-            B, T = tgt_in.shape
-            out, _ = self.rnn(self.embedding(tgt_in), state["hidden"].unsqueeze(0).contiguous())
-            t = torch.arange(T, device=src.device).expand(B, T)
-            context, weights = attend(self._scores(out, state["keys"]), state["memory"],
-                                      self._mask(state, t))
-            logits = self.out(torch.tanh(self.W_c(torch.cat([context, out], dim=-1))))
-        elif self.score == "additive":
-            # Sequential, but the embeddings and the output layer run once for all steps.
-            emb = self.embedding(tgt_in)
-            states, contexts, all_weights = [], [], []
-            for i in range(tgt_in.shape[1]):
-                s, context, state = self._bahdanau_recurrence(emb[:, i], state)
-                states.append(s)
-                contexts.append(context)
-                all_weights.append(state["weights"])
-            logits = self.out(torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)], dim=-1))
-            weights = torch.stack(all_weights, 1)
-        else:
-            step = self.luong_step
-            all_logits, all_weights = [], []
-            for i in range(tgt_in.shape[1]):
-                lg, state = step(tgt_in[:, i], state)
-                all_logits.append(lg)
-                all_weights.append(state["weights"])
-            logits, weights = torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+        B, T = tgt_in.shape
+        out, _ = self.rnn(self.embedding(tgt_in), state["hidden"].unsqueeze(0).contiguous())
+        t = torch.arange(T, device=src.device).expand(B, T)
+        context, weights = attend(self.scorer(out, state["keys"]), state["memory"],
+                                  self._mask(state, t))
+        logits = self.out(torch.tanh(self.W_c(torch.cat([context, out], dim=-1))))
         return logits, weights
 
 
+def AttentionSeq2Seq(src_vocab: int, tgt_vocab: int, emb_dim: int = 32, hidden: int = 64,
+                     score: str = "additive", window: int | None = None,
+                     input_feeding: bool = False) -> AttentionSeq2SeqBase:
+    """The attention model of chapter 2 by the name of its score.
+
+    ``score="additive"`` gives a :class:`BahdanauSeq2Seq`; ``"dot"``, ``"general"`` or
+    ``"concat"`` a :class:`LuongSeq2Seq`. ``window=D`` is Luong's local-m window (``None``:
+    global attention); ``input_feeding`` is Luong's only.
+    """
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    if input_feeding and score == "additive":
+        raise ValueError("input_feeding is Luong's; the additive (Bahdanau) decoder already "
+                         "feeds c_i to the GRU")
+    if score == "additive":
+        return BahdanauSeq2Seq(src_vocab, tgt_vocab, emb_dim, hidden, window=window)
+    return LuongSeq2Seq(src_vocab, tgt_vocab, emb_dim, hidden, score=score, window=window,
+                        input_feeding=input_feeding)
+
+
 @torch.no_grad()
-def greedy_with_attention(model: AttentionSeq2Seq, src: torch.Tensor, src_lengths: torch.Tensor,
+def greedy_with_attention(model: AttentionSeq2SeqBase, src: torch.Tensor, src_lengths: torch.Tensor,
                           max_len: int, eos_id: int = 2, sos_id: int = 1
                           ) -> tuple[list[list[int]], list[torch.Tensor]]:
     """Greedy decoding that also returns the attention weights of every generated token.
@@ -457,6 +583,8 @@ def greedy_with_attention(model: AttentionSeq2Seq, src: torch.Tensor, src_length
     return out_tokens, out_weights
 
 
-__all__ = ["SCORES", "AttentionSeq2Seq", "additive_score", "attend", "concat_score",
-           "context_vector", "dot_score", "general_score", "greedy_with_attention", "local_m_mask",
-           "location_score"]
+__all__ = [
+    "LUONG_SCORES", "SCORES", "AdditiveScore", "AttentionSeq2Seq", "AttentionSeq2SeqBase", "BahdanauSeq2Seq",
+    "ConcatScore", "DotScore", "GeneralScore", "LuongSeq2Seq", "additive_score", "attend", "concat_score",
+    "context_vector", "dot_score", "general_score", "greedy_with_attention", "local_m_mask", "location_score",
+]

@@ -159,7 +159,7 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
 def test_every_model_follows_the_decoding_protocol():
     from course_utils import families, llama, rnn, rnn_attention
     seq2seq = [T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4), rnn.Seq2Seq(12, 10, 8, 16),
-               rnn_attention.AttentionSeq2Seq(12, 10, 8, 16)]
+               rnn_attention.BahdanauSeq2Seq(12, 10, 8, 16), rnn_attention.LuongSeq2Seq(12, 10, 8, 16)]
     prompted = [families.DecoderOnlyLM(20, d_model=16, n_heads=2), llama.ModernDecoder(llama.DecoderConfig())]
     assert all(isinstance(m, decoding.EncoderDecoder) for m in seq2seq)
     assert all(isinstance(m, decoding.PromptedDecoder) and not isinstance(m, decoding.EncoderDecoder)

@@ -1,6 +1,8 @@
 """Unit tests of course_utils.rnn_attention (chapter 2): scores against the papers' formulas
 written out as loops, masking, local-m windows, and the model's decoding protocol."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -246,3 +248,71 @@ def test_local_window_beyond_the_source_never_empties_a_row():
     _, w = model.forward_with_weights(src, lengths, tgt_in)
     torch.testing.assert_close(w.sum(-1), torch.ones(1, 6))
     assert (w[0, 2:, 1] == 1).all()                     # p_t clamped to the last real position
+
+
+# ------------------------------------------------------------------ score modules and classes
+@pytest.mark.parametrize("cls", [ra.AdditiveScore, ra.DotScore, ra.GeneralScore, ra.ConcatScore])
+def test_score_module_keys_and_forward_are_the_formula(cls):
+    torch.manual_seed(4)
+    h = 5
+    scorer = cls(h).double()
+    memory, q, q3 = _rand(2, 4, h, seed=1), _rand(2, h, seed=2), _rand(2, 3, h, seed=3)
+    got, got3 = scorer(q, scorer.keys(memory)), scorer(q3, scorer.keys(memory))
+    if cls is ra.AdditiveScore:
+        want = ra.additive_score(q, memory @ scorer.U_a.weight.T + scorer.U_a.bias,
+                                 scorer.W_a.weight, scorer.v_a)
+    elif cls is ra.DotScore:
+        want = ra.dot_score(q, memory)
+    elif cls is ra.GeneralScore:
+        want = ra.general_score(q, memory, scorer.W_a.weight)
+    else:
+        want = ra.concat_score(q, memory, scorer.W_a.weight, scorer.v_a)
+    assert got.shape == (2, 4) and got3.shape == (2, 3, 4)
+    torch.testing.assert_close(got, want)
+    for t in range(3):                                # several queries at once
+        torch.testing.assert_close(got3[:, t], scorer(q3[:, t], scorer.keys(memory)))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_factory_returns_the_class_built_directly(cfg):
+    torch.manual_seed(6)
+    made = ra.AttentionSeq2Seq(11, 12, 6, 8, **cfg)
+    torch.manual_seed(6)
+    if cfg["score"] == "additive":
+        direct = ra.BahdanauSeq2Seq(11, 12, 6, 8, window=cfg.get("window"))
+    else:
+        direct = ra.LuongSeq2Seq(11, 12, 6, 8, **cfg)
+    assert type(made) is type(direct) and isinstance(made, ra.AttentionSeq2SeqBase)
+    assert isinstance(made, ra.BahdanauSeq2Seq) == (cfg["score"] == "additive")
+    assert isinstance(made, ra.LuongSeq2Seq) == (cfg["score"] != "additive")
+    assert (made.score, made.window, made.input_feeding, made.hidden) == (
+        cfg["score"], cfg.get("window"), cfg.get("input_feeding", False), 8)
+    assert list(made.state_dict()) == list(direct.state_dict())
+    for (k, a), b in zip(made.state_dict().items(), direct.state_dict().values()):
+        assert torch.equal(a, b), k
+    src, lengths, tgt_in = _batch()
+    assert torch.equal(made(src, lengths, tgt_in), direct(src, lengths, tgt_in))
+
+
+def test_score_parameters_live_on_the_model_under_the_chapters_names():
+    bahdanau = ra.AttentionSeq2Seq(11, 12, 6, 8, score="additive")
+    assert list(bahdanau.state_dict())[:1] == ["v_a"]
+    assert bahdanau.W_a.bias is None and bahdanau.U_a.bias is not None
+    assert bahdanau.scorer.W_a is bahdanau.W_a and bahdanau.scorer.v_a is bahdanau.v_a
+    concat = ra.AttentionSeq2Seq(11, 12, 6, 8, score="concat").double()  # moves stay shared
+    assert concat.W_a.weight.shape == (8, 16) and concat.scorer.v_a is concat.v_a
+    assert concat.scorer.v_a.dtype == torch.float64
+    assert not any(n.startswith("scorer") for n in concat.state_dict())
+    copied = copy.deepcopy(concat)
+    assert copied.scorer.v_a is copied.v_a and copied.v_a is not concat.v_a
+    assert "W_a.weight" not in ra.AttentionSeq2Seq(11, 12, 6, 8, score="dot").state_dict()
+    with pytest.raises(ValueError, match="input_feeding is Luong's"):
+        ra.AttentionSeq2Seq(10, 10, 4, 6, score="additive", input_feeding=True)
+    with pytest.raises(ValueError, match="score must be one of"):
+        ra.LuongSeq2Seq(10, 10, 4, 6, score="additive")
+
+
+def test_no_switch_on_the_score_name_is_left():
+    import inspect
+    source = inspect.getsource(ra)
+    assert "self.score ==" not in source and "self.score !=" not in source

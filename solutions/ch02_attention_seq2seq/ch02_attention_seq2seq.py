@@ -670,8 +670,8 @@ with torch.no_grad():
     _enc = _m.encode(_src, _len)
     _s = _enc["hidden"]
     for _i in range(4):
-        with checks.forbid(ra.AttentionSeq2Seq.bahdanau_step, ra.AttentionSeq2Seq.decode_step,
-                           ra.AttentionSeq2Seq._bahdanau_recurrence, ra.AttentionSeq2Seq.forward):
+        with checks.forbid(ra.BahdanauSeq2Seq.bahdanau_step, ra.BahdanauSeq2Seq.decode_step,
+                           ra.BahdanauSeq2Seq._bahdanau_recurrence, ra.BahdanauSeq2Seq.forward):
             _lg, _s, _w = checks.call(attention_decoder_step, _m, _tgt[:, _i], _s, _enc["memory"], _enc["keys"], _enc["mask"])
         checks.expect_close(_lg, _logits_ref[:, _i], f"logits at step {_i}", atol=1e-5)
         checks.expect_close(_w, _w_ref[:, _i], f"weights at step {_i}", atol=1e-5)
