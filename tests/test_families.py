@@ -167,6 +167,26 @@ def test_decode_steps_equal_teacher_forcing(norm_first):
     assert [len(c) for c in state["caches"]] == [8, 8]
 
 
+@pytest.mark.parametrize("n_kv_heads", [1, 2])
+def test_grouped_kv_heads_and_gelu_decode_as_they_teacher_force(n_kv_heads):
+    """Chapter 4's decoder: GQA/MQA key/value heads and a GELU feed-forward, preallocated caches."""
+    torch.manual_seed(0)
+    lm = families.DecoderOnlyLM(25, d_model=16, n_heads=4, n_layers=2, d_ff=24, max_len=16,
+                                n_kv_heads=n_kv_heads, ffn="gelu").eval()
+    attn, ff = lm.stack.layers[0].self_attn, lm.stack.layers[0].ff
+    assert attn.n_kv_heads == n_kv_heads and attn.k_proj.out_features == n_kv_heads * 4
+    assert ff.activation == "gelu" and ff.linear1.out_features == 24
+    tokens = torch.randint(4, 23, (3, 8))
+    want = torch.log_softmax(lm(tokens), -1)
+    state = lm.prefill(tokens[:, :3])
+    assert [c.capacity for c in state["caches"]] == [16, 16]          # preallocated for max_len
+    for t in range(3, 8):
+        log_probs, state = lm.decode_step(tokens[:, t], state)
+        torch.testing.assert_close(log_probs, want[:, t], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="ffn must be"):
+        families.DecoderOnlyLM(25, ffn="swiglu")
+
+
 def test_parallel_prefill_equals_stepwise_prefill():
     lm = _lm()
     prompt = torch.randint(4, 23, (2, 6))

@@ -230,18 +230,29 @@ def test_the_readme_names_every_module_of_the_package():
     assert not missing, f"the README's module list lacks {missing}"
 
 
-def test_the_ch06_spread_tool_finds_the_cells_it_runs():
-    """tools/spread_ch06.py runs chapter 6's own cells, found by a marker each: a reworded cell
-    must not leave the tool without them."""
+@pytest.mark.parametrize("tool", ["spread_ch04_conversion", "spread_ch06"])
+def test_the_spread_tools_find_the_cells_they_run(tool):
+    """tools/spread_ch04_conversion.py and tools/spread_ch06.py run their chapter's own cells, found
+    by a marker each: a reworded cell must not leave the tool without them."""
+    import importlib
     import sys
     sys.path.insert(0, str(ROOT / "tools"))
     try:
-        import spread_ch06
+        module = importlib.import_module(tool)
     finally:
         sys.path.pop(0)
-    cells = re.split(r"\n(?=# %%)", spread_ch06.SOURCE.read_text())
-    for marker in spread_ch06.CELLS:
-        assert sum(marker in c for c in cells) == 1, f"chapter 6 has no single cell with {marker!r}"
+    cells = re.split(r"\n(?=# %%)", module.SOURCE.read_text())
+    for marker in module.CELLS:
+        assert sum(marker in c for c in cells) == 1, f"{module.SOURCE.name} has no single cell with {marker!r}"
+
+
+def test_experiments_shrink_through_budget_alone():
+    """While nbgrader grades, budgets shrink through ``budget.pick(full, grading=small)``, not through
+    ternaries on a flag written at every call site."""
+    found = [f"{p.name}:{i}" for p in sorted((ROOT / "solutions").glob("ch*/ch*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"if (not )?GRADING else|train\.grading|NBGRADER_EXECUTION", line)]
+    assert not found, f"a budget chosen by hand (use budget.pick): {found}"
 
 
 def test_one_integer_check():

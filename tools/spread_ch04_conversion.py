@@ -22,12 +22,12 @@ from claim_spread import SEED_PRELUDE
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch04_multihead_mqa_gqa" / "ch04_multihead_mqa_gqa.py"
-CELLS = ("from course_utils import attention", "class Block(nn.Module)", "def mean_pool_heads",
+CELLS = ("from course_utils import (\n    attention,", "def small_decoder(", "def mean_pool_heads",
          "pool_fn = checks.learner_or_reference")
 RUN = """
 STEPS, UPTRAIN = 600, 60
 torch.manual_seed(7)
-base = fit(TinyDecoder(len(vocab)), STEPS)
+base = fit(small_decoder(len(vocab)), STEPS)
 result = {"base": exact_match(base, rev_test)}
 for n_kv, kind in ((2, "GQA-2"), (1, "MQA")):
     for how in ("mean", "first", "random"):

@@ -44,12 +44,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils import (
     attention,
-    blocks,
     budget,
     checks,
     claims,
     cost,
     data,
+    families,
     kvcache,
     multihead,
     plots,
