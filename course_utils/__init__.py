@@ -2,7 +2,7 @@
 
 Modules are organised by idea, so that a later chapter reuses what an earlier one taught:
 
-- :mod:`course_utils.data` -- synthetic tasks (dates, length-graded sequences), vocabularies, batching
+- :mod:`course_utils.data` -- one module per task (vocab, batching, dates, sequences, images, toy_language, multitask), all re-exported
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
 - :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3)

@@ -23,7 +23,7 @@ import torch
 from ._validate import check_int
 
 __all__ = [
-    "attention_scores", "causal_mask", "combine_masks", "masked_softmax", "padding_mask",
+    "attention_scores", "causal_mask", "combine_masks", "key_padding_mask", "masked_softmax", "padding_mask",
     "scaled_dot_product_attention",
 ]
 
@@ -134,8 +134,8 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
         lengths: ``(batch,)`` integer tensor (or list) of true sequence lengths.
         max_len: the padded length ``L_k`` (default: ``max(lengths)``).
 
-    The middle axis broadcasts over queries: ``scores (batch, L_q, L_k)`` take it as is,
-    ``(batch, heads, L_q, L_k)`` after ``.unsqueeze(1)``.
+    The middle axis broadcasts over queries: ``scores (batch, L_q, L_k)`` take it as is; for
+    ``(batch, heads, L_q, L_k)`` scores use :func:`key_padding_mask`.
     """
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
@@ -148,6 +148,12 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is shorter than the longest sequence ({longest})")
     return (torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]).unsqueeze(1)
+
+
+def key_padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:
+    """:func:`padding_mask` with a heads axis: boolean ``(batch, 1, 1, max_len)``, ready for
+    multi-head scores ``(batch, heads, L_q, L_k)`` (both middle axes broadcast)."""
+    return padding_mask(lengths, max_len).unsqueeze(1)
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

@@ -37,6 +37,7 @@ from .attention import causal_mask, combine_masks
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
 from .decoding import greedy_decode
+from .kvcache import check_caches_match
 from .train import IGNORE_INDEX
 
 __all__ = [
@@ -267,6 +268,7 @@ class DecoderOnlyLM(nn.Module):
         prefix = state.get("prefix_len", 0)
         if self.use_cache:
             t0, T_new = state["tokens"].shape[1], new.shape[1]
+            check_caches_match(state["caches"], t0)
             mask = causal_mask(T_new, t0 + T_new, device=new.device)   # new queries are the last positions
             if prefix:   # a prefix LM's prefix was fed as the first chunk: its keys are seen by every query
                 mask = mask | (torch.arange(t0 + T_new, device=new.device) < prefix)[None, :]

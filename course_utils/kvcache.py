@@ -11,7 +11,7 @@ import torch
 
 from ._validate import check_int
 
-__all__ = ["KVCache", "kv_cache_bytes"]
+__all__ = ["KVCache", "check_caches_match", "kv_cache_bytes"]
 
 
 class KVCache:
@@ -133,3 +133,18 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, ba
     """Bytes of the key/value cache: ``2 (K and V) * layers * kv heads * d_head * tokens * batch
     * bytes per value`` (2 for float16/bfloat16, 4 for float32)."""
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_value
+
+
+def check_caches_match(caches: list[KVCache] | None, fed: int) -> None:
+    """Raise unless every cache of a decoding state holds the ``fed`` positions the state has seen.
+
+    A step advances the caches in place and returns a new state that counts one more position; the
+    state passed in still counts the old number. Stepping that old state again would attend over
+    keys it never fed (the classic silent bug of cached decoding), so the models' ``decode_step``
+    calls this first. To branch, step :func:`course_utils.decoding.index_state` copies, which hold
+    caches of their own."""
+    for i, cache in enumerate(caches or ()):
+        if len(cache) != fed:
+            raise ValueError(f"this decoding state has fed {fed} positions but its cache {i} holds {len(cache)}: "
+                             "it was stepped already (its caches advanced in place). Step the state that "
+                             "decode_step returned, or decoding.index_state copies to branch")

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack, swiglu_hidden
-from course_utils.kvcache import KVCache
+from course_utils.kvcache import KVCache, check_caches_match
 
 __all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
            "load_hf_llama"]
@@ -129,22 +129,26 @@ class ModernDecoder(nn.Module):
         return self.lm_head(x)
 
     def init_state(self, batch: int, device=None) -> dict:
-        """An empty decoding state: the batch size and an empty KVCache per layer."""
-        return {"batch": torch.zeros(batch, 0, device=device), "caches": self.stack.new_caches()}
+        """An empty decoding state: the batch size, an empty KVCache per layer and the number of
+        positions fed (``fed``)."""
+        return {"batch": torch.zeros(batch, 0, device=device), "caches": self.stack.new_caches(), "fed": 0}
 
     @torch.no_grad()
     def prefill(self, prompt: torch.Tensor, state: dict | None = None) -> dict:
         """Run ``prompt (batch, P)`` in one pass, filling the caches; returns the state after it."""
         state = self.init_state(prompt.shape[0], prompt.device) if state is None else state
+        check_caches_match(state["caches"], state["fed"])
         if prompt.shape[1]:
             self(prompt, state["caches"])
-        return state
+        return {**state, "fed": state["fed"] + prompt.shape[1]}
 
     @torch.no_grad()
     def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), state)`` (caches grow)."""
+        """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), the next state)``. The
+        caches advance in place: step the state returned, never the one passed in again."""
+        check_caches_match(state["caches"], state["fed"])
         logits = self(prev_tokens[:, None], state["caches"])
-        return torch.log_softmax(logits[:, -1].float(), dim=-1), state
+        return torch.log_softmax(logits[:, -1].float(), dim=-1), {**state, "fed": state["fed"] + 1}
 
 
 @torch.no_grad()

@@ -31,8 +31,8 @@ from .kvcache import KVCache
 from .positional import apply_rope_half
 
 __all__ = [
-    "MultiHeadAttention", "OneHeadSelfAttention", "cached_attention", "convert_to_gqa", "grouped_sdpa",
-    "mean_pool_kv_heads", "merge_heads", "repeat_kv", "split_heads",
+    "MultiHeadAttention", "OneHeadSelfAttention", "cached_attention", "convert_to_gqa", "copy_from_torch",
+    "copy_to_torch", "grouped_sdpa", "mean_pool_kv_heads", "merge_heads", "repeat_kv", "split_heads",
 ]
 
 
@@ -165,7 +165,7 @@ class MultiHeadAttention(nn.Module):
             context: ``(batch, L_src, d_model)`` for cross-attention, or None.
             mask: bool, True = may attend, broadcastable to ``(batch, n_heads, L_q, L_k)``
                 (``L_k`` counts cached positions too); a padding mask from
-                :func:`padding_mask` needs ``.unsqueeze(1)``.
+                :func:`~course_utils.attention.key_padding_mask` is one.
             cache: a :class:`KVCache`. Self-attention: the new keys/values are appended and
                 the queries attend over everything cached. Cross-attention: an empty cache is
                 filled from ``context`` (and marked ``static``); a static cache is reused as it
@@ -333,3 +333,42 @@ class OneHeadSelfAttention(MultiHeadAttention):
         mask = None if mask is None else mask.unsqueeze(-3)      # (batch, 1, L, L): the single head
         out, weights = super().forward(x, mask=mask, need_weights=True)
         return out, weights.squeeze(1)
+
+
+def _torch_pairs(ours: nn.Module, theirs: nn.MultiheadAttention):
+    """The (ours, theirs) weight and bias pairs of the four projections; checks that they match."""
+    d = theirs.embed_dim
+    names = ("q_proj", "k_proj", "v_proj", "out_proj")
+    if not all(isinstance(getattr(ours, n, None), nn.Linear) for n in names):
+        raise TypeError(f"{type(ours).__name__} needs four nn.Linear sub-modules {names}")
+    shapes = [tuple(getattr(ours, n).weight.shape) for n in names]
+    if shapes != [(d, d)] * 4:
+        raise ValueError(f"nn.MultiheadAttention({d}, ...) has four ({d}, {d}) projections (as many key/value "
+                         f"heads as query heads, no GQA), {type(ours).__name__}'s are {shapes}")
+    if (theirs.in_proj_bias is None) != (ours.q_proj.bias is None):
+        raise ValueError("one module has biases and the other has not: build both with the same bias=")
+    if theirs.in_proj_weight is None:
+        raise ValueError("this nn.MultiheadAttention has separate q/k/v weights (kdim or vdim != embed_dim)")
+    w = theirs.in_proj_weight.chunk(3)
+    b = theirs.in_proj_bias.chunk(3) if theirs.in_proj_bias is not None else (None,) * 3
+    pairs = [(ours.q_proj, w[0], b[0]), (ours.k_proj, w[1], b[1]), (ours.v_proj, w[2], b[2]),
+             (ours.out_proj, theirs.out_proj.weight, theirs.out_proj.bias)]
+    return [(lin.weight, tw) for lin, tw, _ in pairs] + [(lin.bias, tb) for lin, _, tb in pairs if tb is not None]
+
+
+def copy_from_torch(ours: nn.Module, theirs: nn.MultiheadAttention) -> None:
+    """Load an ``nn.MultiheadAttention``'s weights into ``ours`` (a :class:`MultiHeadAttention` with as
+    many key/value heads as query heads, or any module with the four projections ``q_proj``,
+    ``k_proj``, ``v_proj``, ``out_proj``). PyTorch stacks ``W_Q``, ``W_K``, ``W_V`` in one
+    ``in_proj_weight (3 d_model, d_model)`` and their biases in ``in_proj_bias``."""
+    with torch.no_grad():
+        for mine, their in _torch_pairs(ours, theirs):
+            mine.copy_(their)
+
+
+def copy_to_torch(ours: nn.Module, theirs: nn.MultiheadAttention) -> nn.MultiheadAttention:
+    """The other way: load ``ours``' four projections into ``theirs``; returns ``theirs``."""
+    with torch.no_grad():
+        for mine, their in _torch_pairs(ours, theirs):
+            their.copy_(mine)
+    return theirs

@@ -1,4 +1,5 @@
-"""Plots used across the chapters: loss curves, accuracy against length, attention heat maps.
+"""Plots used across the chapters: loss curves, accuracy against length, attention heat maps, and the
+chapters' diagrams drawn by code (the one drawing toolkit of the course).
 
 Every function draws on a given (or new) matplotlib ``Axes`` and returns it, so a notebook
 can combine them in one figure. Nothing here calls ``plt.show()``.
@@ -11,10 +12,11 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 __all__ = [
-    "draw_attention_decoder_steps", "draw_encoder_decoder", "draw_kv_cache", "draw_qkv_roles",
-    "draw_split_merge_heads", "plot_accuracy_by_length", "plot_attention", "plot_loglog",
+    "draw_attention_decoder_steps", "draw_decoder_blocks", "draw_encoder_decoder", "draw_head_groups",
+    "draw_kv_cache", "draw_qkv_roles", "draw_split_merge_heads", "draw_transformer", "plot_accuracy_by_length", "plot_attention", "plot_loglog",
     "plot_loss"
 ]
 
@@ -376,4 +378,99 @@ def draw_kv_cache(prompt: int = 4, steps: int = 3, ax=None):
             "n_kv_heads x d_head numbers per position and layer)", fontsize=8)
     ax.set_xlim(-0.2, (total + 0.3) * s * 1.2 + 6.5)
     ax.set_ylim(-(steps + 1) * 0.8, 1.5)
+    return ax
+
+
+def draw_head_groups(ax, n_heads: int, n_kv: int, title: str = ""):
+    """Query heads (top row) connected to the key/value head they read (bottom row): MHA, GQA and MQA
+    (chapter 4); query head ``i`` reads key/value head ``i // (n_heads // n_kv)``."""
+    ax = ax if ax is not None else plt.subplots(figsize=(5, 2.4))[1]
+    colours = plt.cm.tab10.colors
+    r = n_heads // n_kv
+    for i in range(n_heads):
+        ax.add_patch(plt.Rectangle((i, 1.6), 0.8, 0.6, color=colours[(i // r) % 10], alpha=0.85))
+    for j in range(n_kv):
+        x0 = j * r + (r - 1) / 2                       # centre the kv head under its group
+        ax.add_patch(plt.Rectangle((x0, 0), 0.8, 0.6, color=colours[j % 10]))
+        for i in range(j * r, (j + 1) * r):
+            ax.plot([i + 0.4, x0 + 0.4], [1.6, 0.6], color="0.4", lw=0.8)
+    ax.text(-0.3, 1.9, "queries", ha="right", va="center")
+    ax.text(-0.3, 0.3, "keys/values", ha="right", va="center")
+    ax.set_xlim(-3.2, n_heads)
+    ax.set_ylim(-0.2, 2.4)
+    ax.set_title(title)
+    ax.axis("off")
+    return ax
+
+
+def draw_transformer(ax=None):
+    """The encoder-decoder Transformer as boxes and arrows (Post-LN, as in the paper; chapter 6)."""
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 7.5))[1]
+    def box(x, y, text, color, w=2.6, h=0.55):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
+                                    fc=color, ec="0.3", lw=1))
+        ax.text(x, y, text, ha="center", va="center", fontsize=9)
+
+    def arrow(x0, y0, x1, y1, **kw):
+        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=10,
+                                     color=kw.get("color", "0.2"), lw=1.2, connectionstyle=kw.get("cs", "arc3")))
+
+    enc = [("source tokens", "white"), ("embedding x sqrt(d_model)\n+ positional encoding", "#fde9c9"),
+           ("multi-head self-attention", "#cfe2f3"), ("add & norm", "#eeeeee"),
+           ("feed-forward", "#d9ead3"), ("add & norm", "#eeeeee")]
+    dec = [("target tokens, shifted right\n(<sos> y1 y2 ...)", "white"),
+           ("embedding x sqrt(d_model)\n+ positional encoding", "#fde9c9"),
+           ("masked multi-head self-attention", "#cfe2f3"), ("add & norm", "#eeeeee"),
+           ("cross-attention (K, V from encoder)", "#f4cccc"), ("add & norm", "#eeeeee"),
+           ("feed-forward", "#d9ead3"), ("add & norm", "#eeeeee"), ("linear -> softmax", "#fff2cc"),
+           ("next-token probabilities", "white")]
+    ys_e = [0.4 + 0.85 * i for i in range(len(enc))]
+    ys_d = [0.4 + 0.85 * i for i in range(len(dec))]
+    for (text, color), y in zip(enc, ys_e):
+        box(1.6, y, text, color)
+    for (text, color), y in zip(dec, ys_d):
+        box(5.7, y, text, color, w=3.4)
+    for ys, x in ((ys_e, 1.6), (ys_d, 5.7)):
+        for a, b in zip(ys, ys[1:]):
+            arrow(x, a + 0.3, x, b - 0.3)
+    arrow(1.6, ys_e[-1] + 0.3, 3.95, ys_d[4], cs="arc3,rad=-0.25", color="#cc0000")
+    for x, lo, hi, label in ((0.05, ys_e[2] - 0.4, ys_e[-1] + 0.4, "N x"), (7.55, ys_d[2] - 0.4, ys_d[7] + 0.4, "N x")):
+        ax.add_patch(FancyBboxPatch((x, lo), 0.01, hi - lo, boxstyle="square,pad=0", fc="none", ec="0.5", ls="--"))
+        ax.text(x + (-0.05 if x < 1 else 0.1), (lo + hi) / 2, label, ha="right" if x < 1 else "left", va="center")
+    ax.text(1.6, ys_e[-1] + 0.75, "encoder", ha="center", fontsize=11, weight="bold")
+    ax.text(5.7, ys_d[-1] + 0.6, "decoder", ha="center", fontsize=11, weight="bold")
+    ax.set_xlim(-0.6, 8.3)
+    ax.set_ylim(-0.1, ys_d[-1] + 0.9)
+    ax.axis("off")
+    return ax
+
+
+def draw_decoder_blocks(ax=None):
+    """Chapter 6/7's pre-norm block beside a LLaMA-style block, bottom to top, with the residual
+    paths in grey (chapter 8)."""
+    ax = ax if ax is not None else plt.subplots(figsize=(9, 5.2))[1]
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 7.4)
+    ax.axis("off")
+    cols = {"chapter 6/7 block": (2.5, ["LayerNorm", "MHA (+ bias)", "+", "LayerNorm", "ReLU FFN 4d (+ bias)", "+"],
+                                  "x + learned position"),
+            "LLaMA-style block": (7.5, ["RMSNorm", "GQA, RoPE on q, k", "+", "RMSNorm", "SwiGLU 8d/3", "+"],
+                                  "x (no position added)")}
+    for title, (x0, boxes, bottom) in cols.items():
+        ax.text(x0, 7.1, title, ha="center", fontsize=12, weight="bold")
+        ax.text(x0, 0.2, bottom, ha="center", fontsize=10)
+        for i, label in enumerate(boxes):
+            y = 0.9 + i * 1.0
+            if label == "+":
+                ax.add_patch(plt.Circle((x0, y + 0.25), 0.22, fc="white", ec="0.3"))
+                ax.text(x0, y + 0.25, "+", ha="center", va="center")
+            else:
+                colour = "#f6d7a7" if "Norm" in label else "#a7c7f6" if ("MHA" in label or "GQA" in label) else "#b7e3b0"
+                ax.add_patch(plt.Rectangle((x0 - 1.6, y), 3.2, 0.5, fc=colour, ec="0.3"))
+                ax.text(x0, y + 0.25, label, ha="center", va="center", fontsize=9)
+            ax.annotate("", (x0, y + 1.0), (x0, y + 0.5 if label != "+" else y + 0.47),
+                        arrowprops=dict(arrowstyle="-|>", color="0.3"))
+        for start, end in ((0.5, 3.15), (3.4, 6.15)):     # the residual paths
+            ax.annotate("", (x0 - 0.22, end), (x0 - 1.9, start),
+                        arrowprops=dict(arrowstyle="-|>", color="0.55", connectionstyle="angle,angleA=90,angleB=0"))
     return ax

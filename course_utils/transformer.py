@@ -29,14 +29,15 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .attention import causal_mask, padding_mask
+from .attention import causal_mask, key_padding_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerBlock, TransformerStack
 from .data import PAD_ID
-from .multihead import MultiHeadAttention
+from .kvcache import check_caches_match
+from .multihead import copy_from_torch
 from .positional import positional_embedding
 
 __all__ = [
-    "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqTransformer", "copy_torch_attention", "copy_torch_layer",
+    "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqTransformer", "copy_torch_layer",
     "decoder_self_mask", "from_torch", "noam_lr",
 ]
 
@@ -138,7 +139,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def run_encoder(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False):
         """Returns ``(memory (batch, S, d_model), memory_mask (batch, 1, 1, S), weights per layer)``."""
-        mask = padding_mask(src_lengths.to(src.device), src.shape[1]).unsqueeze(1)   # (batch, 1, 1, S)
+        mask = key_padding_mask(src_lengths.to(src.device), src.shape[1])   # (batch, 1, 1, S)
         memory, weights, _ = self.encoder(self.embed_src(src), mask=mask, need_weights=need_weights)
         return memory, mask, weights
 
@@ -200,6 +201,7 @@ class Seq2SeqTransformer(nn.Module):
         tokens = torch.cat([state["tokens"], prev_tokens[:, None]], dim=1)     # (batch, t + 1)
         t = tokens.shape[1] - 1
         if self.use_cache:
+            check_caches_match(state["caches"], t)
             # The memory is passed at every step, but the cross-attention caches compute its
             # keys and values only when they are empty (the first step) and reuse them after.
             logits, _, _ = self.run_decoder(self.embed_tgt(prev_tokens[:, None], offset=t), state["memory"],
@@ -212,18 +214,6 @@ class Seq2SeqTransformer(nn.Module):
         return torch.log_softmax(logits[:, -1], dim=-1), new_state
 
 
-def copy_torch_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    """Load an ``nn.MultiheadAttention``'s weights into a :class:`MultiHeadAttention` (PyTorch
-    stacks W_Q, W_K, W_V in one ``in_proj_weight``)."""
-    wq, wk, wv = theirs.in_proj_weight.detach().chunk(3)
-    bq, bk, bv = theirs.in_proj_bias.detach().chunk(3)
-    with torch.no_grad():
-        for lin, w, b in ((ours.q_proj, wq, bq), (ours.k_proj, wk, bk), (ours.v_proj, wv, bv),
-                          (ours.out_proj, theirs.out_proj.weight, theirs.out_proj.bias)):
-            lin.weight.copy_(w)
-            lin.bias.copy_(b)
-
-
 def copy_torch_layer(ours: TransformerBlock,
                      theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
     """Load an ``nn.TransformerEncoderLayer`` into a :class:`~course_utils.blocks.TransformerBlock`
@@ -232,9 +222,9 @@ def copy_torch_layer(ours: TransformerBlock,
     if decoder != (ours.cross_attn is not None):
         raise ValueError(f"a {type(theirs).__name__} goes into a block "
                          f"{'with' if decoder else 'without'} cross-attention")
-    copy_torch_attention(ours.self_attn, theirs.self_attn)
+    copy_from_torch(ours.self_attn, theirs.self_attn)
     if decoder:
-        copy_torch_attention(ours.cross_attn, theirs.multihead_attn)
+        copy_from_torch(ours.cross_attn, theirs.multihead_attn)
     ours.ff.linear1.load_state_dict(theirs.linear1.state_dict())
     ours.ff.linear2.load_state_dict(theirs.linear2.state_dict())
     for name in ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2"):

@@ -242,3 +242,13 @@ def test_one_head_self_attention_is_multi_head_with_one_head():
     assert out.shape == (2, 5, 8) and w.shape == (2, 5, 5)
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(w, want_w.squeeze(1))
+
+
+def test_key_padding_mask_is_the_padding_mask_with_a_heads_axis():
+    m = A.key_padding_mask(torch.tensor([3, 1]), 4)
+    assert m.shape == (2, 1, 1, 4) and torch.equal(m[:, 0], A.padding_mask(torch.tensor([3, 1]), 4))
+    scores = torch.zeros(2, 5, 2, 4)                       # (batch, heads, L_q, L_k)
+    w = A.masked_softmax(scores, m)
+    assert torch.equal(w[1, :, :, 1:], torch.zeros(5, 2, 3)) and torch.allclose(w[0, :, :, :3], torch.tensor(1 / 3))
+    with pytest.raises(ValueError):                        # a 3-D score tensor does not take it
+        A.masked_softmax(torch.zeros(2, 2, 4), m)

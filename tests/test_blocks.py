@@ -156,6 +156,34 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
     assert len(copy["cross_caches"][0]) == 4 and copy["cross_caches"][0] is not after["cross_caches"][0]
 
 
+def _stale_states():
+    """(model, state, next token) for each cached model: a state that decode_step has stepped."""
+    from course_utils import families, llama
+    torch.manual_seed(4)
+    s2s = T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4, n_layers=2).eval()
+    lm = families.DecoderOnlyLM(20, d_model=16, n_heads=2).eval()
+    modern = llama.ModernDecoder(llama.DecoderConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2)).eval()
+    cases = [(s2s, s2s.encode(torch.tensor([[4, 5, 6]]), torch.tensor([3]))),
+             (lm, lm.prefill(torch.tensor([[4, 5, 6]]))), (modern, modern.prefill(torch.tensor([[4, 5, 6]])))]
+    return cases
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_stepping_a_state_twice_is_an_error_not_a_silent_wrong_answer(case):
+    """The cache API without the trap: a state whose caches decode_step advanced refuses a second step."""
+    model, state = _stale_states()[case]
+    with torch.no_grad():
+        _, new = model.decode_step(torch.tensor([1]), state)
+        with pytest.raises(ValueError, match="stepped already"):
+            model.decode_step(torch.tensor([7]), state)
+        _, newer = model.decode_step(torch.tensor([7]), new)                        # the state returned is fine
+        branch = decoding.index_state(newer, torch.tensor([0]))
+        model.decode_step(torch.tensor([8]), branch)                                # a copy branches off
+        model.decode_step(torch.tensor([9]), newer)                                 # and leaves newer current
+        with pytest.raises(ValueError, match="stepped already"):
+            model.decode_step(torch.tensor([8]), new)                               # new was stepped above
+
+
 def test_every_model_follows_the_decoding_protocol():
     from course_utils import families, llama, rnn, rnn_attention
     seq2seq = [T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4), rnn.Seq2Seq(12, 10, 8, 16),

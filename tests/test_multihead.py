@@ -15,13 +15,7 @@ def _mha_pair(d=D, h=H, bias=True, seed=0):
     """Our module and nn.MultiheadAttention holding the same weights."""
     torch.manual_seed(seed)
     ours = multihead.MultiHeadAttention(d, h, bias=bias)
-    theirs = nn.MultiheadAttention(d, h, bias=bias, batch_first=True)
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        theirs.out_proj.weight.copy_(ours.out_proj.weight)
-        if bias:
-            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-            theirs.out_proj.bias.copy_(ours.out_proj.bias)
+    theirs = multihead.copy_to_torch(ours, nn.MultiheadAttention(d, h, bias=bias, batch_first=True))
     return ours, theirs
 
 
@@ -50,7 +44,7 @@ def test_self_attention_equals_nn_multiheadattention(bias, need_weights, masks):
     x = torch.randn(3, 7, D)
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     lengths = torch.tensor([7, 4, 1])
-    keep = A.padding_mask(lengths, 7).unsqueeze(1)           # (3, 1, 1, 7) True = may attend
+    keep = A.key_padding_mask(lengths, 7)           # (3, 1, 1, 7) True = may attend
     causal = A.causal_mask(7)
     mask = {"none": None, "padding": keep, "causal": causal, "both": A.combine_masks(keep, causal)}[masks]
     kpm = ~keep[:, 0, 0] if masks in ("padding", "both") else None    # PyTorch: True = blocked
@@ -74,7 +68,7 @@ def test_cross_attention_equals_nn_multiheadattention():
     ours, theirs = _mha_pair()
     torch.manual_seed(2)
     x, ctx = torch.randn(2, 4, D), torch.randn(2, 9, D)
-    keep = A.padding_mask(torch.tensor([9, 5]), 9).unsqueeze(1)
+    keep = A.key_padding_mask(torch.tensor([9, 5]), 9)
     out, w = ours(x, context=ctx, mask=keep, need_weights=True)
     ref, ref_w = theirs(x, ctx, ctx, key_padding_mask=~keep[:, 0, 0], average_attn_weights=False)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
@@ -90,7 +84,7 @@ def test_gqa_and_mqa_equal_sdpa_with_enable_gqa(n_kv, need_weights):
     assert m.k_proj.out_features == n_kv * (D // H) == m.v_proj.out_features
     x = torch.randn(2, 8, D, requires_grad=True)
     x2 = x.detach().clone().requires_grad_()
-    mask = A.combine_masks(A.padding_mask(torch.tensor([8, 6]), 8).unsqueeze(1), A.causal_mask(8))
+    mask = A.combine_masks(A.key_padding_mask(torch.tensor([8, 6]), 8), A.causal_mask(8))
     out, _ = m(x, mask=mask, need_weights=need_weights)
     q = m.q_proj(x2).view(2, 8, H, -1).transpose(1, 2)
     k = m.k_proj(x2).view(2, 8, n_kv, -1).transpose(1, 2)
@@ -232,7 +226,7 @@ def test_attn_bias_is_added_to_the_scaled_scores():
     torch.manual_seed(7)
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
     bias = torch.randn(3, 5, 6)
-    mask = A.padding_mask(torch.tensor([6, 2]), 6).unsqueeze(1)
+    mask = A.key_padding_mask(torch.tensor([6, 2]), 6)
     out, w = A.scaled_dot_product_attention(q, k, v, mask, attn_bias=bias)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
@@ -268,7 +262,7 @@ def test_clear_errors():
 def test_grouped_sdpa_never_repeats_and_equals_repeated_kv(n_kv):
     torch.manual_seed(8)
     q, k, v = torch.randn(2, 6, 4, 5), torch.randn(2, n_kv, 9, 5), torch.randn(2, n_kv, 9, 5)
-    mask = A.combine_masks(A.padding_mask(torch.tensor([9, 3]), 9).unsqueeze(1), A.causal_mask(4, 9))
+    mask = A.combine_masks(A.key_padding_mask(torch.tensor([9, 3]), 9), A.causal_mask(4, 9))
     r = 6 // n_kv
     ref = F.scaled_dot_product_attention(q, multihead.repeat_kv(k, r), multihead.repeat_kv(v, r), attn_mask=mask)
     torch.testing.assert_close(multihead.grouped_sdpa(q, k, v, mask), ref, atol=1e-6, rtol=1e-5)
@@ -286,7 +280,7 @@ def test_grouped_sdpa_takes_every_mask_shape_without_copying_it_per_head(n_kv, m
     r = h // n_kv
     g = torch.Generator().manual_seed(3)
     masks = {"causal (L_q, L_k)": A.causal_mask(L_q, L_k),
-             "padding (B, 1, 1, L_k)": A.padding_mask(torch.tensor([9, 3]), L_k).unsqueeze(1),
+             "padding (B, 1, 1, L_k)": A.key_padding_mask(torch.tensor([9, 3]), L_k),
              "per head (1, H, L_q, L_k)": torch.rand(1, h, L_q, L_k, generator=g) > 0.3,
              "per example and head (B, H, L_q, L_k)": torch.rand(b, h, L_q, L_k, generator=g) > 0.3,
              "3-d (1, L_q, L_k)": torch.rand(1, L_q, L_k, generator=g) > 0.3,
@@ -357,3 +351,17 @@ def test_convert_to_gqa(how):
     same = multihead.convert_to_gqa(mha, H, "mean")
     x = torch.randn(2, 5, D)
     torch.testing.assert_close(same(x)[0], mha(x)[0])
+
+
+def test_weights_copied_to_and_from_torch_round_trip_and_refuse_what_torch_cannot_hold():
+    ours, theirs = _mha_pair(bias=True)
+    back = multihead.MultiHeadAttention(D, H)
+    multihead.copy_from_torch(back, theirs)
+    for a, b in zip(back.parameters(), ours.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="no GQA"):
+        multihead.copy_to_torch(multihead.MultiHeadAttention(D, H, n_kv_heads=2), theirs)
+    with pytest.raises(ValueError, match="biases"):
+        multihead.copy_to_torch(multihead.MultiHeadAttention(D, H, bias=False), theirs)
+    with pytest.raises(TypeError, match="q_proj"):
+        multihead.copy_to_torch(nn.Linear(D, D), theirs)

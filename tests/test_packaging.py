@@ -155,13 +155,16 @@ def test_every_public_module_declares_all_and_the_names_exist():
     import pkgutil
 
     import course_utils
-    for info in pkgutil.iter_modules(course_utils.__path__):
-        if info.name.startswith("_") or info.ispkg:
+    names = [info.name for info in pkgutil.walk_packages(course_utils.__path__, "course_utils.")
+             if not info.name.startswith("course_utils.grading")]         # the grader is not a teaching module
+    assert "course_utils.data.vocab" in names
+    for name in names:
+        if name.rsplit(".", 1)[-1].startswith("_"):
             continue
-        module = importlib.import_module(f"course_utils.{info.name}")
-        assert hasattr(module, "__all__"), f"course_utils.{info.name} has no __all__"
+        module = importlib.import_module(name)
+        assert hasattr(module, "__all__"), f"{name} has no __all__"
         missing = [n for n in module.__all__ if not hasattr(module, n)]
-        assert not missing, f"course_utils.{info.name}.__all__ names what it does not define: {missing}"
+        assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
 def test_one_block_one_stack_and_no_hidden_hooks():
@@ -225,8 +228,8 @@ def test_the_readme_names_every_module_of_the_package():
     readme = (ROOT / "README.md").read_text()
     listing = readme[readme.index("`course_utils` modules:"):]
     listing = listing[:listing.index("\n\n")]
-    missing = [p.stem for p in (ROOT / "course_utils").glob("*.py")
-               if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
+    modules = [*(ROOT / "course_utils").glob("*.py"), *(ROOT / "course_utils" / "data").glob("*.py")]
+    missing = [p.stem for p in modules if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
     assert not missing, f"the README's module list lacks {missing}"
 
 
@@ -272,3 +275,11 @@ def test_check_int_accepts_ints_in_range_and_names_what_is_wrong():
             check_int(bad, "n")
     with pytest.raises(ValueError, match=r"k must be an int in \[1, 4\] \(the vocabulary\), got 5"):
         check_int(5, "k", 1, 4, "the vocabulary")
+
+
+def test_every_subpackage_is_installed():
+    """pyproject's package list names every directory of course_utils with an __init__.py, so a
+    non-editable install (a wheel) holds all of them."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "course_utils").rglob("__init__.py")}
+    assert found == listed, f"pyproject lists {sorted(listed)}, the tree has {sorted(found)}"

@@ -68,7 +68,7 @@ def test_layers_equal_pytorch(norm_first):
     model = T.from_torch(ref)
     x, y = torch.randn(3, 5, 16), torch.randn(3, 4, 16)
     lengths = torch.tensor([5, 3, 1])
-    ours_mask = attention.padding_mask(lengths, 5).unsqueeze(1)
+    ours_mask = attention.key_padding_mask(lengths, 5)
     # grad enabled: PyTorch takes its slow (reference) path, with no nested tensors
     want_enc = ref.encoder.layers[0](x, src_key_padding_mask=~ours_mask[:, 0, 0])
     got_enc = model.encoder.layers[0](x, mask=ours_mask).x

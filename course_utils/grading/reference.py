@@ -40,8 +40,8 @@ def reference_path(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
     import torch
 
     h = hashlib.sha256(chapter_notebook(chapter, course).read_bytes())
-    for code in sorted(sandbox.PACKAGE.glob("*.py")) + sorted(Path(__file__).parent.glob("*.py")):
-        h.update(code.read_bytes())   # the checks and the grader that made it
+    for code in sorted(sandbox.PACKAGE.rglob("*.py")):
+        h.update(code.read_bytes())   # the teaching modules (subpackages too), the checks and the grader
     for part in (GRADER_VERSION, torch.__version__, os.environ.get("ATEN_CPU_CAPABILITY", ""),
                  os.environ.get("OMP_NUM_THREADS", ""), json.dumps(limits.to_env(), sort_keys=True)):
         h.update(b"\0" + part.encode())

@@ -734,7 +734,7 @@ attend = checks.learner_or_reference(sdp_attention, attention.scaled_dot_product
 # %%
 # NBVAL_CHECK_OUTPUT
 q, k, v = torch.randn(2, 4, 7, 16), torch.randn(2, 4, 9, 16), torch.randn(2, 4, 9, 8)
-key_mask = attention.padding_mask(torch.tensor([9, 5]), 9).unsqueeze(1)        # (batch, 1, 1, L_k)
+key_mask = attention.key_padding_mask(torch.tensor([9, 5]), 9)        # (batch, 1, 1, L_k)
 ours, w = attend(q, k, v, key_mask)
 fused = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
 print("shapes: output", tuple(ours.shape), "weights", tuple(w.shape), "mask", tuple(key_mask.shape))
@@ -1173,10 +1173,7 @@ _pad = attention.padding_mask(_lens, 6)                                    # (3,
 _both = attention.combine_masks(_pad, attention.causal_mask(6))            # (3, 6, 6)
 _left = torch.tensor([[False, False, True, True, True, True]] * 3)[:, None, :] & attention.causal_mask(6)
 
-with torch.no_grad():
-    _torch_mha.in_proj_weight.copy_(torch.cat([_m.q_proj.weight, _m.k_proj.weight, _m.v_proj.weight]))
-    _torch_mha.in_proj_bias.copy_(torch.cat([_m.q_proj.bias, _m.k_proj.bias, _m.v_proj.bias]))
-    _torch_mha.out_proj.load_state_dict(_m.out_proj.state_dict())
+multihead.copy_to_torch(_m, _torch_mha)
 _ours_mha.load_state_dict(_m.state_dict())
 with torch.no_grad():
     _want_pad = _torch_mha(_xh, _xh, _xh, key_padding_mask=~_pad[:, 0])          # True = blocked there
@@ -1228,11 +1225,8 @@ SelfAttentionLayer = checks.learner_or_reference(SelfAttention, multihead.OneHea
 # %%
 # NBVAL_CHECK_OUTPUT
 layer = SelfAttentionLayer(16)
-torch_mha = nn.MultiheadAttention(16, 1, batch_first=True)          # PyTorch's, with the same weights
+torch_mha = multihead.copy_to_torch(layer, nn.MultiheadAttention(16, 1, batch_first=True))  # PyTorch's, same weights
 with torch.no_grad():
-    torch_mha.in_proj_weight.copy_(torch.cat([layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight]))
-    torch_mha.in_proj_bias.copy_(torch.cat([layer.q_proj.bias, layer.k_proj.bias, layer.v_proj.bias]))
-    torch_mha.out_proj.load_state_dict(layer.out_proj.state_dict())
     x_l = torch.randn(2, 5, 16)
     allowed = make_causal(5)                                        # True = may attend (this course)
     ours_l, _ = layer(x_l, allowed)

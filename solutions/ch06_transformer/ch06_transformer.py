@@ -49,7 +49,6 @@ import warnings
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from torch import nn
 
 from course_utils import (
@@ -111,48 +110,7 @@ device = torch.device("cpu")   # small models and batches: the CPU is the fair p
 # the decoder's last states into next-token probabilities.
 
 # %%
-def draw_transformer(ax):
-    """The encoder-decoder Transformer as boxes and arrows (Post-LN, as in the paper)."""
-    def box(x, y, text, color, w=2.6, h=0.55):
-        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
-                                    fc=color, ec="0.3", lw=1))
-        ax.text(x, y, text, ha="center", va="center", fontsize=9)
-
-    def arrow(x0, y0, x1, y1, **kw):
-        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=10,
-                                     color=kw.get("color", "0.2"), lw=1.2, connectionstyle=kw.get("cs", "arc3")))
-
-    enc = [("source tokens", "white"), ("embedding x sqrt(d_model)\n+ positional encoding", "#fde9c9"),
-           ("multi-head self-attention", "#cfe2f3"), ("add & norm", "#eeeeee"),
-           ("feed-forward", "#d9ead3"), ("add & norm", "#eeeeee")]
-    dec = [("target tokens, shifted right\n(<sos> y1 y2 ...)", "white"),
-           ("embedding x sqrt(d_model)\n+ positional encoding", "#fde9c9"),
-           ("masked multi-head self-attention", "#cfe2f3"), ("add & norm", "#eeeeee"),
-           ("cross-attention (K, V from encoder)", "#f4cccc"), ("add & norm", "#eeeeee"),
-           ("feed-forward", "#d9ead3"), ("add & norm", "#eeeeee"), ("linear -> softmax", "#fff2cc"),
-           ("next-token probabilities", "white")]
-    ys_e = [0.4 + 0.85 * i for i in range(len(enc))]
-    ys_d = [0.4 + 0.85 * i for i in range(len(dec))]
-    for (text, color), y in zip(enc, ys_e):
-        box(1.6, y, text, color)
-    for (text, color), y in zip(dec, ys_d):
-        box(5.7, y, text, color, w=3.4)
-    for ys, x in ((ys_e, 1.6), (ys_d, 5.7)):
-        for a, b in zip(ys, ys[1:]):
-            arrow(x, a + 0.3, x, b - 0.3)
-    arrow(1.6, ys_e[-1] + 0.3, 3.95, ys_d[4], cs="arc3,rad=-0.25", color="#cc0000")
-    for x, lo, hi, label in ((0.05, ys_e[2] - 0.4, ys_e[-1] + 0.4, "N x"), (7.55, ys_d[2] - 0.4, ys_d[7] + 0.4, "N x")):
-        ax.add_patch(FancyBboxPatch((x, lo), 0.01, hi - lo, boxstyle="square,pad=0", fc="none", ec="0.5", ls="--"))
-        ax.text(x + (-0.05 if x < 1 else 0.1), (lo + hi) / 2, label, ha="right" if x < 1 else "left", va="center")
-    ax.text(1.6, ys_e[-1] + 0.75, "encoder", ha="center", fontsize=11, weight="bold")
-    ax.text(5.7, ys_d[-1] + 0.6, "decoder", ha="center", fontsize=11, weight="bold")
-    ax.set_xlim(-0.6, 8.3)
-    ax.set_ylim(-0.1, ys_d[-1] + 0.9)
-    ax.axis("off")
-
-
-fig, ax = plt.subplots(figsize=(8, 7.5))
-draw_transformer(ax)
+_ = plots.draw_transformer()
 plt.show()
 
 
@@ -472,7 +430,7 @@ def _encoder_case(norm_first, seed, lengths=None, forbidden=()):
     for p in layer.parameters():        # norms start at gain 1, bias 0: perturb them so that order matters
         p.data.add_(0.2 * torch.randn_like(p))
     x = torch.randn(2, 5, 8)
-    mask = None if lengths is None else attention.padding_mask(lengths, 5).unsqueeze(1)
+    mask = None if lengths is None else attention.key_padding_mask(lengths, 5)
     with torch.no_grad():
         want = layer(x, mask=mask)[0]
         with checks.forbid(*forbidden):
@@ -517,7 +475,7 @@ def _probe_encoder(f):          # both orders, with padding
         for p in layer.parameters():
             p.data.add_(0.2 * torch.randn_like(p))
         with torch.no_grad():
-            outs.append(f(layer, torch.randn(2, 4, 8), attention.padding_mask(torch.tensor([4, 2]), 4).unsqueeze(1)))
+            outs.append(f(layer, torch.randn(2, 4, 8), attention.key_padding_mask(torch.tensor([4, 2]), 4)))
     return torch.cat(outs)
 
 
@@ -695,7 +653,7 @@ def _decoder_case(norm_first, seed, lengths=None, forbidden=()):
     for p in layer.parameters():
         p.data.add_(0.2 * torch.randn_like(p))
     y, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
-    mask = None if lengths is None else attention.padding_mask(lengths, 6).unsqueeze(1)
+    mask = None if lengths is None else attention.key_padding_mask(lengths, 6)
     with torch.no_grad():
         want = layer(y, causal=True, memory=memory, memory_mask=mask).x
         y2 = y.clone()          # the future must not matter: change the last target position, the others stay
@@ -761,7 +719,7 @@ def _probe_decoder(f):          # both orders, with source padding
             p.data.add_(0.2 * torch.randn_like(p))
         with torch.no_grad():
             outs.append(f(layer, torch.randn(2, 3, 8), torch.randn(2, 5, 8),
-                          attention.padding_mask(torch.tensor([5, 2]), 5).unsqueeze(1)))
+                          attention.key_padding_mask(torch.tensor([5, 2]), 5)))
     return torch.cat(outs)
 
 
@@ -789,7 +747,7 @@ for norm_first in (False, True):
         logits = ours(src_p, src_len_p, tgt_p)
         model_gap = (logits - ours.out(want)).abs().max().item()
         # the same with the layer functions of exercises 2 and 4
-        mask = attention.padding_mask(src_len_p, 6).unsqueeze(1)
+        mask = attention.key_padding_mask(src_len_p, 6)
         h = x_s
         for layer in ours.encoder.layers:
             h = encoder_forward(layer, h, mask)

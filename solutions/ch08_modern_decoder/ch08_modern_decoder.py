@@ -51,6 +51,7 @@ from course_utils import (
     flash,
     kvcache,
     llama,
+    plots,
     positional,
     textlm,
     train,
@@ -79,35 +80,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # The diagram shows one block of each (pre-norm in both: chapter 6 measured why).
 
 # %%
-def draw_blocks(ax):
-    ax.set_xlim(0, 10)
-    ax.set_ylim(0, 7.4)
-    ax.axis("off")
-    cols = {"chapter 6/7 block": (2.5, ["LayerNorm", "MHA (+ bias)", "+", "LayerNorm", "ReLU FFN 4d (+ bias)", "+"],
-                                  "x + learned position"),
-            "LLaMA-style block": (7.5, ["RMSNorm", "GQA, RoPE on q, k", "+", "RMSNorm", "SwiGLU 8d/3", "+"],
-                                  "x (no position added)")}
-    for title, (x0, boxes, bottom) in cols.items():
-        ax.text(x0, 7.1, title, ha="center", fontsize=12, weight="bold")
-        ax.text(x0, 0.2, bottom, ha="center", fontsize=10)
-        for i, label in enumerate(boxes):
-            y = 0.9 + i * 1.0
-            if label == "+":
-                ax.add_patch(plt.Circle((x0, y + 0.25), 0.22, fc="white", ec="0.3"))
-                ax.text(x0, y + 0.25, "+", ha="center", va="center")
-            else:
-                colour = "#f6d7a7" if "Norm" in label else "#a7c7f6" if ("MHA" in label or "GQA" in label) else "#b7e3b0"
-                ax.add_patch(plt.Rectangle((x0 - 1.6, y), 3.2, 0.5, fc=colour, ec="0.3"))
-                ax.text(x0, y + 0.25, label, ha="center", va="center", fontsize=9)
-            ax.annotate("", (x0, y + 1.0), (x0, y + 0.5 if label != "+" else y + 0.47),
-                        arrowprops=dict(arrowstyle="-|>", color="0.3"))
-        for start, end in ((0.5, 3.15), (3.4, 6.15)):     # the residual paths
-            ax.annotate("", (x0 - 0.22, end), (x0 - 1.9, start),
-                        arrowprops=dict(arrowstyle="-|>", color="0.55", connectionstyle="angle,angleA=90,angleB=0"))
-
-
-fig, ax = plt.subplots(figsize=(9, 5.2))
-draw_blocks(ax)
+ax = plots.draw_decoder_blocks()
 ax.set_title("One decoder block, bottom to top (grey: the residual paths)")
 plt.show()
 
