@@ -186,6 +186,18 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(out (batch, L_q, d_model), weights (batch, n_heads, L_q, L_k) or None)``.
         """
+        self._check_call(x, context, cache)
+        q = split_heads(self.q_proj(x), self.n_heads)                     # (B, H, L_q, dh)
+        q, k, v = self._keys_values(x, q, context, cache)                 # k, v: (B, G, L_k, dh)
+        L_q, L_k = q.shape[2], k.shape[2]
+        if causal:
+            mask = combine_masks(mask, causal_mask(L_q, L_k, device=x.device))
+        if mask is not None:
+            _check_mask(mask, torch.empty(x.shape[0], self.n_heads, L_q, L_k, device="meta"))
+        out, weights = self._attend(q, k, v, mask, attn_bias, need_weights)
+        return self.out_proj(merge_heads(out)), weights
+
+    def _check_call(self, x: torch.Tensor, context: torch.Tensor | None, cache: KVCache | None) -> None:
         self._check_input(x, "x")
         if self.rope and (context is not None or (cache is not None and cache.static)):
             raise ValueError("RoPE rotates queries and keys by their positions in one sequence: "
@@ -199,43 +211,44 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
         if cache is not None and len(cache) and cache.k.shape[0] != x.shape[0]:
             raise ValueError(f"the cache holds a batch of {cache.k.shape[0]}, x a batch of {x.shape[0]}")
-        q = split_heads(self.q_proj(x), self.n_heads)                     # (B, H, L_q, dh)
+
+    def _keys_values(self, x: torch.Tensor, q: torch.Tensor, context: torch.Tensor | None,
+                     cache: KVCache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The keys and values to attend over ``(B, G, L_k, dh)`` (the cache's, with the new ones
+        appended), and ``q`` (rotated with RoPE)."""
         if cache is not None and cache.static:
-            k, v = cache.k, cache.v                  # cross-attention: the source's K/V, computed once
-        else:
-            source = x if context is None else context
-            k = split_heads(self.k_proj(source), self.n_kv_heads)         # (B, G, L, dh)
-            v = split_heads(self.v_proj(source), self.n_kv_heads)
-            if self.rope:
-                offset = 0 if cache is None else len(cache)               # positions after the cached ones
-                rotate = self.rotate or apply_rope_half
-                q, k = rotate(q, offset, self.rope_base), rotate(k, offset, self.rope_base)
-            if cache is not None:
-                if context is not None:
-                    if len(cache):
-                        raise ValueError("cross-attention needs an empty KVCache to fill (or one "
-                                         "it filled before); this one holds self-attention keys")
-                    cache.static = True
-                k, v = cache.append(k, v)
-        L_q, L_k = q.shape[2], k.shape[2]
-        if causal:
-            mask = combine_masks(mask, causal_mask(L_q, L_k, device=x.device))
-        if mask is not None:
-            _check_mask(mask, torch.empty(x.shape[0], self.n_heads, L_q, L_k, device="meta"))
-        n_rep = self.n_heads // self.n_kv_heads
+            return q, cache.k, cache.v               # cross-attention: the source's K/V, computed once
+        source = x if context is None else context
+        k = split_heads(self.k_proj(source), self.n_kv_heads)             # (B, G, L, dh)
+        v = split_heads(self.v_proj(source), self.n_kv_heads)
+        if self.rope:
+            offset = 0 if cache is None else len(cache)                   # positions after the cached ones
+            rotate = self.rotate or apply_rope_half
+            q, k = rotate(q, offset, self.rope_base), rotate(k, offset, self.rope_base)
+        if cache is not None:
+            if context is not None:
+                if len(cache):
+                    raise ValueError("cross-attention needs an empty KVCache to fill (or one "
+                                     "it filled before); this one holds self-attention keys")
+                cache.static = True
+            k, v = cache.append(k, v)
+        return q, k, v
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                attn_bias: torch.Tensor | None, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(out (B, H, L_q, dh), weights (B, H, L_q, L_k) or None)``: explicit when the weights or a
+        score bias are needed, PyTorch's fused kernel otherwise."""
         p = self.dropout if self.training else 0.0
-        if need_weights or attn_bias is not None:
-            k_r, v_r = repeat_kv(k, n_rep), repeat_kv(v, n_rep)           # (B, H, L_k, dh)
-            scores = attention_scores(q, k_r)
-            if attn_bias is not None:
-                _check_bias(attn_bias, scores)
-                scores = scores + attn_bias
-            weights = masked_softmax(scores, mask)
-            out = F.dropout(weights, p) @ v_r if p else weights @ v_r
-        else:
-            weights = None
-            out = grouped_sdpa(q, k, v, mask, dropout_p=p)
-        out = self.out_proj(merge_heads(out))
+        if not (need_weights or attn_bias is not None):
+            return grouped_sdpa(q, k, v, mask, dropout_p=p), None
+        n_rep = self.n_heads // self.n_kv_heads
+        k_r, v_r = repeat_kv(k, n_rep), repeat_kv(v, n_rep)               # (B, H, L_k, dh)
+        scores = attention_scores(q, k_r)
+        if attn_bias is not None:
+            _check_bias(attn_bias, scores)
+            scores = scores + attn_bias
+        weights = masked_softmax(scores, mask)
+        out = F.dropout(weights, p) @ v_r if p else weights @ v_r
         return out, (weights if need_weights else None)
 
 

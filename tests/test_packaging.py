@@ -283,3 +283,20 @@ def test_every_subpackage_is_installed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "course_utils").rglob("__init__.py")}
     assert found == listed, f"pyproject lists {sorted(listed)}, the tree has {sorted(found)}"
+
+
+def test_no_chapter_rebinds_a_module_it_imports():
+    """A chapter that assigns to the name of a course_utils module it imported (``budget = ...``)
+    breaks every later cell that calls the module; ruff does not see it across cells."""
+    import ast
+    found = []
+    for path in sorted((ROOT / "solutions").glob("ch*/ch*.py")):
+        tree = ast.parse(path.read_text())
+        modules = {alias.asname or alias.name for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) and node.module == "course_utils" for alias in node.names}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AnnAssign, ast.AugAssign, ast.For)) else []
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            found += [f"{path.name}:{node.lineno} {name}" for name in names & modules]
+    assert not found, f"chapters rebinding an imported course_utils module: {found}"

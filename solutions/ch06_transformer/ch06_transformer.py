@@ -932,7 +932,7 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 len_train, len_test, len_vocab = data.length_task()
-budget = lengthtask.length_task_budget()          # chapters 1-2's steps, batch size and lr (20 steps while grading)
+len_budget = lengthtask.length_task_budget()          # chapters 1-2's steps, batch size and lr (20 steps while grading)
 LV = len(len_vocab)
 TF_SIZE = dict(d_model=64, n_heads=4, n_layers=2, d_ff=128)
 TF_OPT = dict(lr_at=lambda step: 0.5 * lr_schedule(step, 64, 100))
@@ -965,7 +965,7 @@ print(f"training time in this run (CPU kernel {torch.backends.cpu.get_cpu_capabi
       f"Transformer / GRU {len_hist[tf_name].seconds / len_hist[gru_name].seconds:.2f}")
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.8))
 _ = plots.plot_accuracy_by_length(len_scores, ax=axes[0])
-axes[0].set_title(f"reversal, {budget['steps']} steps of {budget['batch_size']}: exact match by source length")
+axes[0].set_title(f"reversal, {len_budget['steps']} steps of {len_budget['batch_size']}: exact match by source length")
 _ = plots.plot_loss(len_hist, ax=axes[1])
 axes[1].set_title("training loss")
 plt.tight_layout()
