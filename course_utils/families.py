@@ -196,7 +196,7 @@ class DecoderOnlyLM(nn.Module):
 
     Args: as :class:`EncoderOnly` (without ``n_classes``), plus ``n_kv_heads`` (key/value heads:
     ``None`` is multi-head attention, a divisor of ``n_heads`` grouped-query, 1 multi-query;
-    chapter 4), ``ffn`` (the feed-forward's activation, ``"relu"`` or ``"gelu"`` as in GPT-2),
+    chapter 4), ``ffn`` (the feed-forward: ``"relu"``, ``"gelu"`` as in GPT-2, or ``"swiglu"``),
     ``tie_weights`` (the output layer shares the token embedding's matrix, as in GPT-2) and
     ``use_cache`` (``decode_step`` keeps one :class:`~course_utils.kvcache.KVCache` per layer,
     preallocated for ``max_len`` positions, or recomputes the whole prefix: the same result, the
@@ -218,8 +218,6 @@ class DecoderOnlyLM(nn.Module):
                  pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True,
                  n_kv_heads: int | None = None, ffn: str = "relu"):
         super().__init__()
-        if ffn not in ("relu", "gelu"):
-            raise ValueError(f"ffn must be 'relu' or 'gelu' (chapter 8's ModernDecoder has SwiGLU), got {ffn!r}")
         cfg = BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout,
                           norm_first=norm_first, ffn=ffn)
         self.pad_id, self.max_len = pad_id, max_len
