@@ -15,7 +15,7 @@ JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # process: float sums then round the same way in every run, and two test workers fill 2 cores.
 # (make lab leaves the learner's default alone.)
 THREADS ?= 1
-RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal
+RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal mutants
 $(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
 $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 
@@ -23,10 +23,12 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
 .PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-browser site site-serve grade release autograde sync execute bench clean \
-	hub-install hub-rehearsal
+	hub-install hub-rehearsal mutants update instructor-lab
 
 help:
-	@echo "make lab                  open JupyterLab on the student notebooks"
+	@echo "make lab                  open JupyterLab on your own copy of the course (workspace/, never overwritten)"
+	@echo "make update               bring new chapters and changes of the course into workspace/ (your edits kept)"
+	@echo "make instructor-lab       JupyterLab on the course root with nbgrader's formgrader"
 	@echo "make test                 run every test (unit, notebooks, release sync, grading)"
 	@echo "make unit                 the unit tests of course_utils only (no notebook, grader, site or benchmark)"
 	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
@@ -42,6 +44,7 @@ help:
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
+	@echo "make mutants              mutation testing of every exercise's tests (about 15 min; CH=ch03 for one chapter)"
 	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
@@ -70,13 +73,25 @@ sandbox-tool:
 
 install: $(STAMP)
 
-# JUPYTER_CONFIG_PATH=lab: JupyterLab's defaults from lab/labconfig/default_setting_overrides.json
-# (no news popup, no news or update checks). LAB_ROOT and LAB_ARGS let the browser test start this
-# same server on a copy of one chapter (tests_site/test_lab.py).
-LAB_ROOT ?= notebooks
+# The learner's Lab opens their own workspace (WORKSPACE, ignored by git), never notebooks/ (the release,
+# which make test compares with a fresh one and make release rewrites): course_utils/workspace.py copies
+# in new chapters and merges updated ones, the learner's edits winning, before Lab starts (make update
+# does the merge alone). JUPYTER_CONFIG_PATH=lab/learner:lab: JupyterLab's defaults from
+# lab/labconfig/default_setting_overrides.json (no news popup, no news or update checks), and for the
+# learner no formgrader, create-assignment or course list (lab/learner: page_config.json and the server
+# extensions); nbgrader's assignment list and Validate stay. `make instructor-lab` opens the course root
+# with all of nbgrader. LAB_ROOT and LAB_ARGS let the browser tests start this same server on a copy.
+WORKSPACE ?= workspace
+LAB_ROOT ?= $(WORKSPACE)
 LAB_ARGS ?=
-lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(LAB_ROOT)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
+update: $(STAMP)
+	$(BIN)/python -m course_utils.workspace update "$(WORKSPACE)" --release notebooks
+
+lab: update
+	cd "$(LAB_ROOT)" && JUPYTER_CONFIG_PATH="$(CURDIR)/lab/learner:$(CURDIR)/lab" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
+
+instructor-lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check course_utils tests tools benchmarks conftest.py nbgrader_config.py solutions site tests_site
@@ -90,7 +105,7 @@ test: $(STAMP) lint
 # The unit tests of course_utils alone, for the edit-and-test loop: every tests/test_*.py except those
 # that execute chapters, grade, start a hub or time benchmarks (make test runs them all).
 UNIT_TESTS = $(filter-out tests/test_grading% tests/test_hub_rehearsal.py tests/test_probes.py tests/test_bench.py \
-	tests/test_sources.py tests/test_sandbox_paths.py,$(wildcard tests/test_*.py))
+	tests/test_sources.py tests/test_sandbox_paths.py tests/test_answers.py,$(wildcard tests/test_*.py))
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT_TESTS)
 
@@ -193,6 +208,14 @@ sync: $(STAMP)
 
 execute: sync
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
+
+# Mutation testing of the exercises' tests (tools/mutants.py): each solution mutated one small change at a
+# time and graded in-process with its visible and hidden tests. Prints mutants / killed / listed
+# equivalents per exercise and, on a run of every chapter, rewrites tools/mutants.md (which
+# tests/test_mutants.py keeps current). Fails below 90 % killed or on an unlisted survivor. Not part of
+# make test. CH=ch03: one chapter; SHOW=1: print each survivor's diff.
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py $(CH) $(if $(SHOW),--show)
 
 # The course's performance claims as tables of ratios measured side by side in one run, each row with
 # the machine's own ceiling (matmul peak, copy bandwidth) measured in the same run; one thread and

@@ -1,0 +1,50 @@
+"""Every correct answer gets full marks and every wrong answer loses points (in-process, fast).
+
+``tests/correct_answers/<chapter>.py`` holds, for every autograded exercise, at least two correct
+answers written differently from the solution (another precision, einsum for matmul, a loop for a
+vectorised form, Hugging Face's way of writing it); ``tests/wrong_answers/<chapter>.py`` holds the
+plausible wrong ones (``SOURCE``, ``HIDDEN_ONLY``, ``MORE_WRONG``, and ``REVIEWED``: those reviewers
+wrote). Each is graded by ``tools/mutants.py --correct``: the chapter runs once in grading mode and
+every answer is tried in a forked child against its exercise's visible and hidden tests. The real
+grader grades the first two alternatives of every exercise too (``tests/test_grading.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import exercise_runner as runner  # noqa: E402
+import mutants  # noqa: E402
+
+CHAPTERS = [d.name for d in sorted((ROOT / "solutions").glob("ch*")) if d.is_dir()]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_exercise_has_two_correct_alternatives_and_a_wrong_answer(chapter):
+    exs = set(runner.exercises(runner.chapter_cells(chapter)))
+    good = mutants.correct_answers(chapter)
+    assert set(good) <= exs, f"tests/correct_answers/{chapter}.py names unknown exercises {sorted(set(good) - exs)}"
+    few = sorted(ex for ex in exs if len(good.get(ex, [])) < 2)
+    assert not few, f"tests/correct_answers/{chapter}.py needs at least two correct answers for {few}"
+    bad = mutants.wrong_answers(chapter)
+    missing = sorted(exs - set(bad))
+    assert not missing, f"tests/wrong_answers/{chapter}.py has no wrong answer for {missing}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_correct_answers_get_full_marks_and_wrong_ones_lose_points(chapter):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("NBGRADER_EXECUTION", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), chapter, "--correct", "--jobs", "1"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    bad = [ln for ln in proc.stdout.splitlines() if ln.startswith("BAD")]
+    assert proc.returncode == 0 and not bad, (
+        f"{chapter}: answers graded against what they should get:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    assert proc.stdout.count("\nok ") + proc.stdout.startswith("ok ") >= 2, proc.stdout
