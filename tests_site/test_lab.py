@@ -5,7 +5,10 @@ Open the chapter; no news popup (lab/labconfig, shipped with `make lab`); Run Al
 end (the visible test cells are tagged ``raises-exception``), and every exercise's visible test
 says the exercise is not implemented yet, the first and the second alike; write the first
 exercise's solution into its cell and run it and its test: the test passes; save and press
-nbgrader's Validate: its dialog reports the exercises still left, and no longer the first.
+nbgrader's Validate: its dialog reports the exercises still left, and no longer the first. The
+learner's Lab has no formgrader (neither its menu item nor its page). Then the course is updated
+(a new release with a new cell and a changed one, merged into the workspace as `make update` does):
+after a reload the answer is still there, and so is the new cell.
 Screenshots: site/_build/screenshots/lab_*.png.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -73,7 +77,7 @@ def lab(tmp_path_factory, chromium_path):
     args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
             f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
     log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab",
+    proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab", f"WORKSPACE={work}",
                              f"LAB_ROOT={work}", f"LAB_ARGS={args}"],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}/"
@@ -160,6 +164,34 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
         f"Validate does not report the next unanswered exercise: {text[:2000]!r}"
     assert f"{FUNCTION} is not implemented yet" not in text, \
         f"Validate still reports the answered exercise as missing: {text[:2000]!r}"
+    page.keyboard.press("Escape")
+
+    # The learner's Lab has no formgrader: no menu item, no page (make lab's lab/learner config).
+    page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    page.wait_for_timeout(500)
+    menu = page.locator(".lm-Menu").last.inner_text()
+    page.keyboard.press("Escape")
+    assert "Formgrader" not in menu and "Course List" not in menu, f"the learner's nbgrader menu: {menu!r}"
+    assert "Assignment List" in menu, f"the learner's nbgrader menu lacks the assignment list: {menu!r}"
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(f"{base}formgrader?token={token}", timeout=10)
+
+    # The course is updated: a new release, merged into the workspace as `make update` does.
+    new_release = work.parent / "new-release"
+    shutil.copytree(ROOT / "notebooks" / CHAPTER, new_release / CHAPTER)
+    nb = nbformat.read(new_release / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("## New in this version of the course"))
+    nbformat.write(nb, new_release / CHAPTER / f"{CHAPTER}.ipynb")
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "course_utils.workspace", "update",
+                           str(work), "--release", str(new_release)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "updated" in proc.stdout, proc.stdout + proc.stderr
+    page.reload(wait_until="load")
+    cells.nth(answer + 1).wait_for(state="attached", timeout=120_000)
+    page.get_by_text("New in this version of the course").first.wait_for(timeout=60_000)
+    kept = cells.nth(answer + 1).locator(".cm-content").inner_text()
+    assert f"def {FUNCTION}" in kept and "NotImplementedError" not in kept, f"the answer is gone: {kept!r}"
+    page.screenshot(path=str(screenshots / "lab_after_update.png"))
+
     # JupyterLab asks its own server only; no request went elsewhere (news, updates, fonts).
     # No console error, no request outside the local server (news, updates, fonts), no failed
     # request but JupyterLab's own: it aborts a pending save of the workspace layout when a newer
