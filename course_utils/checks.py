@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import math
 import os
+import traceback
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -30,7 +31,15 @@ __all__ = [
 
 
 class CheckFailed(AssertionError):
-    """A check failed; the message is meant for the learner."""
+    """A check failed; the message is meant for the learner.
+
+    In a notebook it shows as its message alone: IPython asks an exception for
+    ``_render_traceback_`` before it formats a traceback, and the frames of the checks would
+    only hide the hint under ten lines of code the learner did not write.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 # --- what the grader sees -------------------------------------------------------------------------
@@ -168,16 +177,34 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
 
 
 def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> None:
-    """Run named checks in order; stop at the first failure, print a success line otherwise.
+    """Run every named check; print a success line, or fail naming every check that failed.
 
-    A failure message starts with ``name`` and the check's description, then the reason.
+    Each failure is listed with its number, its description and its reason (the hint), so a
+    learner sees check 3's advice even when check 2 fails too. A check that raises anything
+    but :class:`CheckFailed` (the learner's code crashed) is listed with the exception and the
+    line that raised it.
     """
+    failures = []
     for i, (desc, check) in enumerate(checks, 1):
         try:
             check()
         except CheckFailed as err:
-            raise CheckFailed(f"{name}, check {i}/{len(checks)} ({desc}) failed: {err}") from None
+            failures.append(f"check {i}/{len(checks)} ({desc}): {err}")
+        except Exception as err:  # noqa: BLE001 (the learner's code raised: report it with the others)
+            failures.append(f"check {i}/{len(checks)} ({desc}) raised {type(err).__name__}: {err}{_where(err)}")
+    if failures:
+        raise CheckFailed(f"{name}: {len(failures)} of {len(checks)} checks failed\n"
+                          + "\n".join(f"  \u2717 {f}" for f in failures))
     print(f"\u2713 {name}: all {len(checks)} checks passed")
+
+
+def _where(err: BaseException) -> str:
+    """`` (line N: code)`` of the innermost frame that raised ``err``, where it is known."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (line {last.lineno}: {last.line.strip()})" if last.line else f" (line {last.lineno})"
 
 
 def same_result(got: Any, want: Any, atol: float = 1e-4, rtol: float = 1e-4) -> bool:

@@ -26,8 +26,39 @@ def test_call_reports_unfinished_exercises():
 def test_run_checks_prints_or_names_the_failing_check(capsys):
     checks.run_checks("f", [("a", lambda: None), ("b", lambda: None)])
     assert "all 2 checks passed" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match=r"f, check 2/2 \(bad\) failed: wrong"):
+    with pytest.raises(AssertionError, match=r"f: 1 of 2 checks failed\n  \u2717 check 2/2 \(bad\): wrong"):
         checks.run_checks("f", [("ok", lambda: None), ("bad", lambda: checks.expect_equal(1, 2, "wrong"))])
+
+
+def test_run_checks_reports_every_failing_check_with_its_hint():
+    def crash():
+        return {}["missing"]
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.run_checks("g", [("first", lambda: checks.expect_equal(1, 2, "one")),
+                                ("fine", lambda: None),
+                                ("third", lambda: (_ for _ in ()).throw(checks.CheckFailed("divide by sqrt(d_k) = 3"))),
+                                ("crash", crash)])
+    msg = str(info.value)
+    assert msg.startswith("g: 3 of 4 checks failed")
+    assert "check 1/4 (first): one: expected 2, got 1" in msg
+    assert "check 3/4 (third): divide by sqrt(d_k) = 3" in msg, "a later check's hint is hidden"
+    assert "check 4/4 (crash) raised KeyError: 'missing' (line" in msg and 'return {}["missing"]' in msg
+    assert "fine" not in msg
+
+
+def test_a_failed_check_shows_without_a_traceback_in_ipython():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shown = []
+    original = shell._showtraceback
+    shell._showtraceback = lambda etype, evalue, stb: shown.append(stb)
+    try:
+        shell.run_cell("from course_utils import checks\n"
+                       "checks.run_checks('h', [('bad', lambda: checks.expect_equal(1, 2, 'x'))])")
+    finally:
+        shell._showtraceback = original
+    assert shown == [["CheckFailed: h: 1 of 1 checks failed\n  \u2717 check 1/1 (bad): x: expected 2, got 1"]]
 
 
 def test_forbid_catches_aliases_and_restores():
