@@ -45,6 +45,11 @@ c.CourseDirectory.student_id = "*"
 c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
                                        LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 
+# The late policy (docs: the instructor's guide): a due date per chapter in the gradebook
+# (`nbgrader db assignment add chNN --duedate "..."`), and 10 % of the earned score per started day late.
+c.AssignLatePenalties.plugin_class = "course_utils.grading.late.PerDayPenalty"
+c.PerDayPenalty.percent_per_day = 10.0
+
 c.GenerateFeedback.preprocessors = [
     GetGrades,
     ScrubHidden,

@@ -8,6 +8,11 @@
   ``JUPYTERHUB_USER`` and their own home: the exchange must name submissions after the hub
   user. One student's notebook looks for the exchange's inbound folder, the other student's
   submission, ``submitted/`` and the gradebook from inside its box: none is there.
+  The chapter falls due between the two submissions: the late one loses 10 % per started day
+  (nbgrader_config.py). nbgrader's own API (formgrader's Autograde button) then grades a submission
+  exactly as the course's grader did; a grader marks written answers and comments on them (as in
+  formgrader), and the next `autograde` puts the marks and comments into the feedback (whose
+  contents list names each exercise) and into the exports (per exercise, and a row per student).
 * ``test_parallel_grades_equal_serial_grades``: a small class with a poisoned submission graded
   three at a time, then one at a time: the same grades, cell by cell, and the same faults.
 
@@ -17,11 +22,14 @@ learner may do), so each grades in seconds.
 
 from __future__ import annotations
 
+import csv
+import datetime
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -107,6 +115,11 @@ def test_the_exchange_loop(tmp_path):
         inbound = tmp_path / "exchange" / exchange.COURSE_ID / "inbound"
         for student in ("alice", "bob"):
             home = homes[student]
+            if student == "bob":   # the chapter falls due between the two submissions: bob is late
+                due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+                _nbgrader("db", "assignment", "add", CHAPTER, f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
+                          cwd=course, env=teacher)
+                time.sleep(2)
             fetched = home / CHAPTER / f"{CHAPTER}.ipynb"
             nb = _answers_from(solution, _lean(fetched))
             if student == "bob":
@@ -140,6 +153,47 @@ def test_the_exchange_loop(tmp_path):
         if SANDBOXED:
             assert not re.search(r"^READ ", seen, re.M) and len(re.findall(r"^ABSENT ", seen, re.M)) == len(paths), seen
 
+        # The late policy (nbgrader_config.py): 10 % of the earned score per started day late.
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            late = {st: gb.find_submission(CHAPTER, st).late_submission_penalty or 0.0 for st in ("alice", "bob")}
+            earned = gb.find_submission(CHAPTER, "bob").code_score
+        assert late["alice"] == 0 and late["bob"] == pytest.approx(0.1 * earned), late
+        assert float(grades["bob"][7]) == pytest.approx(late["bob"]), grades
+
+        # formgrader's Autograde button (nbgrader's own API, no reference run prepared by the course's
+        # commands) grades alice exactly as the course's grader did.
+        before = _scores(course, "alice")
+        _run(sys.executable, "-c", API_AUTOGRADE.format(chapter=CHAPTER, student="alice"), cwd=course, env=teacher)
+        assert _scores(course, "alice") == before, "nbgrader's API and make autograde disagree"
+
+        # A grader marks alice's written answers in formgrader; the next run of the course's grader
+        # (nothing resubmitted) puts the marks and the comment into her feedback and the exports.
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            sub = gb.find_submission_notebook(CHAPTER, CHAPTER, "alice")
+            answers = [g for g in sub.grades if g.cell_type == "markdown"]
+            assert answers, "the chapter has no written answer to mark"
+            for g in answers:
+                g.manual_score = g.max_score / 2
+                gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"Marked by hand: {g.name}-remark"
+            written = [(g.name, g.max_score) for g in answers]
+            gb.db.commit()
+        marked = sum(mx / 2 for _, mx in written)
+        _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", cwd=course, env=teacher)
+        regraded = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
+        assert float(regraded["alice"][2]) == pytest.approx(float(grades["alice"][2]) + marked), regraded
+        feedback = (course / "feedback" / "alice" / CHAPTER / f"{CHAPTER}.html").read_text()
+        for name, _ in written:
+            assert f"{name}-remark" in feedback, f"alice's feedback lacks the comment on {name}"
+        assert "ex1_scores: visible tests" in feedback and ">Test cell<" not in feedback, \
+            "the feedback's contents list does not name the exercises"
+        by_exercise = list(csv.DictReader((course / "grades_by_exercise.csv").open()))
+        mine = {r["exercise"]: r for r in by_exercise if r["student_id"] == "alice"}
+        assert float(mine[written[0][0]]["score"]) == written[0][1] / 2, mine
+        assert mine["ex1_scores"]["kind"] == "autograded" and float(mine["ex1_scores"]["score"]) > 0, mine
+        lms = list(csv.DictReader((course / "grades_lms.csv").open()))
+        assert [r["student_id"] for r in lms] == ["alice", "bob"], lms
+        assert float(lms[0][next(k for k in lms[0] if k.startswith(CHAPTER))]) == float(regraded["alice"][2])
+
         _nbgrader("release_feedback", CHAPTER, cwd=course, env=teacher)
         for student, other in (("alice", "bob"), ("bob", "alice")):
             _nbgrader("fetch_feedback", CHAPTER, cwd=homes[student], env=envs[student])
@@ -149,6 +203,24 @@ def test_the_exchange_loop(tmp_path):
             assert f"{student}-sentinel" in text and f"{other}-sentinel" not in text, student
     finally:
         shutil.rmtree(course, ignore_errors=True)
+
+
+# What formgrader's Autograde button runs: nbgrader's own API, configured from the course's
+# nbgrader_config.py, in the course folder.
+API_AUTOGRADE = """
+from nbgrader.apps import NbGrader, NbGraderAPI
+app = NbGrader()
+app.load_config_file()
+result = NbGraderAPI(config=app.config).autograde({chapter!r}, {student!r}, force=True)
+assert result["success"], result.get("error") or result.get("log")
+"""
+
+
+def _scores(course: Path, student: str) -> dict[str, float]:
+    """The autograded score of every test cell of ``student``'s submission, from the gradebook."""
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission_notebook(CHAPTER, CHAPTER, student)
+        return {g.name: g.auto_score for g in sub.grades if g.cell_type == "code"}
 
 
 DEAD = "import os\nos._exit(1)\n"

@@ -96,7 +96,9 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
                 pool.shutdown(wait=True)
         finally:
             shutil.rmtree(snap_dir, ignore_errors=True)
-    if feedback and graded:
+    # Feedback is made again for every submission of the chapter, graded now or not: a grader may have
+    # marked written answers in formgrader since the last run, and the feedback must show those marks.
+    if feedback and (graded or _autograded(course, chapter, submissions)):
         nbgrader("generate_feedback", chapter, "--force", course=course, check=False)
         for student in submissions:   # nbgrader rewrote every student's feedback of the chapter
             html = course / "feedback" / student / chapter / f"{nb_name}.html"
@@ -116,6 +118,11 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
                 data["faults"] = data.get("faults", []) + [f"no feedback could be made ({parallel.last_error(proc.stderr)})"]
                 record.write_text(json.dumps(data))
     return read_grades(course, chapter, list(submissions))
+
+
+def _autograded(course: Path, chapter: str, submissions: Mapping[str, Path]) -> bool:
+    """Whether any of ``submissions`` has an autograded notebook to make feedback from."""
+    return any((course / "autograded" / s / chapter).is_dir() for s in submissions)
 
 
 def autograde_in(course: Path, chapter: str, submissions: Mapping[str, Path], feedback: bool = False,
@@ -202,7 +209,8 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
     if (root / "gradebook.db").exists():
         os.chmod(root / "gradebook.db", 0o600)
     write_grades_csv(root, faults)
-    print(f"feedback in {root / 'feedback'}, grades in {root / 'grades.csv'}")
+    print(f"feedback in {root / 'feedback'}, grades in {root / 'grades.csv'} (per exercise: grades_by_exercise.csv; "
+          "one row per student for an LMS: grades_lms.csv)")
     print(f"faults: {len(faults)} of {len(folders)} submissions" + (":" if faults else ""))
     for (s, ch), why in sorted(faults.items()):
         print(f"  {s}/{ch}: {why}")

@@ -15,6 +15,16 @@ from course_utils.grading.course import course_root, release
 from course_utils.grading.execution import execute
 
 
+def _quiet_libraries() -> None:
+    """nbgrader's gradebook trips SQLAlchemy 2's warnings about its relationships (harmless, and not
+    the instructor's to fix): the grader's output is its table and its faults, nothing else."""
+    import warnings
+
+    from sqlalchemy.exc import SAWarning
+
+    warnings.simplefilter("ignore", SAWarning)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.grading",
                                      description="Grade, release, autograde and execute the course's notebooks.")
@@ -32,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("execute", help="re-execute notebooks in place")
     e.add_argument("path", type=Path, nargs="?", default=None)
     args = parser.parse_args(argv)
+    _quiet_libraries()
     root = course_root(args.root)
     if args.command == "grade":
         if not args.notebook.exists():

@@ -24,6 +24,7 @@ import ast
 import copy
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -108,9 +109,17 @@ class _Stop(Exception):
     pass
 
 
-def _load_reference() -> dict | None:
-    """The solution's reference run that the grader set for this chapter (``None``: every test fails)."""
+def _load_reference(chapter: str | None = None, limits: sandbox.Limits | None = None) -> dict | None:
+    """The solution's reference run of this chapter (``None``: every test fails).
+
+    The course's own commands make it first and say where it is (``reference.ENV``). nbgrader's own
+    ``autograde`` and formgrader's Autograde button run this preprocessor without them: then it is
+    made here, on demand (once, then cached), from the course in the current folder (where nbgrader
+    runs), so every way of grading gives the same grades.
+    """
     path = os.environ.get(reference.ENV)
+    if not path and chapter:
+        path = str(reference.ensure(Path.cwd(), chapter, limits or sandbox.Limits.from_env()))
     try:
         data = json.loads(Path(path).read_text()) if path else None
     except (OSError, ValueError):
@@ -147,10 +156,15 @@ class SandboxedExecute(Execute):
         self._records: dict[tuple[int, int], list] = {}   # (pass, cell index) -> the records the checks sent
         self._record_bytes = 0
         self._pass = 0
-        self._reference = None if self.reference_mode else _load_reference()
         self._answer_names = sandbox.answer_names(nb)
         report = nb.metadata.get(META, {})
         report.setdefault("faults", [])
+        self._reference = None
+        if not self.reference_mode:
+            try:
+                self._reference = _load_reference((resources or {}).get("nbgrader", {}).get("assignment"))
+            except (RuntimeError, OSError, subprocess.SubprocessError) as err:   # the solution's own run failed
+                report["faults"].append(f"the grader could not make its reference run of the solution: {err}")
         report["tampering"] = {}
         self._report = report
         self._run: set[int] = set()

@@ -144,9 +144,40 @@ class FaultNote(Preprocessor):
 _BODY = re.compile(r"(<body[^>]*>)(.*)(</body>)", re.S | re.I)
 
 
+_TOC_ENTRY = re.compile(r'(<a href="#(?:comment-)?)([A-Za-z0-9_-]+)(">)(Test cell|Written response|Coding free-response|Task|Comment)(</a>)')
+
+
+def _toc_name(m: re.Match) -> str:
+    gid, kind = m.group(2), m.group(4)
+    if kind == "Comment":
+        what = f"comment on {gid}"
+    elif gid.endswith(("-visible", "-hidden")):
+        ex, part = gid.rsplit("-", 1)
+        what = f"{ex}: {part} tests"
+    else:
+        what = f"{gid}: {kind.lower()}"
+    return f"{m.group(1)}{gid}{m.group(3)}{what}{m.group(5)}"
+
+
+# nbconvert's classic page scrolls a long output line sideways, so an error message with its hint
+# reads as cut off in a printout or a narrow window: wrap it instead.
+_WRAP = "<style>div.output_area pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"
+
+
+def name_exercises(html: str) -> str:
+    """nbgrader's contents list names every graded cell "Test cell" or "Written response": name it by
+    its exercise instead ("ex3_attention: hidden tests", "q1_scale: written response"); and long
+    output lines wrap instead of running off the page."""
+    html = _TOC_ENTRY.sub(_toc_name, html)
+    if _WRAP not in html:
+        html = html.replace("</head>", _WRAP + "\n</head>", 1)
+    return html
+
+
 def sanitise_html_file(path: Path) -> None:
-    """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own), and
+    name each entry of its contents list by its exercise."""
+    text = name_exercises(path.read_text(encoding="utf-8", errors="replace"))
     m = _BODY.search(text)
     if m is None:
         path.write_text(clean_html(text), encoding="utf-8")

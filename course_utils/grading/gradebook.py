@@ -99,31 +99,71 @@ def update_gradebook_tests(root: Path, chapter: str) -> None:
 
 
 def write_grades_csv(root: Path, faults: Mapping[tuple[str, str], str]) -> Path:
-    """``grades.csv``: a row per student and chapter of the gradebook, plus unknown folders, with the fault."""
+    """The grade exports, from the gradebook (autograded scores, written marks, late penalties):
+
+    * ``grades.csv``: a row per student and chapter (plus unknown folders), with the fault and the
+      late penalty (``score`` is after the penalty, as nbgrader counts it);
+    * ``grades_by_exercise.csv``: a row per student, chapter and exercise (its visible and hidden tests
+      together; each written question on its own);
+    * ``grades_lms.csv``: a row per student, a column per chapter (``chNN (max)``) and the total, the
+      shape a learning-management system imports.
+    """
     from nbgrader.api import Gradebook, MissingEntry
 
-    rows = []
+    rows, by_exercise = [], []
+    lms: dict[str, dict[str, float]] = {}
+    maxima: dict[str, float] = {}
     db = root / "gradebook.db"
     if db.exists():
         with Gradebook(f"sqlite:///{db}") as gb:
             for a in gb.assignments:
+                maxima[a.name] = a.max_score
                 for st in gb.students:
                     try:
                         sub = gb.find_submission(a.name, st.id)
-                        row = [a.name, st.id, f"{sub.score:g}", f"{a.max_score:g}", f"{sub.code_score:g}",
-                               "yes" if sub.needs_manual_grade else "no"]
                     except MissingEntry:
-                        row = [a.name, st.id, "0", f"{a.max_score:g}", "0", "no"]
-                    rows.append(row + [faults.get((st.id, a.name), "")])
+                        rows.append([a.name, st.id, "0", f"{a.max_score:g}", "0", "no",
+                                     faults.get((st.id, a.name), ""), "0"])
+                        lms.setdefault(st.id, {})[a.name] = 0.0
+                        continue
+                    rows.append([a.name, st.id, f"{sub.score:g}", f"{a.max_score:g}", f"{sub.code_score:g}",
+                                 "yes" if sub.needs_manual_grade else "no", faults.get((st.id, a.name), ""),
+                                 f"{sub.late_submission_penalty or 0:g}"])
+                    lms.setdefault(st.id, {})[a.name] = sub.score
+                    by_exercise += _exercise_rows(sub, a.name, st.id)
     seen = {(r[1], r[0]) for r in rows}
     for (s, ch), why in faults.items():
         if (s, ch) not in seen:
-            rows.append([ch, s, "0", "", "0", "no", why])
-    path = root / "grades.csv"
+            rows.append([ch, s, "0", "", "0", "no", why, "0"])
+    _write_csv(root / "grades_by_exercise.csv",
+               ["student_id", "chapter", "exercise", "kind", "score", "max_score"], sorted(by_exercise))
+    chapters_ = sorted(maxima)
+    _write_csv(root / "grades_lms.csv",
+               ["student_id", *(f"{ch} ({maxima[ch]:g})" for ch in chapters_), f"total ({sum(maxima.values()):g})"],
+               [[s, *(f"{lms[s].get(ch, 0.0):g}" for ch in chapters_), f"{sum(lms[s].values()):g}"]
+                for s in sorted(lms)])
+    return _write_csv(root / "grades.csv", ["chapter", "student_id", "score", "max_score", "autograded_score",
+                                            "needs_manual_grade", "fault", "late_penalty"], sorted(rows))
+
+
+def _exercise_rows(sub, chapter: str, student: str) -> list[list[str]]:
+    """A submission's grades summed per exercise (``ex3_attention-visible`` + ``-hidden``)."""
+    from course_utils.grading.course import exercise_of
+
+    totals: dict[str, list] = {}
+    for nb in sub.notebooks:
+        for g in nb.grades:
+            score = g.manual_score if g.manual_score is not None else (g.auto_score or 0.0)
+            kind = "written" if g.cell_type == "markdown" else "autograded"
+            t = totals.setdefault(exercise_of(g.name), [kind, 0.0, 0.0])
+            t[1] += score
+            t[2] += g.max_score
+    return [[student, chapter, ex, kind, f"{score:g}", f"{mx:g}"] for ex, (kind, score, mx) in totals.items()]
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["chapter", "student_id", "score", "max_score", "autograded_score", "needs_manual_grade", "fault"])
-        w.writerows(sorted(rows))
+        w.writerow(header)
+        w.writerows(rows)
     return path
-
-
