@@ -220,12 +220,12 @@ mutants: $(STAMP)
 # The course's performance claims as tables of ratios measured side by side in one run, each row with
 # the machine's own ceiling (matmul peak, copy bandwidth) measured in the same run; one thread and
 # all threads, and CUDA where present. Not part of make test. Prints the tables and saves them in
-# benchmarks/results/ (latest.md: the full run the README quotes). BENCH_QUICK=1: smaller sizes.
+# benchmarks/results/ (latest.md: the full run docs/performance.md quotes). BENCH_QUICK=1: smaller sizes.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(if $(filter-out 0,$(BENCH_QUICK)),--quick)
 
 # Grading results are the instructor's (gradebook.db holds the hand-graded answers): clean keeps
-# gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and grades.csv.
+# gradebook.db, gradebook-backups/, submitted/, autograded/, feedback/ and the grades_*.csv exports.
 clean:
 	rm -rf $(VENV) .pytest_cache .grading-cache site/_build site/_vendor $(HUB_NODE)/node_modules hub-rehearsal
 	find . -name __pycache__ -type d -not -path './.venv/*' -prune -exec rm -rf {} +

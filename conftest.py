@@ -20,7 +20,7 @@ import pytest
 
 NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 150))
 # Chapter 6 retrains the chapter 1-2 baselines beside its Transformer: its target is 120 s
-# instead of 90 s (DESIGN.md), so its guard is scaled by the same 120/90.
+# instead of 90 s (the course's design targets), so its guard is scaled by the same 120/90.
 _BUDGET_SCALE = {"ch06_transformer": 120 / 90}
 
 

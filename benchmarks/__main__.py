@@ -3,10 +3,10 @@
     python -m benchmarks                 # the full run (make bench): 2-9 minutes on 2 cores
     python -m benchmarks --quick         # smaller sizes (make bench BENCH_QUICK=1)
     python -m benchmarks --only attention,decoding --no-save
-    python -m benchmarks --readme        # copy the last full run's headline into README.md
+    python -m benchmarks --readme        # copy the last full run's headline into docs/performance.md
 
 Each run is saved as ``benchmarks/results/<date>-<mode>.{json,md}``; a full run also as
-``latest.{json,md}`` (the README quotes it), a quick one as ``latest-quick.{json,md}``.
+``latest.{json,md}`` (docs/performance.md quotes it), a quick one as ``latest-quick.{json,md}``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from pathlib import Path
 from benchmarks import harness, suites
 
 RESULTS = Path(__file__).resolve().parent / "results"
-README = Path(__file__).resolve().parents[1] / "README.md"
+# The page that quotes the headline (the README did, before issue 32).
+README = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def update_readme(readme: Path = README, results: Path = RESULTS / "latest.json") -> None:
-    """Put the headline of ``results`` (the last full run) between the README's bench markers,
+    """Put the headline of ``results`` (the last full run) between the bench markers of ``readme``
+    (docs/performance.md),
     with the machine and the date it came from."""
     import json
     if not results.is_file():
@@ -127,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go (benchmarks/results)")
     parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--readme", action="store_true",
-                        help="measure nothing: copy the headline of results/latest.json into README.md")
+                        help="measure nothing: copy the headline of results/latest.json into docs/performance.md")
     args = parser.parse_args(argv)
     if args.readme:
         update_readme()
-        print(f"README.md: headline from {RESULTS / 'latest.json'}")
+        print(f"docs/performance.md: headline from {RESULTS / 'latest.json'}")
         return 0
     mode = args.mode or ("quick" if args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0") else "full")
     only = [s for s in args.only.split(",") if s] or None

@@ -419,7 +419,7 @@ def save(tables: Sequence[Table], machine: Mapping[str, Any], ceilings: Mapping[
 
 
 # --------------------------------------------------------------------------------------------
-# the headline: one line per claim, the README quotes it
+# the headline: one line per claim, docs/performance.md quotes it
 # --------------------------------------------------------------------------------------------
 
 def headline(tables: Sequence[Table], selectors: Sequence[tuple[str, str, Mapping[str, Any], str, str]],

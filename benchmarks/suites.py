@@ -631,7 +631,7 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
 
 
 def headline_selectors(cfg: Config) -> list[tuple[str, str, dict, str, str]]:
-    """The claims the README quotes: ``(claim, table, row filter, column, format)`` (see
+    """The claims docs/performance.md quotes: ``(claim, table, row filter, column, format)`` (see
     :func:`benchmarks.harness.headline`), at the largest sizes of ``cfg``."""
     L, T, B, n = max(cfg.attn_lengths), max(cfg.dec_contexts), max(cfg.dec_batches), max(cfg.conv_sizes)
     mha, mqa = cfg.kv_variants[0][0], cfg.kv_variants[-1][0]

@@ -1,4 +1,4 @@
-"""Sphinx configuration of the course site (``make site``; README, "The course on the web").
+"""Sphinx configuration of the course site (``make site``; README, "Read it on the web").
 
 The source folder is not this one: ``site/prepare.py`` writes it to ``site/_build/src`` (the
 learner's version of every executed chapter, the index and the glossary) and ``make site`` runs

@@ -4,16 +4,23 @@
 For each chapter it reads the *executed* solution notebook ``solutions/chNN_*/chNN_*.ipynb``
 (never re-executed) and applies nbgrader's own ``ClearSolutions`` and ``ClearHiddenTests``, the
 steps that make the student release, but keeps the stored outputs: a page shows the exercise
-stubs a learner gets, with the figures and numbers of the solution run. Outputs of the cells that
-held a solution or hidden tests are dropped too (they come from the solution, not from the stub).
-It also copies the index page and the glossary (GLOSSARY.md, its links rewritten from the
-repository's notebooks to the site's chapters).
+stubs a learner gets, with the figures and numbers of the solution run. No output that the stub
+could not have produced is shown: the outputs of the cells that held a solution or hidden tests,
+and of every test cell (its "all checks passed" came from the solution), are dropped; a probe's
+verdict (``checks.learner_or_reference``: "agrees with the reference on a probe: the experiments
+below use your implementation") becomes the line the stub prints ("not implemented yet: the
+experiments below use the course_utils reference"), the rest of that cell's output kept.
+It also copies the index page, the glossary (GLOSSARY.md, its links rewritten from the
+repository's notebooks to the site's chapters), the last ``make bench`` tables, and the course's
+documentation (``docs/*.md`` and CONTRIBUTING.md), whose links to pages the site has are pointed at
+those pages and whose links to other files of the repository become the file's path as text.
 
 Usage: ``python site/prepare.py [--root ROOT] [--out OUT]`` (default out: site/_build/src).
 """
 from __future__ import annotations
 
 import argparse
+import posixpath
 import re
 import shutil
 from pathlib import Path
@@ -30,6 +37,16 @@ REPO_LINK = re.compile(r"\]\((?:\./)?notebooks/(ch\d\d_\w+)/\1\.ipynb(#[^)\s]*)?
 # The chapters point to the last `make bench` tables in the repository; the site carries them as a page.
 BENCH = Path("benchmarks") / "results" / "latest.md"
 BENCH_LINK = re.compile(r"\]\((?:\.\./\.\./)?benchmarks/results/latest\.md\)")
+# The documentation pages: repository path -> path in the site's source folder.
+DOCS_PAGES = {"CONTRIBUTING.md": "contributing.md"}
+# A markdown link (not an image): [text](target).
+MD_LINK = re.compile(r"(?<!!)\[([^\]\n]*)\]\(([^)\s]+)\)")
+
+
+# checks.learner_or_reference's verdicts: what the solution printed, and what the stub prints.
+LEARNER_VERDICT = re.compile(r"^\[([^\]\n]+)\] agrees with the reference on a probe: "
+                             r"the experiments below use your implementation$", re.M)
+STUB_VERDICT = r"[\1] not implemented yet: the experiments below use the course_utils reference"
 
 
 def chapters(root: Path) -> list[Path]:
@@ -41,15 +58,32 @@ def chapters(root: Path) -> list[Path]:
     return found
 
 
-def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """``nb`` with nbgrader's ClearSolutions and ClearHiddenTests applied, outputs kept.
+def is_test_cell(cell: nbformat.NotebookNode) -> bool:
+    """An nbgrader test cell: graded, with tests and no solution ("autograder tests")."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
-    The outputs of cells that held a solution or hidden tests are cleared: they were made by the
-    solution. Raises ValueError if a marker survives (nbgrader's markers changed or were mistyped).
+
+def stub_verdicts(output: nbformat.NotebookNode) -> None:
+    """Turn the learner's probe verdict in one output into the line the stub prints, in place."""
+    if output.get("output_type") == "stream":
+        output["text"] = LEARNER_VERDICT.sub(STUB_VERDICT, output.get("text", ""))
+    elif isinstance(output.get("data", {}).get("text/plain"), str):
+        output["data"]["text/plain"] = LEARNER_VERDICT.sub(STUB_VERDICT, output["data"]["text/plain"])
+
+
+def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with nbgrader's ClearSolutions and ClearHiddenTests applied, outputs kept where the
+    stub would have printed them too.
+
+    Cleared: the outputs of cells that held a solution or hidden tests, and of every test cell
+    (they were made by the solution). A probe's "use your implementation" verdict becomes the stub's
+    "not implemented yet" line. Raises ValueError if a marker survives (nbgrader's markers changed or
+    were mistyped).
     """
     held = set()
     for i, cell in enumerate(nb.cells):
-        if SOLUTION_BEGIN in cell.source or HIDDEN_BEGIN in cell.source:
+        if SOLUTION_BEGIN in cell.source or HIDDEN_BEGIN in cell.source or is_test_cell(cell):
             held.add(i)
     ClearSolutions().preprocess(nb, {})
     ClearHiddenTests().preprocess(nb, {})
@@ -57,6 +91,9 @@ def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if i in held and cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+        elif cell.cell_type == "code":
+            for output in cell.outputs:
+                stub_verdicts(output)
         for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
             if marker in cell.source:
                 raise ValueError(f"cell {i} still holds {marker!r} after nbgrader's preprocessors")
@@ -66,6 +103,41 @@ def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def glossary_for_site(text: str) -> str:
     """GLOSSARY.md with its links to the repository's notebooks pointed at the site's chapters."""
     return REPO_LINK.sub(lambda m: f"](chapters/{m.group(1)}.ipynb{m.group(2) or ''})", text)
+
+
+def site_pages(root: Path) -> dict[str, str]:
+    """Every page of the site that comes from a file of the repository: repository path (posix,
+    relative to ``root``) -> path in the site's source folder."""
+    pages = {"README.md": "index.md", "GLOSSARY.md": "glossary.md", BENCH.as_posix(): "benchmarks.md"}
+    pages.update({f"docs/{p.name}": f"docs/{p.name}" for p in sorted((root / "docs").glob("*.md"))})
+    pages.update(DOCS_PAGES)
+    for src in chapters(root):
+        ch = src.stem
+        pages[f"notebooks/{ch}/{ch}.ipynb"] = f"chapters/{ch}.ipynb"
+    return pages
+
+
+def doc_for_site(text: str, repo_path: str, pages: dict[str, str]) -> str:
+    """A documentation page's markdown for the site: each relative link to a file that is a page of
+    the site points at that page (its anchor kept); each link to another file of the repository
+    becomes the file's path as text (the site carries only pages). Links in code blocks stay."""
+    here = posixpath.dirname(repo_path)
+    site_here = posixpath.dirname(pages[repo_path])
+
+    def relink(m: re.Match) -> str:
+        label, target = m.group(1), m.group(2)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            return m.group(0)                                   # a URL, or an anchor on this page
+        path, _, anchor = target.partition("#")
+        repo_target = posixpath.normpath(posixpath.join(here, path))
+        if repo_target in pages:
+            rel = posixpath.relpath(pages[repo_target], site_here or ".")
+            return f"[{label}]({rel}{'#' + anchor if anchor else ''})"
+        shown = f"`{repo_target}`"
+        return shown if label.strip("`") == repo_target or label.strip("`") == path else f"{label} ({shown})"
+
+    parts = re.split(r"(^```.*?^```)", text, flags=re.M | re.S)
+    return "".join(part if part.startswith("```") else MD_LINK.sub(relink, part) for part in parts)
 
 
 def prepare(root: Path, out: Path) -> list[Path]:
@@ -78,13 +150,20 @@ def prepare(root: Path, out: Path) -> list[Path]:
         nb = learner_version(nbformat.read(src, as_version=4))
         for cell in nb.cells:
             if cell.cell_type == "markdown":
-                cell.source = BENCH_LINK.sub("](../performance.md)", cell.source)
+                cell.source = BENCH_LINK.sub("](../benchmarks.md)", cell.source)
         target = out / "chapters" / src.name
         nbformat.write(nb, target)
         written.append(target)
     shutil.copy(root / "site" / "index.md", out / "index.md")
     (out / "glossary.md").write_text(glossary_for_site((root / "GLOSSARY.md").read_text()))
-    shutil.copy(root / BENCH, out / "performance.md")
+    shutil.copy(root / BENCH, out / "benchmarks.md")
+    pages = site_pages(root)
+    for repo_path, site_path in pages.items():
+        if repo_path.startswith("docs/") or repo_path in DOCS_PAGES:
+            target = out / site_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(doc_for_site((root / repo_path).read_text(encoding="utf-8"), repo_path, pages),
+                              encoding="utf-8")
     return written
 
 

@@ -103,7 +103,8 @@ def test_browser_tests_are_out_of_make_test():
 
 def test_make_lab_ships_its_jupyterlab_defaults():
     rule = _makefile_rule("lab")
-    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab"' in rule
+    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab/learner:$(CURDIR)/lab"' in rule, rule
+    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab"' in _makefile_rule("instructor-lab")
     overrides = json.loads((ROOT / "lab/labconfig/default_setting_overrides.json").read_text())
     news = overrides["@jupyterlab/apputils-extension:notification"]
     assert news["fetchNews"] == "false" and news["checkForUpdates"] is False
@@ -224,13 +225,13 @@ def test_one_training_loop():
         f"chapters with a loop of their own: {chapters}"
 
 
-def test_the_readme_names_every_module_of_the_package():
-    readme = (ROOT / "README.md").read_text()
-    listing = readme[readme.index("`course_utils` modules:"):]
-    listing = listing[:listing.index("\n\n")]
+def test_the_docs_name_every_module_of_the_package():
+    """docs/layout.md's module list (the README's until issue 32) names every teaching module."""
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    listing = layout[layout.index("`course_utils` modules:"):].split("\n\n")[0]
     modules = [*(ROOT / "course_utils").glob("*.py"), *(ROOT / "course_utils" / "data").glob("*.py")]
     missing = [p.stem for p in modules if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
-    assert not missing, f"the README's module list lacks {missing}"
+    assert not missing, f"docs/layout.md's module list lacks {missing}"
 
 
 @pytest.mark.parametrize("tool", ["spread_ch04_conversion", "spread_ch06"])

@@ -1,9 +1,10 @@
 """Guard: the pinned Playwright and Debian's Chromium must stay close.
 
 Playwright speaks the DevTools protocol of the Chromium it bundles; it drives Debian's Chromium
-(``executable_path``) only while the two are of the same or neighbouring majors. No Playwright
-release bundles Debian 12's Chromium 150 (1.61.0 bundles 149, 1.62.0 bundles 151): the pin is
-1.61.0, the older, since a newer browser keeps the protocol an older client uses. This test fails
+(``executable_path``) only while the two are of the same or neighbouring majors. Debian 12's
+Chromium moved from 150 to 156 (156.0.8078, November 2026): the pin moved from 1.61.0 (Chromium
+149) to 1.64.1, which bundles 156 (1.65.2 bundles 159). Where no release matches, pin the older
+neighbour, since a newer browser keeps the protocol an older client uses. This test fails
 with what to change when an apt upgrade or a new pin moves them apart.
 """
 import json

@@ -8,9 +8,12 @@ glossary and chapter 3 are written to site/_build/screenshots/.
 from __future__ import annotations
 
 import pytest
-from test_site_html import CHAPTERS
+from test_site_html import CHAPTERS, ROOT, prepare
 
-PAGES = ["index.html", "glossary.html"] + [f"chapters/{ch}.html" for ch in CHAPTERS]
+# The documentation pages too (docs/*.md and CONTRIBUTING.md, as site/prepare.py places them).
+DOC_PAGES = sorted(p.rsplit(".", 1)[0] + ".html" for r, p in prepare.site_pages(ROOT).items()
+                   if r.startswith("docs/") or r in prepare.DOCS_PAGES)
+PAGES = ["index.html", "glossary.html", "benchmarks.html"] + [f"chapters/{ch}.html" for ch in CHAPTERS] + DOC_PAGES
 SHOT = {"index.html": ("index.png", True), "glossary.html": ("glossary.png", False),
         "chapters/ch03_scaled_dot_product.html": ("ch03_scaled_dot_product.png", False)}
 

@@ -126,6 +126,22 @@ def test_no_solution_and_no_hidden_test_reaches_a_page(site_html, chapter):
     assert "NotImplementedError" in text, f"{page}: no exercise stub (the learner's version?)"
 
 
+# What only a solved exercise prints: a test cell's verdict and a probe's (issue 32).
+SOLVED_OUTPUTS = ("checks passed", "use your implementation")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_page_shows_an_output_the_stub_could_not_have_produced(site_html, chapter):
+    """Under an empty exercise stub, no test cell says its checks passed and no experiment says it
+    uses the learner's implementation (site/prepare.py drops or rewrites those outputs)."""
+    page = site_html / "chapters" / f"{chapter}.html"
+    text = html.unescape(page.read_text(encoding="utf-8"))
+    found = [phrase for phrase in SOLVED_OUTPUTS if phrase in text]
+    assert not found, f"{page} shows {found}: an output of the solution run, not of the stub"
+    assert "not implemented yet: the experiments below use the course_utils reference" in text, \
+        f"{page}: no probe says the experiments use the reference"
+
+
 def test_nothing_else_in_the_build_holds_a_solution(site_html):
     """No notebook or source copy, search index or other file of the build carries a marker."""
     for path in site_html.rglob("*"):
