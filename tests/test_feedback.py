@@ -20,3 +20,26 @@ def test_contents_list_names_exercises():
 def test_long_lines_wrap_once():
     html = name_exercises(name_exercises(TOC))
     assert html.count("white-space: pre-wrap") == 1 and html.index("pre-wrap") < html.index("</head>")
+
+
+def test_math_travels_inside_the_page_under_a_strict_policy():
+    import base64
+    import hashlib
+    import re
+
+    from course_utils.grading.feedback import offline_math
+
+    page = ('<html><head><script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=x">'
+            '</script>\n<script type="text/x-mathjax-config">MathJax.Hub.Config({});</script>'
+            "<style>@font-face{font-family:'Glyphicons Halflings';src:url(../fonts/g.woff)}</style></head>"
+            "<body>$x^2$</body></html>")
+    html = offline_math(page)
+    assert "cdnjs" not in html and "x-mathjax-config" not in html and "Glyphicons" not in html
+    assert offline_math(html) == html, "processing twice changes the page"
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    assert len(scripts) == 2 and "MathJax" in scripts[1] and len(scripts[1]) > 1_000_000
+    for code in scripts:
+        digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in csp, "a script the policy does not allow"

@@ -174,10 +174,57 @@ def name_exercises(html: str) -> str:
     return html
 
 
+# nbconvert's page loads MathJax 2 from a CDN (offline, the learner sees raw TeX). The feedback carries
+# MathJax 3 (the SVG build: no font files to fetch) inside the page instead, from the pinned
+# django-static-mathjax package (pyproject.toml; MathJax 3.2.2, the version the site serves), and a
+# Content-Security-Policy that lets run only these two scripts, by their hashes: no other script, no
+# javascript: link, nothing fetched from anywhere.
+_CDN_MATHJAX = re.compile(r'<script src="https?://[^"]*mathjax[^"]*">\s*</script>', re.I)
+# Bootstrap's inlined CSS names an icon font in ../fonts/, which no feedback page has: drop the rule.
+_GLYPH_FONT = re.compile(r"@font-face\s*\{[^}]*Glyphicons[^}]*\}", re.I)
+_MATHJAX2_CONFIG = re.compile(r'<script type="text/x-mathjax-config">.*?</script>', re.S | re.I)
+_MATHJAX3_CONFIG = ("window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+                    "displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true, "
+                    "packages: {'[-]': ['require', 'autoload', 'html']}}, svg: {fontCache: 'global'}, "
+                    "startup: {typeset: true}};")
+
+
+def _mathjax_source() -> str | None:
+    try:
+        import mathjax
+    except ImportError:
+        return None
+    path = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5" / "tex-svg.js"
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def _sha256(script: str) -> str:
+    import base64
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode() + "'"
+
+
+def offline_math(html: str) -> str:
+    """The page with MathJax 3 inside it instead of MathJax 2 from a CDN, under a strict CSP."""
+    code = _mathjax_source()
+    if code is None or "Content-Security-Policy" in html:
+        return html
+    html = _CDN_MATHJAX.sub("", html)
+    html = _MATHJAX2_CONFIG.sub("", html)
+    html = _GLYPH_FONT.sub("", html)
+    code = code.replace("</script", "<\\/script")
+    csp = (f"default-src 'none'; script-src {_sha256(_MATHJAX3_CONFIG)} {_sha256(code)}; "
+           "style-src 'unsafe-inline'; img-src data:; font-src data:")
+    head = (f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
+            f"<script>{_MATHJAX3_CONFIG}</script>\n<script>{code}</script>\n")
+    return html.replace("</head>", head + "</head>", 1)
+
+
 def sanitise_html_file(path: Path) -> None:
-    """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own), and
-    name each entry of its contents list by its exercise."""
-    text = name_exercises(path.read_text(encoding="utf-8", errors="replace"))
+    """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own), name
+    each entry of its contents list by its exercise, and make its math render offline."""
+    text = offline_math(name_exercises(path.read_text(encoding="utf-8", errors="replace")))
     m = _BODY.search(text)
     if m is None:
         path.write_text(clean_html(text), encoding="utf-8")
