@@ -102,8 +102,13 @@ plt.show()
 #
 # ### Exercise 1: RMSNorm (1 + 1 points)
 #
-# Write `rms_norm(x, weight, eps=1e-6)` for `x (..., d)` and `weight (d,)`, following the formula
-# (the mean of the squares over the last axis, $\epsilon$ inside the square root).
+# Write `rms_norm(x, weight, eps=1e-6)` for `x (..., d)` (any number of leading axes, none
+# included) and `weight (d,)` of `x`'s dtype, float32 or float64, following the formula (the mean of
+# the squares over the last axis, $\epsilon$ inside the square root; keep the default
+# $\epsilon = 10^{-6}$). Return a tensor of `x`'s shape and dtype. Write it with tensor operations:
+# `F.rms_norm`, `torch.rms_norm` and the course's `blocks.rms_norm` fail inside the tests. Any
+# float32 or float64 computation passes (the tests compare with a float64 one to $10^{-5}$ absolute,
+# $10^{-4}$ relative).
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rms_norm", "locked": false, "schema_version": 3, "solution": true}
 def rms_norm(x, weight, eps=1e-6):
@@ -130,21 +135,45 @@ checks.run_checks("rms_norm", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_rms_norm-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: eps inside the square root (a large eps shows where it is), float32, 1-D input,
-# no ready-made function.
+# Hidden tests: a seeded grid of inputs (1-D to 4-D, one feature to 64, float32 and float64, a
+# transposed input, a zero vector, tiny vectors where the default eps counts, eps = 1 and 0.01),
+# each compared with a float64 computation of the formula, dtype kept; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(101)
-_xh1 = torch.randn(3, 16, generator=_g, dtype=torch.float64) * 0.1
-_wh1 = torch.randn(16, generator=_g, dtype=torch.float64)
+# (shape of x, scale of x, eps: None for the default / a positional number / ("kw", number), dtype)
+_cases1 = [((16,), 1.0, None, torch.float64), ((3, 16), 0.1, 1.0, torch.float64), ((2, 5, 8), 1e-3, None, torch.float64),
+           ((2, 2, 3, 4), 1.0, ("kw", 0.01), torch.float32), ((4, 64), 30.0, None, torch.float32), ((5, 1), 2.0, None, torch.float64),
+           ((3, 7), 1e-3, None, torch.float32), ((6,), 0.5, 1.0, torch.float32), ((3, 4, 8), 1.0, "transposed", torch.float64)]
+_in1, _want1 = [], []
+for _shape, _scale, _eps, _dt in _cases1:
+    _x = torch.randn(_shape, generator=_g, dtype=torch.float64) * _scale
+    if _shape == (3, 4, 8):
+        _x[1, 2] = 0.0                                       # a zero vector stays zero
+    _w = torch.randn(_shape[-1], generator=_g, dtype=torch.float64)
+    _e = 1e-6 if _eps in (None, "transposed") else (_eps[1] if isinstance(_eps, tuple) else _eps)
+    _want1.append(_x / (_x.pow(2).mean(-1, keepdim=True) + _e).sqrt() * _w)
+    _in1.append((_x.to(_dt), _w.to(_dt), _eps))
+_got1 = []
 with checks.forbid(blocks.rms_norm, (F, "rms_norm"), (torch, "rms_norm")):
-    _big_eps = checks.call(rms_norm, _xh1, _wh1, 1.0)
-    _f32 = checks.call(rms_norm, _xh1[0].float(), _wh1.float())
-checks.run_checks("rms_norm (hidden)", [
-    ("eps = 1 inside the square root", lambda: checks.expect_close(
-        _big_eps, _xh1 / (_xh1.pow(2).mean(-1, keepdim=True) + 1.0).sqrt() * _wh1, "rms_norm(x, w, eps=1)")),
-    ("1-D float32", lambda: checks.expect_close(_f32, blocks.rms_norm(_xh1[0].float(), _wh1.float()), "rms_norm(x[0])",
-                                                atol=1e-5)),
-])
+    for _x, _w, _eps in _in1:
+        if _eps is None:
+            _got1.append(checks.call(rms_norm, _x, _w))
+        elif _eps == "transposed":                           # (3, 4, 8) stored as (4, 3, 8), transposed back
+            _got1.append(checks.call(rms_norm, _x.transpose(0, 1).contiguous().transpose(0, 1), _w))
+        elif isinstance(_eps, tuple):
+            _got1.append(checks.call(rms_norm, _x, _w, eps=_eps[1]))
+        else:
+            _got1.append(checks.call(rms_norm, _x, _w, _eps))
+
+
+def _case1(i):
+    (_shape, _scale, _eps, _dt), got = _cases1[i], _got1[i]
+    what = f"rms_norm, case {i}: x {_shape} {str(_dt)[6:]} of scale {_scale}, eps {_eps}"
+    checks.expect_close(got, _want1[i], what)
+    checks.expect_dtype(got, _dt, what)
+
+
+checks.run_checks("rms_norm (hidden)", [(f"case {i}", lambda i=i: _case1(i)) for i in range(len(_cases1))])
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -218,8 +247,11 @@ for name, t in norm_times.items():
 #
 # ### Exercise 2: SwiGLU (1 + 2 points)
 #
-# Write `swiglu(x, W_gate, W_up, W_down)` for `x (..., d)`, `W_gate` and `W_up` of shape
-# `(d_ff, d)` and `W_down (d, d_ff)` (the layout of `nn.Linear.weight`: `y = x @ W.T`).
+# Write `swiglu(x, W_gate, W_up, W_down)` for `x (..., d)` (any number of leading axes, none
+# included), `W_gate` and `W_up` of shape `(d_ff, d)` and `W_down (d, d_ff)` (the layout of
+# `nn.Linear.weight`: `y = x @ W.T`), all of one dtype, float32 or float64; return `(..., d)` in
+# `x`'s dtype. Use `F.silu` or write SiLU yourself; the course's `blocks.SwiGLU` module fails inside
+# the tests. Any float32 or float64 computation passes ($10^{-5}$ absolute, $10^{-4}$ relative).
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_swiglu", "locked": false, "schema_version": 3, "solution": true}
 def swiglu(x, W_gate, W_up, W_down):
@@ -244,16 +276,49 @@ checks.run_checks("swiglu", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: (batch, seq, d) inputs, equal to the course's SwiGLU module with the same weights.
+# Hidden tests: a seeded grid of inputs (one vector, (n, d), (batch, seq, d), 4-D, a transposed
+# input; d_ff above, below and equal to d; float32 and float64), each compared with a float64
+# computation of the formula, dtype kept; and equal to the course's SwiGLU module with its weights.
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(102)
+_g = torch.Generator().manual_seed(102)
+# (shape of x, d_ff, dtype, transposed input)
+_cases2 = [((5,), 7, torch.float64, False), ((3, 5), 3, torch.float32, False), ((2, 3, 8), 12, torch.float64, False),
+           ((2, 2, 3, 4), 4, torch.float32, False), ((4, 3, 6), 10, torch.float64, True), ((1, 6), 2, torch.float64, False),
+           ((2, 5, 16), 40, torch.float32, False)]
+_in2, _want2 = [], []
+for _shape, _dff, _dt, _tr in _cases2:
+    _d = _shape[-1]
+    _x = torch.randn(_shape, generator=_g, dtype=torch.float64)
+    _Ws = (torch.randn(_dff, _d, generator=_g, dtype=torch.float64) / _d ** 0.5,
+           torch.randn(_dff, _d, generator=_g, dtype=torch.float64) / _d ** 0.5,
+           torch.randn(_d, _dff, generator=_g, dtype=torch.float64) / _dff ** 0.5)
+    _hg = _x @ _Ws[0].T
+    _want2.append((_hg * torch.sigmoid(_hg) * (_x @ _Ws[1].T)) @ _Ws[2].T)
+    _x = _x.to(_dt)
+    if _tr:                                               # the same values, stored transposed (not contiguous)
+        _x = _x.transpose(0, 1).contiguous().transpose(0, 1)
+    _in2.append((_x, *(W.to(_dt) for W in _Ws)))
 _mod2 = blocks.SwiGLU(8, 12).double()
-_xh2 = torch.randn(2, 3, 8, dtype=torch.float64)
+with torch.no_grad():                                      # its weights from the seeded generator
+    for _p in _mod2.parameters():
+        _p.copy_(torch.randn(_p.shape, generator=_g, dtype=torch.float64) / _p.shape[-1] ** 0.5)
+_xh2 = torch.randn(2, 3, 8, generator=_g, dtype=torch.float64)
+_wmod2 = _mod2(_xh2).detach()
 with checks.forbid(blocks.SwiGLU.forward):
-    _got2 = checks.call(swiglu, _xh2, _mod2.gate_proj.weight.detach(), _mod2.up_proj.weight.detach(),
-                        _mod2.down_proj.weight.detach())
-checks.run_checks("swiglu (hidden)", [
-    ("(batch, seq, d), equal to blocks.SwiGLU", lambda: checks.expect_close(_got2, _mod2(_xh2).detach(), "swiglu(x)")),
+    _got2 = [checks.call(swiglu, *args) for args in _in2]
+    _gotmod2 = checks.call(swiglu, _xh2, _mod2.gate_proj.weight.detach(), _mod2.up_proj.weight.detach(),
+                           _mod2.down_proj.weight.detach())
+
+
+def _case2(i):
+    (_shape, _dff, _dt, _tr), got = _cases2[i], _got2[i]
+    what = f"swiglu, case {i}: x {_shape}{' (transposed)' if _tr else ''} {str(_dt)[6:]}, d_ff {_dff}"
+    checks.expect_close(got, _want2[i], what)
+    checks.expect_dtype(got, _dt, what)
+
+
+checks.run_checks("swiglu (hidden)", [(f"case {i}", lambda i=i: _case2(i)) for i in range(len(_cases2))] + [
+    ("(batch, seq, d), equal to blocks.SwiGLU", lambda: checks.expect_close(_gotmod2, _wmod2, "swiglu(x)")),
 ])
 ### END HIDDEN TESTS
 
@@ -305,9 +370,18 @@ print("the module blocks.SwiGLU equals swiglu() with its weights")
 #
 # ### Exercise 3: RoPE, split-halves layout, with an offset (2 + 2 points)
 #
-# Write `rope_half(x, offset=0, base=10000.0)` for `x (..., seq, d)` (even `d`): the vector at
-# sequence index `s` sits at position `offset + s`; pair feature `i` with `i + d/2` and rotate it by
-# `(offset + s) * base ** (-2i / d)`; return a tensor of `x`'s shape and dtype.
+# Write `rope_half(x, offset=0, base=10000.0)` for `x (..., seq, d)`: any number of leading axes
+# (none, a batch, a batch and heads), an even `d`, float32 or float64. The vector at sequence index
+# `s` sits at position `offset + s` (`offset` a non-negative Python int, as large as a long cache;
+# `base` a Python float); pair feature `i` with `i + d/2` and rotate it by
+# `(offset + s) * base ** (-2i / d)`. Return a new tensor of `x`'s shape and dtype, and leave `x`
+# itself unchanged. Write the rotation yourself: the course's `positional.apply_rope_half`,
+# `rotate_half`, `rope_cos_sin` and `apply_rope` fail inside the tests.
+#
+# *Precision.* Compute the angles in float64, or in float32 as Hugging Face's
+# `LlamaRotaryEmbedding` does: both pass. A float32 angle near position $p$ is off by up to about
+# $10^{-7} p$ radians, so the tests compare with a float64 computation within
+# $10^{-5} + 5 \cdot 10^{-7}\,(\text{offset} + \text{seq}) \max|x|$ absolute and $10^{-4}$ relative.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_rope", "locked": false, "schema_version": 3, "solution": true}
 def rope_half(x, offset=0, base=10000.0):
@@ -347,21 +421,58 @@ checks.run_checks("rope_half", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: (seq, d) and (batch, seq, d) inputs, another base, float32, a long offset, the
-# permutation to the interleaved layout; no ready-made function.
+# Hidden tests: a seeded grid of inputs ((seq, d), (batch, seq, d), (batch, heads, seq, d), an
+# expanded input; d from 2 to 128; offsets up to 8000, one new token after a long cache; bases 100 to
+# 10^6; float32 and float64; the defaults and keyword arguments), each compared with a float64
+# computation within what float32 angles allow, dtype kept, x unchanged; the permutation to the
+# interleaved layout; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(103)
+# (shape of x, offset (None: the default), base (None: the default), dtype, how it is called)
+_cases3 = [((6, 16), 3, 500000.0, torch.float64, "positional"), ((2, 6, 16), 1000, None, torch.float64, "positional"),
+           ((2, 3, 5, 8), None, None, torch.float32, "positional"), ((1, 4, 1, 64), 4095, 500000.0, torch.float32, "keyword"),
+           ((3, 2), 7, 10000.0, torch.float64, "keyword"), ((1, 2, 9, 128), 8000, 1e6, torch.float64, "positional"),
+           ((2, 1, 4), 1, 100.0, torch.float32, "keyword"), ((1, 3, 12, 32), 2047, 10000.0, torch.float32, "positional"),
+           ((4, 1, 16), 513, None, torch.float64, "offset only"), ((2, 2, 7, 6), 60, 10000.0, torch.float64, "expanded")]
+_in3, _want3, _atol3 = [], [], []
+for _shape, _off, _base, _dt, _how in _cases3:
+    _x = torch.randn(_shape, generator=_g, dtype=torch.float64)
+    if _how == "expanded":                                  # one head's values seen by both heads (stride 0)
+        _x = _x[:, :1].expand(_shape)
+    _o, _b = _off or 0, _base or 10000.0
+    _d = _shape[-1]
+    _ang = torch.arange(_o, _o + _shape[-2], dtype=torch.float64)[:, None] * _b ** (-torch.arange(0, _d, 2, dtype=torch.float64) / _d)
+    _cos, _sin = _ang.cos().repeat(1, 2), _ang.sin().repeat(1, 2)
+    _want3.append(_x * _cos + torch.cat([-_x[..., _d // 2:], _x[..., :_d // 2]], -1) * _sin)
+    _atol3.append(1e-5 + 5e-7 * (_o + _shape[-2]) * _x.abs().max().item())
+    _in3.append(_x.to(_dt))
+_before3 = [x.clone() for x in _in3]
 _xh3 = torch.randn(6, 16, generator=_g, dtype=torch.float64)
 _p3 = positional.interleaved_to_half(16)
-with checks.forbid(positional.apply_rope_half, positional.rotate_half, positional.apply_rope):
-    _r2d = checks.call(rope_half, _xh3, 3, 500000.0)
-    _r3d = checks.call(rope_half, _xh3[None].expand(2, 6, 16), 1000)
-    _r32 = checks.call(rope_half, _xh3.float(), 7)
+_got3 = []
+with checks.forbid(positional.apply_rope_half, positional.rotate_half, positional.apply_rope, positional.rope_cos_sin):
+    for _x, (_shape, _off, _base, _dt, _how) in zip(_in3, _cases3):
+        if _off is None:
+            _got3.append(checks.call(rope_half, _x))
+        elif _how == "keyword":
+            _got3.append(checks.call(rope_half, _x, offset=_off, base=_base))
+        elif _base is None:
+            _got3.append(checks.call(rope_half, _x, _off))
+        else:
+            _got3.append(checks.call(rope_half, _x, _off, _base))
     _rperm = checks.call(rope_half, _xh3[:, _p3], 2)
-checks.run_checks("rope_half (hidden)", [
-    ("(seq, d), base 500000", lambda: checks.expect_close(_r2d, positional.apply_rope_half(_xh3[None], 3, 500000.0)[0], "rope_half")),
-    ("(batch, seq, d), offset 1000", lambda: checks.expect_close(_r3d, positional.apply_rope_half(_xh3[None].expand(2, 6, 16), 1000), "rope_half")),
-    ("float32 in, float32 out", lambda: checks.expect_dtype(_r32, torch.float32, "rope_half(float32)")),
+
+
+def _case3(i):
+    (_shape, _off, _base, _dt, _how), got = _cases3[i], _got3[i]
+    what = f"rope_half, case {i}: x {_shape} {str(_dt)[6:]}, offset {_off}, base {_base} ({_how})"
+    checks.expect_close(got, _want3[i], what, atol=_atol3[i])
+    checks.expect_dtype(got, _dt, what)
+
+
+checks.run_checks("rope_half (hidden)", [(f"case {i}", lambda i=i: _case3(i)) for i in range(len(_cases3))] + [
+    ("x is left unchanged", lambda: checks.expect_equal(
+        [i for i, (x, x0) in enumerate(zip(_in3, _before3)) if not torch.equal(x, x0)], [], "cases whose x was changed")),
     ("half(x[p]) == interleaved(x)[p]", lambda: checks.expect_close(
         _rperm, positional.apply_rope(_xh3, torch.arange(2, 8))[:, _p3], "rope_half(x[:, p], offset=2)")),
 ])
@@ -468,7 +579,13 @@ for name, rotate in (("offset = cache length", learner_rope),
 # | `model.layers.{i}.input_layernorm.weight` | `stack.layers.{i}.norm1.weight` |
 # | `model.layers.{i}.post_attention_layernorm.weight` | `stack.layers.{i}.norm2.weight` |
 #
-# Raise `KeyError` for any other name.
+# `{i}` is the layer number, any number of digits. Raise `KeyError` for any name that no row of the
+# table matches: a buffer such as `model.layers.0.self_attn.rotary_emb.inv_freq`, a module this
+# model does not have, another model's naming, one of the course's own names, a name cut short or
+# with more after it. Never return a made-up name: a wrong name would only fail later, when the
+# weights are loaded. (What you do with a `.bias` name, which Llama does not have, or with a layer
+# "number" that is not digits, is not tested.) Write the mapping yourself: the course's
+# `llama.hf_key_to_ours` fails inside the tests.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_keys", "locked": false, "schema_version": 3, "solution": true}
 def course_key(hf_key):
@@ -514,18 +631,47 @@ checks.run_checks("course_key", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_keys-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: every name of a 12-layer model (two-digit layer numbers), the final norm and the
-# output layer.
+# Hidden tests: every name of layers with one to three digits, the final norm and the output layer;
+# unknown names of many kinds, each of which must raise KeyError.
 ### BEGIN HIDDEN TESTS
 _names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"] + [
-    f"model.layers.{i}.{part}.weight" for i in (0, 9, 10, 11)
+    f"model.layers.{i}.{part}.weight" for i in (0, 7, 10, 11, 31, 105)
     for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                  "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")]
+_unknown = [
+    "model.rotary_emb.inv_freq", "model.layers.12.self_attn.rotary_emb.inv_freq",          # buffers
+    "model.layers.3.mlp.act_fn.weight", "model.layers.0.self_attn.q_norm.weight",        # modules Llama lacks
+    "model.layers.10.self_attn.qkv_proj.weight", "model.layers.2.mlp.gate_up_proj.weight",
+    "model.layers.1.mlp.experts.0.gate_proj.weight", "model.layers.4.block_sparse_moe.gate.weight",
+    "model.layers.5.pre_feedforward_layernorm.weight", "model.layers.6.self_attn.weight", "model.layers.6.mlp.weight",
+    "layers.0.attention.wq.weight", "layers.0.feed_forward.w1.weight", "layers.0.attention_norm.weight",  # Meta's names
+    "tok_embeddings.weight", "norm.weight", "output.weight",
+    "transformer.h.0.attn.c_attn.weight", "transformer.wte.weight",                      # GPT-2's names
+    "embed.table.weight", "stack.norm.weight", "stack.layers.0.norm1.weight",             # the course's own names
+    "model.layers.0.self_attn.out_proj.weight", "model.layers.0.ff.gate_proj.weight", "model.layers.2.norm1.weight",
+    "model.lm_head.weight", "model.embed_tokens", "model.layers.3.input_layernorm",         # cut short, misplaced
+    "model.layers.8.mlp.down_proj", "model.norm", "model.layers.4.post_attention_layernorm.weight.extra",
+    "model.layers.4.mlp.up_proj.weight.weight", "model.model.norm.weight", "decoder.layers.0.self_attn.q_proj.weight",
+]
+
+
+def _raises_key_error(name):
+    try:
+        course_key(name)
+    except KeyError:
+        return True
+    except Exception:  # noqa: BLE001 (any other exception is not the KeyError the prompt asks for)
+        return False
+    return False
+
+
 with checks.forbid(llama.hf_key_to_ours):
     _mapped = [checks.call(course_key, n) for n in _names]
+    _not_raised = [n for n in _unknown if not _raises_key_error(n)]
 checks.run_checks("course_key (hidden)", [
-    ("every name of a 12-layer Llama", lambda: checks.expect_equal(_mapped, [llama.hf_key_to_ours(n) for n in _names],
-                                                                   "the mapped names")),
+    ("every name of layers 0-105", lambda: checks.expect_equal(_mapped, [llama.hf_key_to_ours(n) for n in _names],
+                                                               "the mapped names")),
+    ("KeyError for each unknown name", lambda: checks.expect_equal(_not_raised, [], "unknown names that did not raise KeyError")),
 ])
 ### END HIDDEN TESTS
 
@@ -751,9 +897,16 @@ plt.show()
 # ### Exercise 5: the online-softmax update (2 + 2 points)
 #
 # Write `online_update(m, l, acc, scores, v)` for one block: `m` and `l` of shape `(..., L_q, 1)`,
-# `acc (..., L_q, d_v)`, the block's `scores (..., L_q, B)` and values `v (..., B, d_v)`; return the
-# new `(m, l, acc)`. Start: `m = -inf`, `l = 0`, `acc = 0`. Masked scores are `-inf`: a row whose
-# scores are all `-inf` so far must keep `l = 0`, `acc = 0` (and no NaN).
+# `acc (..., L_q, d_v)`, the block's `scores (..., L_q, B)` and values `v (..., B, d_v)` (any leading
+# axes: none, a batch, a batch and heads; any block size `B`; float32 or float64); return the new
+# `(m, l, acc)` as the formulas above define them. Start: `m = -inf`, `l = 0`, `acc = 0`. Masked
+# scores are `-inf`: a row whose scores are all `-inf` so far must keep `l = 0`, `acc = 0` (and no
+# NaN; what `m` holds in such a row is not tested).
+#
+# The tests check `m`, `l` and `acc` themselves after every block, not only `acc / l` at the end,
+# in float32 as well as float64, with scores from about $-1000$ to $1000$: every exponential must
+# have the running maximum subtracted ($e^{100}$ already overflows float32, $e^{-104}$ underflows to
+# 0). The course's `flash.online_softmax_update` fails inside the tests.
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_online", "locked": false, "schema_version": 3, "solution": true}
 def online_update(m, l, acc, scores, v):
@@ -783,6 +936,7 @@ def _one_block():
     m, l, acc = checks.call(online_update, *_start_state(3, 2), _s5, _v5)
     checks.expect_close(acc / l, torch.softmax(_s5, -1) @ _v5, "acc / l after one block")
     checks.expect_close(m, _s5.amax(-1, keepdim=True), "m after one block")
+    checks.expect_close(l, torch.exp(_s5 - _s5.amax(-1, keepdim=True)).sum(-1, keepdim=True), "l after one block")
 
 
 def _two_blocks_first_max():
@@ -797,36 +951,73 @@ checks.run_checks("online_update", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_online-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: the maximum rising in a later block (everything must be rescaled), huge scores, a
-# fully masked block first, batched heads; no ready-made function.
+# Hidden tests: runs of blocks over a seeded grid (leading axes none, (2,), (2, 3); blocks of 1 to 5
+# keys; float32 scores around 100 and -150, float64 scores around 800; the maximum rising in a later
+# block and falling; rows masked in the first blocks, a row masked throughout, causal masks that
+# leave later blocks fully masked, a fully masked first block), m (where a score was seen), l and
+# acc checked after every block against a float64 computation from all the scores so far; no
+# ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
-_sh = torch.randn(2, 3, 4, 12, generator=_g, dtype=torch.float64) * 40
-_sh[..., 8:] += 60.0                              # the maximum arrives in the last block
-_vh = torch.randn(2, 3, 12, 5, generator=_g, dtype=torch.float64)
+# (leading axes, L_q, d_v, block sizes, dtype, score centre, score spread, how the maximum moves, masking)
+_runs5 = [((), 4, 3, (3, 3, 3), torch.float32, 100.0, 5.0, "rises", None),
+          ((2, 3), 4, 5, (4, 4, 4), torch.float64, 0.0, 40.0, "rises", None),
+          ((2,), 3, 2, (2, 1, 5), torch.float64, 800.0, 50.0, "falls", None),
+          ((), 5, 4, (3, 3, 3, 3), torch.float32, -150.0, 10.0, "rises", "late"),
+          ((3,), 2, 1, (1, 1, 1, 1, 1), torch.float64, 0.0, 3.0, "falls", None),
+          ((2,), 3, 3, (4, 4), torch.float64, 0.0, 5.0, "rises", "first block"),
+          ((2, 2), 6, 2, (5, 3, 4), torch.float32, 0.0, 20.0, "rises", "causal")]
 
 
-def _rising():
-    m = torch.full((2, 3, 4, 1), float("-inf"), dtype=torch.float64)
-    l, acc = torch.zeros(2, 3, 4, 1, dtype=torch.float64), torch.zeros(2, 3, 4, 5, dtype=torch.float64)
-    with checks.forbid(flash.online_softmax_update):
-        for j in range(0, 12, 4):
-            m, l, acc = checks.call(online_update, m, l, acc, _sh[..., j:j + 4], _vh[..., j:j + 4, :])
-    checks.expect_close(acc / l, torch.softmax(_sh, -1) @ _vh, "acc / l, maximum rising")
+def _ref_state5(s, v):
+    """m, l, acc after the scores ``s (..., L_q, n)`` and values ``v (..., n, d_v)`` seen so far (float64)."""
+    m = s.amax(-1, keepdim=True)
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - safe)
+    return m, p.sum(-1, keepdim=True), p @ v
 
 
-def _masked_first():
-    state = checks.call(online_update, *_start_state(2, 3), torch.full((2, 4), float("-inf"), dtype=torch.float64),
-                        torch.randn(4, 3, dtype=torch.float64))
-    if torch.isnan(state[2]).any() or torch.isnan(state[1]).any():
-        raise checks.CheckFailed("a fully masked block gave NaN")
-    s, v = torch.randn(2, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
-    m, l, acc = checks.call(online_update, *state, s, v)
-    checks.expect_close(acc / l, torch.softmax(s, -1) @ v, "acc / l after a masked block")
+_blocks5, _want5 = [], []
+for _lead, _Lq, _dv, _sizes, _dt, _centre, _spread, _moves, _mask in _runs5:
+    _n = sum(_sizes)
+    _s = _centre + _spread * torch.randn(*_lead, _Lq, _n, generator=_g, dtype=torch.float64)
+    _edges = [sum(_sizes[:j]) for j in range(len(_sizes) + 1)]
+    _s[..., _edges[-2]:] += 3 * _spread if _moves == "rises" else 0.0       # the maximum arrives in the last block
+    _s[..., :_edges[1]] += 3 * _spread if _moves == "falls" else 0.0        # ... or sits in the first
+    if _mask == "causal":                                   # row r sees keys 0..r: later blocks fully masked
+        _s = _s.masked_fill(torch.arange(_n) > torch.arange(_Lq)[:, None], float("-inf"))
+    elif _mask == "late":                                   # row r sees the last 3r keys: row 0 none, the others
+        _s = _s.masked_fill(torch.arange(_n) < _n - 3 * torch.arange(_Lq)[:, None], float("-inf"))  # only later
+    elif _mask == "first block":
+        _s[..., :_edges[1]] = float("-inf")
+    _s = _s.to(_dt).double()                                # the expected values from the very scores passed
+    _v = torch.randn(*_lead, _n, _dv, generator=_g, dtype=torch.float64).to(_dt).double()
+    _blocks5.append([(_s[..., a:b].to(_dt), _v[..., a:b, :].to(_dt)) for a, b in zip(_edges, _edges[1:])])
+    _want5.append([_ref_state5(_s[..., :b], _v[..., :b, :]) for b in _edges[1:]])
+_got5 = []
+with checks.forbid(flash.online_softmax_update):
+    for (_lead, _Lq, _dv, _sizes, _dt, *_rest), _bl in zip(_runs5, _blocks5):
+        _state = (torch.full((*_lead, _Lq, 1), float("-inf"), dtype=_dt), torch.zeros(*_lead, _Lq, 1, dtype=_dt),
+                  torch.zeros(*_lead, _Lq, _dv, dtype=_dt))
+        _states = []
+        for _sb, _vb in _bl:
+            _state = checks.call(online_update, *_state, _sb.clone(), _vb.clone())
+            _states.append(tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in _state))
+        _got5.append(_states)
 
 
-checks.run_checks("online_update (hidden)", [("maximum rising in a later block", _rising),
-                                             ("a fully masked block first", _masked_first)])
+def _run5(r):
+    run = _runs5[r]
+    for j, ((m, l, acc), (m0, l0, acc0)) in enumerate(zip(_got5[r], _want5[r])):
+        what = f"online_update, run {r} ({str(run[4])[6:]} scores around {run[5]:g}, {run[7]}, masked: {run[8]}), block {j}"
+        seen = torch.isfinite(m0)
+        checks.expect_close(torch.where(seen, m, torch.zeros_like(m0)), torch.where(seen, m0, torch.zeros_like(m0)),
+                            f"{what}: m (rows with a score)")
+        checks.expect_close(l, l0, f"{what}: l")
+        checks.expect_close(acc, acc0, f"{what}: acc")
+
+
+checks.run_checks("online_update (hidden)", [(f"run {r}", lambda r=r: _run5(r)) for r in range(len(_runs5))])
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -10,6 +10,10 @@ whether to use the learner's function (they fall back to the reference).
 
 ``MORE_WRONG``: RoPE in the interleaved layout of the paper (and chapter 5) where Hugging Face's
 split-halves layout is asked for: it must lose all of exercise 3's points.
+
+``REVIEWED``: the wrong answers reviewers found with full marks (issue 30: an online softmax that never
+subtracts the maximum, a name mapping that makes up names) and more of their kinds, at least one per
+exercise that the tests before issue 30 missed; each must lose points on its exercise.
 """
 
 EXERCISE = "ex3_rope"
@@ -73,5 +77,106 @@ MORE_WRONG = {
     "interleaved": ("ex3_rope", '''def rope_half(x, offset=0, base=10000.0):
     """Wrong: the interleaved pairs (2i, 2i+1) of the paper, not Hugging Face's halves."""
     return positional.apply_rope(x, torch.arange(offset, offset + x.shape[-2]), base)
+'''),
+}
+
+# Reviewed wrong answers (issue 30) and more of their kinds: each must lose points on its exercise.
+REVIEWED = {
+    # the default eps of LayerNorm (1e-5) instead of the 1e-6 asked for: invisible on unit-size inputs,
+    # wrong where the mean square is near eps (the hidden tests' tiny vectors)
+    "eps_default_1e-5": ("ex1_rms_norm", '''def rms_norm(x, weight, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+'''),
+    # view instead of reshape: fails on an input that is not contiguous (a transposed batch)
+    "view_not_reshape": ("ex2_swiglu", '''def swiglu(x, W_gate, W_up, W_down):
+    flat = x.view(-1, x.shape[-1])
+    h = F.silu(flat @ W_gate.T) * (flat @ W_up.T)
+    return (h @ W_down.T).view(*x.shape[:-1], -1)
+'''),
+    # computed in float64 "to be safe" and returned in float64 for float32 inputs (the dtype asked
+    # for is x's)
+    "float64_out": ("ex2_swiglu", '''def swiglu(x, W_gate, W_up, W_down):
+    x, W_gate, W_up, W_down = (t.double() for t in (x, W_gate, W_up, W_down))
+    return (F.silu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T
+'''),
+    # cos and sin precomputed for 2048 positions (the old max_position_embeddings of Hugging Face's
+    # cache) and sliced: wrong for a cache longer than that
+    "table_of_2048": ("ex3_rope", '''MAX_POSITIONS = 2048
+
+
+def rope_half(x, offset=0, base=10000.0):
+    seq, d = x.shape[-2], x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.arange(MAX_POSITIONS, dtype=torch.float64)[:, None] * theta
+    angle = table[offset:offset + seq]
+    cos, sin = angle.cos().repeat(1, 2).to(x.dtype), angle.sin().repeat(1, 2).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+'''),
+    # a str.replace chain that raises KeyError only for inv_freq and maps every other unknown name
+    # to a made-up one (reviewed: 2/2 before, when one unknown name was tried)
+    "replace_chain": ("ex4_keys", '''def course_key(hf_key):
+    if hf_key.endswith("inv_freq"):
+        raise KeyError(hf_key)
+    return (hf_key.replace("model.embed_tokens", "embed.table").replace("model.norm", "stack.norm")
+            .replace("model.layers", "stack.layers").replace("o_proj", "out_proj").replace("mlp.", "ff.")
+            .replace("input_layernorm", "norm1").replace("post_attention_layernorm", "norm2"))
+'''),
+    # an unknown module name kept as it is (dict.get with a default) instead of raising
+    "get_with_default": ("ex4_keys", '''def course_key(hf_key):
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    inner = {"self_attn.o_proj": "self_attn.out_proj", "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj",
+             "mlp.down_proj": "ff.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    parts = hf_key.split(".")
+    if parts[:2] != ["model", "layers"] or "rotary_emb" in hf_key:
+        raise KeyError(hf_key)
+    middle = ".".join(parts[3:-1])
+    return f"stack.layers.{parts[2]}.{inner.get(middle, middle)}.{parts[-1]}"
+'''),
+    # a regular expression not anchored at the end: whatever follows the first ".weight" is ignored
+    "regex_unanchored": ("ex4_keys", '''import re
+
+
+def course_key(hf_key):
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    inner = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+             "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+             "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+             "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    m = re.match(r"model\\.layers\\.(\\d+)\\.([a-z_.]+?)\\.weight", hf_key)
+    if m is None or m.group(2) not in inner:
+        raise KeyError(hf_key)
+    return f"stack.layers.{m.group(1)}.{inner[m.group(2)]}.weight"
+'''),
+    # tracks the maximum but never subtracts it (reviewed: 4/4 before): NaN in float32 at scores
+    # around 100, and l, acc are not the sums the formulas define
+    "max_never_subtracted": ("ex5_online", '''def online_update(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    p = torch.exp(scores)
+    return m_new, l + p.sum(-1, keepdim=True), acc + p @ v
+'''),
+    # m' taken from this block alone, not max(m, block): acc / l stays right while nothing
+    # overflows, but m is wrong once the maximum falls, and a fully masked later block gives inf
+    "block_max_only": ("ex5_online", '''def online_update(m, l, acc, scores, v):
+    m_new = scores.amax(-1, keepdim=True)
+    shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+    scale = torch.exp(m - shift)
+    p = torch.exp(scores - shift)
+    return m_new, l * scale + p.sum(-1, keepdim=True), acc * scale + p @ v
+'''),
+    # masked scores replaced by -1e9 to dodge the NaN: a fully masked row gets l = B, acc = sum of v
+    # (wiped out later by the rescaling, so acc / l at the end is right)
+    "mask_as_minus_1e9": ("ex5_online", '''def online_update(m, l, acc, scores, v):
+    scores = scores.masked_fill(torch.isinf(scores), -1e9)
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    scale = torch.exp(m - m_new)
+    p = torch.exp(scores - m_new)
+    return m_new, l * scale + p.sum(-1, keepdim=True), acc * scale + p @ v
 '''),
 }

@@ -1,0 +1,191 @@
+"""Correct answers to chapter 8's exercises, written differently from the solution: each must get full
+marks (``tools/mutants.py ch08 --correct``; ``tests/test_grading.py`` grades them through the real
+grader too). Each source replaces the whole answer cell; the notebook's imports (``torch``, ``F``,
+``math``) are in scope.
+
+Among them, Hugging Face's own ways of writing each part: ``LlamaRMSNorm`` (float32 inside),
+``LlamaMLP`` (``F.linear``), ``LlamaRotaryEmbedding`` with ``apply_rotary_pos_emb`` (float32 angles,
+which the prompt of exercise 3 accepts within ``1e-5 + 5e-7 (offset + seq) max|x|``).
+"""
+
+CORRECT = {
+    "ex1_rms_norm": {
+        # Hugging Face's LlamaRMSNorm: float32 inside (even for float64 inputs), cast back, gain last
+        "hf_float32": '''def rms_norm(x, weight, eps=1e-6):
+    input_dtype = x.dtype
+    hidden_states = x.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + eps)
+    return weight * hidden_states.to(input_dtype)
+''',
+        # the norm of the vector divided by sqrt(d), einsum for nothing
+        "vector_norm": '''def rms_norm(x, weight, eps=1e-6):
+    d = x.shape[-1]
+    ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) ** 2 / d
+    return x / torch.sqrt(ms + eps) * weight
+''',
+        # float64 throughout, cast back to x's dtype
+        "float64_einsum": '''def rms_norm(x, weight, eps=1e-6):
+    h = x.double()
+    ms = torch.einsum("...i,...i->...", h, h).unsqueeze(-1) / h.shape[-1]
+    return (h / (ms + eps).sqrt() * weight.double()).to(x.dtype)
+''',
+    },
+    "ex2_swiglu": {
+        # Hugging Face's LlamaMLP with the weights as nn.Linear would use them
+        "hf_linear": '''def swiglu(x, W_gate, W_up, W_down):
+    return F.linear(F.silu(F.linear(x, W_gate)) * F.linear(x, W_up), W_down)
+''',
+        # einsum, SiLU written out as z * sigmoid(z)
+        "einsum_own_silu": '''def swiglu(x, W_gate, W_up, W_down):
+    g = torch.einsum("...d,fd->...f", x, W_gate)
+    u = torch.einsum("...d,fd->...f", x, W_up)
+    return torch.einsum("...f,df->...d", g * torch.sigmoid(g) * u, W_down)
+''',
+        # flattened to (n, d) with reshape (works on non-contiguous inputs), SiLU as z / (1 + e^-z)
+        "flatten_reshape": '''def swiglu(x, W_gate, W_up, W_down):
+    flat = x.reshape(-1, x.shape[-1])
+    g = flat @ W_gate.t()
+    h = g / (1 + torch.exp(-g)) * (flat @ W_up.t())
+    return (h @ W_down.t()).reshape(*x.shape[:-1], W_down.shape[0])
+''',
+    },
+    "ex3_rope": {
+        # Hugging Face transformers 4.4x: LlamaRotaryEmbedding.forward (float32 angles by a matmul of
+        # inv_freq and the position ids) and apply_rotary_pos_emb with rotate_half
+        "hf_float32_matmul": '''def rope_half(x, offset=0, base=10000.0):
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    position_ids = torch.arange(offset, offset + x.shape[-2])[None]
+    inv_freq_expanded = inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+    position_ids_expanded = position_ids[:, None, :].float()
+    freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dtype=x.dtype)[0], emb.sin().to(dtype=x.dtype)[0]
+
+    def rotate_half(t):
+        t1 = t[..., : t.shape[-1] // 2]
+        t2 = t[..., t.shape[-1] // 2:]
+        return torch.cat((-t2, t1), dim=-1)
+
+    return (x * cos) + (rotate_half(x) * sin)
+''',
+        # Hugging Face transformers 5.x: float32 angles as position_ids[..., None].float() * inv_freq
+        "hf_float32_5x": '''def rope_half(x, offset=0, base=10000.0):
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    position_ids = torch.arange(offset, offset + x.shape[-2])
+    freqs = position_ids[..., None].float() * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dtype=x.dtype), emb.sin().to(dtype=x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+''',
+        # the halves as the real and imaginary parts of complex numbers, float64 angles
+        "complex_float64": '''def rope_half(x, offset=0, base=10000.0):
+    seq, d = x.shape[-2], x.shape[-1]
+    theta = torch.tensor(base, dtype=torch.float64) ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)
+    angle = torch.outer(torch.arange(seq, dtype=torch.float64) + offset, theta)
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2:].double()) * torch.polar(torch.ones_like(angle), angle)
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+''',
+        # the rotation written per half, float32 angles from exp and log
+        "halves_float32_exp": '''def rope_half(x, offset=0, base=10000.0):
+    seq, d = x.shape[-2], x.shape[-1]
+    h = d // 2
+    inv = torch.exp(-math.log(base) * torch.arange(0, d, 2, dtype=torch.float32) / d)
+    angle = (offset + torch.arange(seq, dtype=torch.float32))[:, None] * inv
+    c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+''',
+    },
+    "ex4_keys": {
+        # one anchored regular expression for the per-layer names
+        "regex": '''import re
+
+
+def course_key(hf_key):
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    m = re.fullmatch(r"model\\.layers\\.(\\d+)\\.(self_attn\\.[qkvo]_proj|mlp\\.(?:gate|up|down)_proj"
+                     r"|input_layernorm|post_attention_layernorm)\\.weight", hf_key)
+    if m is None:
+        raise KeyError(hf_key)
+    layer, module = m.groups()
+    module = {"self_attn.o_proj": "self_attn.out_proj", "input_layernorm": "norm1",
+              "post_attention_layernorm": "norm2"}.get(module, module.replace("mlp.", "ff."))
+    return f"stack.layers.{layer}.{module}.weight"
+''',
+        # prefix and suffix stripped, the middle looked up (a KeyError from the dict itself)
+        "strip_and_lookup": '''def course_key(hf_key):
+    if hf_key == "model.embed_tokens.weight":
+        return "embed.table.weight"
+    if hf_key == "model.norm.weight":
+        return "stack.norm.weight"
+    if hf_key == "lm_head.weight":
+        return hf_key
+    table = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+             "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+             "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+             "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    prefix, suffix = "model.layers.", ".weight"
+    if not (hf_key.startswith(prefix) and hf_key.endswith(suffix)):
+        raise KeyError(hf_key)
+    layer, _, module = hf_key[len(prefix):-len(suffix)].partition(".")
+    if not layer.isdigit():
+        raise KeyError(hf_key)
+    return f"stack.layers.{layer}.{table[module]}.weight"
+''',
+        # every name of the table enumerated by pattern, a loop over the rows
+        "rows_loop": '''def course_key(hf_key):
+    rows = [("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj", "self_attn.k_proj"),
+            ("self_attn.v_proj", "self_attn.v_proj"), ("self_attn.o_proj", "self_attn.out_proj"),
+            ("mlp.gate_proj", "ff.gate_proj"), ("mlp.up_proj", "ff.up_proj"), ("mlp.down_proj", "ff.down_proj"),
+            ("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")]
+    singles = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+               "lm_head.weight": "lm_head.weight"}
+    if hf_key in singles:
+        return singles[hf_key]
+    parts = hf_key.split(".", 3)
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[2].isdigit():
+        for hf, ours in rows:
+            if parts[3] == hf + ".weight":
+                return f"stack.layers.{parts[2]}.{ours}.weight"
+    raise KeyError(f"no course name for {hf_key!r}")
+''',
+    },
+    "ex5_online": {
+        # NaN (from -inf - -inf) replaced by 0 after the fact
+        "nan_to_num": '''def online_update(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+    scale = torch.exp(m - m_new).nan_to_num(0.0)
+    p = torch.exp(scores - m_new).nan_to_num(0.0)
+    return m_new, l * scale + p.sum(dim=-1, keepdim=True), acc * scale + p @ v
+''',
+        # float64 inside, torch.where on finite maxima, einsum; cast back to the inputs' dtype
+        "float64_where_einsum": '''def online_update(m, l, acc, scores, v):
+    dt = acc.dtype
+    m64, s64 = m.double(), scores.double()
+    m_new = torch.maximum(m64, s64.amax(-1, keepdim=True))
+    finite = torch.isfinite(m_new)
+    scale = torch.where(finite, torch.exp(m64 - m_new), torch.zeros_like(m_new))
+    p = torch.where(finite, torch.exp(s64 - m_new), torch.zeros_like(s64))
+    l_new = l.double() * scale + p.sum(-1, keepdim=True)
+    acc_new = acc.double() * scale + torch.einsum("...qb,...bd->...qd", p, v.double())
+    return m_new.to(dt), l_new.to(dt), acc_new.to(dt)
+''',
+        # the running sums updated in place, the shift taken from a masked_fill
+        "in_place": '''def online_update(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
+    p = (scores - shift).exp()
+    scale = (m - shift).exp()
+    l.mul_(scale).add_(p.sum(-1, keepdim=True))
+    acc.mul_(scale).add_(p @ v)
+    return m_new, l, acc
+''',
+    },
+}
