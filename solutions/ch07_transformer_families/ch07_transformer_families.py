@@ -91,7 +91,11 @@ device = torch.device("cpu")   # small models: the CPU, one thread, is where the
 #
 # Write `prefix_lm_mask(L, prefix_len)`: a bool `(L, L)` tensor whose entry $(i, j)$ is True when
 # query $i$ may attend to key $j$, that is when $j$ lies in the prefix ($j <$ `prefix_len`) or
-# $j \le i$. `prefix_len` must be an int in $[0, L]$: raise a `ValueError` that says so otherwise.
+# $j \le i$. `L` is an int $\ge 1$. `prefix_len` must be an int in $[0, L]$; for anything else raise a
+# `ValueError` that says so. The tests try, and expect an error for, each of these: an int below 0 or
+# above `L`, and a value that is not an int at all: a float (even a whole one such as `2.0`, and
+# `2.5`), a string such as `"2"`, and `None` (for a value that is not an int, a `TypeError` is accepted
+# as well). Valid calls are tested for every `prefix_len` from 0 to `L`, at several `L`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_prefix_mask", "locked": false, "schema_version": 3, "solution": true}
 def prefix_lm_mask(L, prefix_len):
@@ -127,22 +131,33 @@ checks.run_checks("prefix_lm_mask", [
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_prefix_mask-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: the whole sequence as prefix (bidirectional), other sizes, bad prefix lengths.
+# Hidden tests: every prefix length 0..L at L = 1..8 (0 = causal, L = bidirectional); every kind of bad
+# prefix_len the prompt names (below 0, above L, floats 2.5 and 2.0, a string, None) must raise.
 ### BEGIN HIDDEN TESTS
+def _every_prefix(L):
+    for p in range(L + 1):
+        _mask_case(L, p)
+
+
 def _bad_prefix(L, p):
+    """Record whether prefix_lm_mask(L, p) raised as the prompt asks (ValueError; TypeError too if p is no int)."""
+    allowed = (ValueError,) if isinstance(p, int) else (ValueError, TypeError)
     try:
         prefix_lm_mask(L, p)
-    except ValueError:
-        return
-    raise checks.CheckFailed(f"prefix_lm_mask({L}, {p}) should raise ValueError (prefix_len must lie in [0, L])")
+        outcome = "returned a value"
+    except allowed:
+        outcome = "raised"
+    except Exception as err:  # noqa: BLE001 (any other outcome is a wrong answer, recorded as such)
+        outcome = f"raised {type(err).__name__}"
+    checks.expect_equal(outcome, "raised", f"prefix_lm_mask({L}, {p!r}): must raise "
+                        + ("ValueError" if isinstance(p, int) else "ValueError (or TypeError)"))
 
 
+_BAD_PREFIXES = ((4, 5), (1, 2), (6, 7), (4, -1), (5, -3), (5, 2.5), (5, 2.0), (3, 0.0), (4, -0.5),
+                 (5, 6.5), (3, "2"), (3, None))
 checks.run_checks("prefix_lm_mask (hidden)", [
-    ("prefix L is bidirectional", lambda: _mask_case(4, 4)),
-    ("L = 7, prefix 3", lambda: _mask_case(7, 3)),
-    ("L = 1", lambda: _mask_case(1, 1)),
-    ("prefix longer than L", lambda: _bad_prefix(4, 5)),
-    ("negative prefix", lambda: _bad_prefix(4, -1)),
+    *((f"L = {L}, every prefix 0..{L}", lambda L=L: _every_prefix(L)) for L in range(1, 9)),
+    *((f"prefix_len={p!r} with L = {L} raises", lambda L=L, p=p: _bad_prefix(L, p)) for L, p in _BAD_PREFIXES),
 ])
 ### END HIDDEN TESTS
 
@@ -229,9 +244,14 @@ print(toy_vocab, "| [CLS] =", CLS_ID, "[MASK] =", MASK_ID, "| words from id", da
 # ### Exercise 2: BERT's corruption of a batch (2 + 2 points)
 #
 # Write `mlm_corrupt_batch(tokens, mask_id, vocab_size, generator, p=0.15, first_regular_id=6)`.
-# Only tokens with id $\ge$ `first_regular_id` may be chosen (never padding, `<sos>`, `[CLS]` or
-# `[MASK]`). So that your result can be compared with the reference exactly, draw the random numbers
-# in this order, each of the tokens' shape, with `generator=generator`:
+# `tokens` is a `(batch, L)` long tensor, `p` a float in $[0, 1]$. Every id below `first_regular_id` is a
+# special token and must never be chosen: in the toy vocabulary that is ids 0 to 5, padding, `<sos>`,
+# `<eos>`, `<unk>`, `[CLS]` and `[MASK]`, but go by the argument, not by names or by the toy
+# vocabulary's ids. Only tokens with id $\ge$ `first_regular_id` may be chosen. The tests use batches
+# that contain every special token, at several `p` from 0 to 1, and other vocabularies too (other
+# `first_regular_id`, `mask_id` and `vocab_size`). So that your result can be compared with the
+# reference exactly, draw the random numbers in this order, each of the tokens' shape (for every
+# position, special or not), with `generator=generator`:
 #
 # 1. `u = torch.rand(...)`: a maskable token is chosen when `u < p`;
 # 2. `action = torch.rand(...)`: a chosen token becomes `mask_id` when `action < 0.8`, a random
@@ -239,7 +259,8 @@ print(toy_vocab, "| [CLS] =", CLS_ID, "[MASK] =", MASK_ID, "| words from id", da
 # 3. `random_tokens = torch.randint(first_regular_id, vocab_size, ...)`: the random replacements.
 #
 # Return `(inputs, labels)`: the corrupted tokens, and the original token at chosen positions,
-# `families.IGNORE_INDEX` (-100, which `F.cross_entropy` skips) elsewhere. Leave `tokens` unchanged.
+# `families.IGNORE_INDEX` (-100, which `F.cross_entropy` skips) elsewhere, both `(batch, L)` tensors of
+# the tokens' dtype. Leave `tokens` unchanged.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_mlm_corrupt", "locked": false, "schema_version": 3, "solution": true}
 def mlm_corrupt_batch(tokens, mask_id, vocab_size, generator, p=0.15, first_regular_id=6):
@@ -298,28 +319,97 @@ checks.run_checks("mlm_corrupt_batch", [("rates: 15 %, then 80 % [MASK]", _corru
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_mlm_corrupt-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: special tokens and padding are never chosen; the input tensor is left unchanged.
+# Hidden tests: no id below first_regular_id is ever chosen, on batches that hold every special token, at
+# p from 0 to 1; other vocabularies (first_regular_id, mask_id, vocab_size); shapes from (1, 1) up; the
+# same draws as the reference everywhere; long outputs; the input tensor left unchanged.
 ### BEGIN HIDDEN TESTS
-def _corrupt_specials():
-    tokens, _ = encode_sentences(data.make_toy_sentences(64, seed=5))     # [CLS] first, padded
-    (inputs, labels), (want_in, want_lab) = _corrupt_case(tokens, 6, p=0.6)
-    special = tokens < data.TOY_FIRST_WORD_ID
-    assert not bool((labels[special] != families.IGNORE_INDEX).any()), \
-        "a [CLS] or padding position was chosen: only ids >= first_regular_id may be"
-    checks.expect_equal(inputs, want_in, "inputs on a batch with [CLS] and padding")
-    checks.expect_equal(labels, want_lab, "labels on a batch with [CLS] and padding")
-
-
-def _corrupt_in_place():
-    tokens = torch.randint(data.TOY_FIRST_WORD_ID, V_TOY, (8, 10), generator=torch.Generator().manual_seed(8))
+def _corrupt_vs_reference(tokens, seed, p, mask_id=MASK_ID, vocab_size=V_TOY, first_regular_id=data.TOY_FIRST_WORD_ID):
+    """The learner's corruption of ``tokens`` against the reference's, with the same generator seed."""
+    name = (f"{tuple(tokens.shape)} batch, p={p}, mask_id={mask_id}, vocab_size={vocab_size}, "
+            f"first_regular_id={first_regular_id}")
+    reference_draws = torch.Generator().manual_seed(seed)
+    want_in, want_lab = families.mlm_corrupt(tokens, mask_id, vocab_size, p=p, first_regular_id=first_regular_id,
+                                             generator=reference_draws)
     before = tokens.clone()
-    checks.call(mlm_corrupt_batch, tokens, MASK_ID, V_TOY, torch.Generator().manual_seed(9), 0.5,
-                data.TOY_FIRST_WORD_ID)
-    checks.expect_equal(tokens, before, "the tokens passed in (they must not be modified in place)")
+    got = checks.call(mlm_corrupt_batch, tokens, mask_id, vocab_size, torch.Generator().manual_seed(seed), p,
+                      first_regular_id)
+    checks.expect_equal(type(got).__name__ if not isinstance(got, (tuple, list)) else f"{len(got)} values",
+                        "2 values", f"what mlm_corrupt_batch returns ({name}): (inputs, labels)")
+    inputs, labels = got
+    special = before < first_regular_id
+    checks.expect_equal(labels[special], torch.full((int(special.sum()),), families.IGNORE_INDEX),
+                        f"labels at the special tokens (ids < first_regular_id; {name}): never chosen, so -100")
+    checks.expect_equal(inputs[special], before[special], f"inputs at the special tokens ({name}): unchanged")
+    checks.expect_dtype(inputs, tokens.dtype, f"inputs ({name})")
+    checks.expect_dtype(labels, tokens.dtype, f"labels ({name})")
+    checks.expect_equal(labels, want_lab, f"labels ({name}; draw u, then action, then random_tokens)")
+    checks.expect_equal(inputs, want_in, f"inputs ({name}; draw u, then action, then random_tokens)")
+    checks.expect_equal(tokens, before, f"the tokens passed in ({name}): must not be modified in place")
 
 
-checks.run_checks("mlm_corrupt_batch (hidden)", [("specials never chosen", _corrupt_specials),
-                                                 ("tokens unchanged", _corrupt_in_place)])
+def _every_special(p, seed):
+    """A batch in which every id of the vocabulary, every special token included, occurs several times."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.arange(V_TOY).repeat(4)
+    tokens = ids[torch.randperm(len(ids), generator=gen)].reshape(4, V_TOY)
+    _corrupt_vs_reference(tokens, seed + 100, p)
+
+
+def _sentences(p):
+    tokens, _ = encode_sentences(data.make_toy_sentences(64, seed=5))     # [CLS] first, padded
+    _corrupt_vs_reference(tokens, 6, p)
+
+
+def _other_vocab(first_regular_id, mask_id, vocab_size, shape, p, seed):
+    tokens = torch.randint(0, vocab_size, shape, generator=torch.Generator().manual_seed(seed))
+    _corrupt_vs_reference(tokens, seed + 1, p, mask_id, vocab_size, first_regular_id)
+
+
+def _u_equal_to_p(seed):
+    """p set to one of the u draws exactly: that token has u == p and must not be chosen (u < p)."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(data.TOY_FIRST_WORD_ID, V_TOY, (8, 64), generator=gen)
+    u = torch.rand(tokens.shape, generator=torch.Generator().manual_seed(seed + 1))
+    _corrupt_vs_reference(tokens, seed + 1, float(u[3, 17]))
+
+
+def _action_at_boundary(seed, boundary):
+    """A seed whose action draws hit float32(boundary) exactly, p = 1: 0.8 is [MASK]'s upper end (excluded)
+    and the random token's lower end (included), 0.9 the random token's upper end (excluded)."""
+    shape = (32, 1024)                 # 2^15 draws: found by searching seeds for an exact hit
+    tokens = torch.randint(data.TOY_FIRST_WORD_ID, V_TOY, shape, generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    torch.rand(shape, generator=gen)
+    at = torch.rand(shape, generator=gen) == torch.tensor(boundary, dtype=torch.float32)
+    reference_draws = torch.Generator().manual_seed(seed)
+    want_in, want_lab = families.mlm_corrupt(tokens, MASK_ID, V_TOY, p=1.0, first_regular_id=data.TOY_FIRST_WORD_ID,
+                                             generator=reference_draws)
+    got = checks.call(mlm_corrupt_batch, tokens.clone(), MASK_ID, V_TOY, torch.Generator().manual_seed(seed), 1.0,
+                      data.TOY_FIRST_WORD_ID)
+    inputs, labels = got
+    name = f"p = 1, a token whose action draw is exactly {boundary}"
+    checks.expect_shape(inputs, shape, f"inputs ({name})")
+    checks.expect_equal(inputs[at], want_in[at], f"inputs where action == {boundary} "
+                        "(action < 0.8: [MASK]; 0.8 <= action < 0.9: a random token; else kept)")
+    checks.expect_equal(bool((inputs == want_in).all()), True, f"inputs equal the reference's ({name})")
+    checks.expect_equal(bool((labels == want_lab).all()), True, f"labels equal the reference's ({name})")
+
+
+checks.run_checks("mlm_corrupt_batch (hidden)", [
+    ("u == p is not chosen (u < p)", lambda: _u_equal_to_p(50)),
+    ("action == 0.8 exactly", lambda: _action_at_boundary(590, 0.8)),
+    ("action == 0.9 exactly", lambda: _action_at_boundary(435, 0.9)),
+    *((f"every special token, p={p}", lambda p=p, i=i: _every_special(p, 20 + i))
+      for i, p in enumerate((0.0, 0.15, 0.5, 0.9, 1.0))),
+    *((f"sentences with [CLS] and padding, p={p}", lambda p=p: _sentences(p)) for p in (0.15, 0.6)),
+    ("first_regular_id=9: ids 6 to 8 are special too", lambda: _other_vocab(9, 5, V_TOY, (6, 30), 0.7, 30)),
+    ("first_regular_id=3, mask_id=2, vocab_size=20", lambda: _other_vocab(3, 2, 20, (5, 24), 0.5, 31)),
+    ("first_regular_id=1, mask_id=0, vocab_size=8, p=1", lambda: _other_vocab(1, 0, 8, (3, 16), 1.0, 32)),
+    ("first_regular_id=12, mask_id=11, vocab_size=50", lambda: _other_vocab(12, 11, 50, (4, 25), 0.35, 33)),
+    ("one token", lambda: _other_vocab(6, 5, V_TOY, (1, 1), 1.0, 34)),
+    ("one row", lambda: _other_vocab(6, 5, V_TOY, (1, 9), 0.5, 35)),
+    ("long thin batch", lambda: _other_vocab(6, 5, V_TOY, (40, 2), 0.25, 36)),
+])
 ### END HIDDEN TESTS
 
 # %%
@@ -640,8 +730,16 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # dimensions): return a new tensor in which the filtered-out entries are `-inf`, and leave `logits`
 # itself unchanged (the caller may still need them: never write into the input). `None` skips a filter.
 # With both, apply top-k first, then top-p to the distribution that top-k left (the softmax of the
-# surviving logits). Ties: at the top-k boundary let `torch.topk` decide; in top-p rank equal
-# probabilities by lower id first (a stable sort).
+# surviving logits). `top_k` is an int $\ge 1$ (a `top_k` of at least V keeps every entry), `top_p` a
+# float in $(0, 1]$ (top-p keeps a token when the probability mass of the tokens ranked before it is
+# below `top_p`, so 1 keeps every entry). Return the logits' shape and dtype (float32 or float64),
+# with the kept entries' values exactly as they were. The tests use random logits in float32 and
+# float64, with 0 to 3 leading dimensions, logits around 200 as well as around 0, and every kind of
+# `top_k` (1, less than V, V, more than V) and `top_p` (small to 1), alone and together. Which of
+# several tied tokens a cut keeps is not tested (break ties as you like), nor are random logits whose
+# mass comes within $10^{-3}$ of `top_p`; but exact boundaries are, where the arithmetic is exact:
+# over $n$ equal logits (each of probability $1/n$) top-p keeps exactly $\lceil p\,n \rceil$ tokens, e.g. 2
+# of 4 for `top_p=0.5`, since two tokens already have mass 0.5.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_filter_logits", "locked": false, "schema_version": 3, "solution": true}
 def filter_logits(logits, top_k=None, top_p=None):
@@ -657,7 +755,7 @@ def filter_logits(logits, top_k=None, top_p=None):
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.topk(top_k, dim=-1).indices, True)
         logits = logits.masked_fill(~keep, float("-inf"))
     if top_p is not None:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
         keep_sorted = probs.cumsum(-1) - probs < top_p
         keep_sorted[..., 0] = True
@@ -710,37 +808,88 @@ checks.run_checks("filter_logits", [("top-k alone", _top_k_only), ("top-p alone"
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_filter_logits-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: top-k then top-p on the renormalised distribution; batched rows; k >= V.
+# Hidden tests: top-k then top-p on the renormalised distribution; a seeded grid of random logits over the
+# domain the prompt names (float32 and float64; 0 to 3 leading dimensions; logits around 0 and around 200;
+# top_k 1, < V, V, > V; top_p small to 1; each filter alone and both), each compared with the reference,
+# away from ties and from masses within 1e-3 of top_p; the input left unchanged.
 ### BEGIN HIDDEN TESTS
 def _both():
     z = torch.tensor([0.3, 0.25, 0.2, 0.15, 0.1]).log()
-    got = _kept(checks.call(filter_logits, z, top_k=2, top_p=0.5))
-    assert got == [0], ("top_k=2 leaves 0.3 and 0.25, renormalised 0.545 and 0.455; top_p=0.5 then keeps only "
-                        f"id 0; kept {got} (was top-p applied to the distribution before top-k?)")
+    checks.expect_equal(torch.isfinite(checks.call(filter_logits, z, top_k=2, top_p=0.5)),
+                        torch.tensor([True, False, False, False, False]),
+                        "kept ids of probabilities [0.3, 0.25, 0.2, 0.15, 0.1] with top_k=2, top_p=0.5: top-k leaves "
+                        "0.3 and 0.25, renormalised 0.545 and 0.455, so top-p keeps only id 0 (top-p after top-k)")
 
 
-def _batched():
-    torch.manual_seed(0)
-    z = torch.randn(3, 4, 11)
-    for k, p in ((3, None), (None, 0.7), (5, 0.8)):
-        want = z
-        if k is not None:
-            want = decoding.filter_top_k(want, k)
-        if p is not None:
-            want = decoding.filter_top_p(want, p)
-        z_in = z.clone()
-        got = checks.call(filter_logits, z_in, top_k=k, top_p=p)
-        checks.expect_equal(z_in, z, f"the batched logits passed in (top_k={k}, top_p={p}): left unchanged")
-        checks.expect_shape(got, (3, 4, 11), "batched output")
-        checks.expect_equal(torch.isfinite(got), torch.isfinite(want), f"kept entries, top_k={k}, top_p={p}, (3, 4, 11) input")
+def _reference_filtered(z, k, p):
+    want = z if k is None else decoding.filter_top_k(z, k)
+    return want if p is None else decoding.filter_top_p(want, p)
 
 
-def _k_large():
-    checks.expect_close(checks.call(filter_logits, _z.clone(), top_k=9), _z, "top_k larger than the vocabulary")
+def _clear_of_boundaries(z, k, p):
+    """No ties among a row's logits, and (for top-p) no mass before a token within 1e-3 of p, in float64."""
+    z64 = z.double()
+    sorted_z = z64.sort(-1, descending=True).values
+    if bool((sorted_z[..., 1:] == sorted_z[..., :-1]).any()):
+        return False
+    if p is None:
+        return True
+    if k is not None:
+        sorted_z = sorted_z[..., :min(k, z.shape[-1])]
+    probs = sorted_z.softmax(-1)
+    return bool(((probs.cumsum(-1) - probs - p).abs() > 1e-3).all())
 
 
-checks.run_checks("filter_logits (hidden)", [("top-k then top-p", _both), ("batched rows", _batched),
-                                             ("k >= V keeps all", _k_large)])
+def _filter_case(shape, dtype, k, p, seed, offset=0.0):
+    gen = torch.Generator().manual_seed(seed)
+    while True:           # the same draws every time: the cases depend on the seed only
+        z = (torch.randn(shape, generator=gen, dtype=torch.float64) * 2.0 + offset).to(dtype)
+        if _clear_of_boundaries(z, k, p):
+            break
+    name = f"filter_logits of {dtype} logits {tuple(shape)}{' around 200' if offset else ''}, top_k={k}, top_p={p}"
+    z_in = z.clone()
+    got = checks.call(filter_logits, z_in, top_k=k, top_p=p)
+    want = _reference_filtered(z, k, p)
+    checks.expect_equal(z_in, z, f"the logits passed in ({name}): left unchanged")
+    checks.expect_shape(got, tuple(shape), name)
+    checks.expect_dtype(got, dtype, name)
+    checks.expect_equal(torch.isfinite(got), torch.isfinite(want), f"kept entries ({name})")
+    checks.expect_close(got, want, f"values ({name}): kept logits unchanged, -inf elsewhere")
+
+
+def _filter_grid():
+    """(shape, k, p) over the domain, each in float32 and float64."""
+    cases = []
+    for shape in ((7,), (3, 11), (2, 3, 9), (2, 1, 2, 6)):
+        V = shape[-1]
+        for k, p in ((1, None), (3, None), (V - 1, None), (V, None), (V + 3, None), (None, 0.05), (None, 0.3),
+                     (None, 0.75), (None, 0.95), (None, 1.0), (2, 0.5), (4, 0.9), (V, 0.6), (1, 0.8), (V + 3, 1.0)):
+            cases.append((shape, k, p))
+    return cases
+
+
+def _equal_logits(n, p, dtype, lead=()):
+    """n equal logits per row (each row its own value): top-p keeps exactly ceil(p * n) of them."""
+    z = (torch.arange(math.prod(lead), dtype=dtype).reshape(*lead, 1) * 3.0 - 1.0).expand(*lead, n).clone()
+    got = checks.call(filter_logits, z, top_p=p)
+    name = f"filter_logits of {tuple(z.shape)} {dtype} rows of {n} equal logits, top_p={p}"
+    checks.expect_shape(got, tuple(z.shape), name)
+    checks.expect_equal(torch.isfinite(got).sum(-1), torch.full(lead, math.ceil(p * n)),
+                        f"{name}: how many are kept (ceil(p * n): mass before a token below p)")
+
+
+checks.run_checks("filter_logits (hidden)", [
+    ("top-k then top-p", _both),
+    *((f"top_p={p} over {n} equal logits, {dtype}", lambda n=n, p=p, dtype=dtype: _equal_logits(n, p, dtype, (2, 3)))
+      for dtype in (torch.float32, torch.float64) for n, p in ((4, 0.5), (4, 0.25), (4, 0.75), (8, 0.5), (8, 0.375),
+                                                               (2, 0.5), (4, 1.0), (8, 0.3))),
+    *((f"{dtype}: top_k={k}, top_p={p}, shape {shape}",
+       lambda shape=shape, dtype=dtype, k=k, p=p, i=i: _filter_case(shape, dtype, k, p, 1000 + i))
+      for dtype in (torch.float32, torch.float64) for i, (shape, k, p) in enumerate(_filter_grid())),
+    *((f"{dtype}: logits around 200, top_k={k}, top_p={p}",
+       lambda dtype=dtype, k=k, p=p, i=i: _filter_case((4, 10), dtype, k, p, 2000 + i, offset=200.0))
+      for dtype in (torch.float32, torch.float64) for i, (k, p) in enumerate(((3, None), (None, 0.6), (5, 0.8)))),
+])
 ### END HIDDEN TESTS
 
 # %%
@@ -1071,7 +1220,10 @@ if not GRADING:
 # Write `patchify(images, patch)`: `(batch, C, H, W)` -> `(batch, (H/patch)·(W/patch), C·patch²)`.
 # Number the patches row by row (left to right, then top to bottom); inside a patch, order the
 # features by channel, then row, then column (the layout of
-# `F.unfold(images, patch, stride=patch).transpose(1, 2)`, which you may not use).
+# `F.unfold(images, patch, stride=patch).transpose(1, 2)`, which you may not use, nor `nn.Unfold`).
+# `images` is float32 or float64, and the result has its dtype; `patch` is an int that divides both
+# `H` and `W`. The tests use seeded random batches of 1 to 4 images with 1 to 3 channels, square and
+# non-square, float32 and float64, and patches from 1 up to the whole image.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1117,12 +1269,27 @@ def _first_patch():
 checks.run_checks("patchify", [("a 4x4 image", _first_patch), ("8x8 digits, patch 4", lambda: _patch_case((3, 1, 8, 8), 4))])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_patchify-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: several channels (the feature order inside a patch), non-square images, patch 1.
+# Hidden tests: a seeded grid over the domain: several channels (the feature order inside a patch),
+# non-square images, patch 1 and a patch as large as the image, batches of 1 to 4, float32 and float64
+# (the dtype kept).
 ### BEGIN HIDDEN TESTS
+def _patch_case_typed(shape, patch, dtype, seed):
+    images = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+    with checks.forbid(torch.nn.Unfold.forward, F.unfold):
+        got = checks.call(patchify, images.detach().clone(), patch)
+    want = F.unfold(images, kernel_size=patch, stride=patch).transpose(1, 2)
+    name = f"patchify of a {dtype} {shape} batch, patch={patch}"
+    checks.expect_shape(got, tuple(want.shape), name)
+    checks.expect_dtype(got, dtype, name)
+    checks.expect_close(got, want, f"{name} (row by row; channel, row, column inside)")
+
+
+_PATCH_GRID = (((2, 3, 6, 6), 3), ((2, 2, 4, 8), 2), ((1, 2, 3, 3), 1), ((3, 1, 8, 8), 8), ((2, 3, 12, 8), 4),
+               ((1, 1, 2, 6), 2), ((4, 2, 6, 9), 3), ((2, 3, 10, 10), 5), ((1, 3, 8, 4), 2), ((3, 2, 6, 4), 1))
 checks.run_checks("patchify (hidden)", [
-    ("3 channels", lambda: _patch_case((2, 3, 6, 6), 3, seed=1)),
-    ("non-square, 2 channels", lambda: _patch_case((2, 2, 4, 8), 2, seed=2)),
-    ("patch 1", lambda: _patch_case((1, 2, 3, 3), 1, seed=3)),
+    (f"{dtype}, {shape}, patch {patch}", lambda shape=shape, patch=patch, dtype=dtype, i=i:
+     _patch_case_typed(shape, patch, dtype, 40 + i))
+    for dtype in (torch.float32, torch.float64) for i, (shape, patch) in enumerate(_PATCH_GRID)
 ])
 ### END HIDDEN TESTS
 
@@ -1170,7 +1337,11 @@ plt.show()
 # each returns `(x, self weights, cross weights)`, `.x` the first), `model.stack.norm` (the final
 # LayerNorm) and `model.head` (the
 # classifier). Where the class token goes, which state the head reads, and in what order the parts
-# apply, follow from the description above. Return the logits `(batch, n_classes)`.
+# apply, follow from the description above. Return the logits `(batch, n_classes)`. The tests use
+# ViTs whose every parameter is random (class token, positions and LayerNorms included), of 1 to 3
+# layers, Pre-LN and Post-LN, 1 or 3 channels, other image, patch and model sizes and numbers of
+# classes, on batches of 1 to 5 float32 images; your logits must match the model's own within
+# `checks.expect_close`'s default tolerance ($10^{-5}$ absolute plus $10^{-4}$ relative).
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_vit_forward", "locked": false, "schema_version": 3, "solution": true}
 def vit_forward(model, images):
@@ -1192,31 +1363,41 @@ def vit_forward(model, images):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_vit_forward-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
-def _vit_case(seed, forbidden=(), **kw):
-    torch.manual_seed(seed)
+def _vit_case(seed, forbidden=(), batch=3, **kw):
     model = vit.ViT(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw}).eval()
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        model.cls_token.normal_()                          # a class token far from 0, so its place matters
-        images = torch.rand(3, model.channels, model.image_size, model.image_size)
+        for param in model.parameters():     # every weight random (class token, positions, norms): each part matters
+            param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+        images = torch.rand(batch, model.channels, model.image_size, model.image_size, generator=g)
         want = model(images)
         with checks.forbid(*forbidden):
             got = checks.call(vit_forward, model, images)
     checks.expect_shape(got, tuple(want.shape), "logits")
-    checks.expect_close(got, want, f"logits of a ViT {kw or ''} (class token first, positions, layers, norm, head)",
-                        atol=1e-5)
+    checks.expect_close(got, want, f"logits of a ViT {kw or ''} on {batch} images (class token first, positions, "
+                        "layers, norm, head)")
 
 
 checks.run_checks("vit_forward", [("patch 4 on 8x8 digits", lambda: _vit_case(0)),
                                   ("patch 2, 3 layers", lambda: _vit_case(1, patch=2, n_layers=3))])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_vit_forward-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: built from the modules (model.forward and model.embed not called), Post-LN, 3 channels.
+# Hidden tests: built from the modules (model.forward and model.embed not called); random ViTs over the
+# domain: Pre-LN and Post-LN, 1 to 3 layers, 1 or 3 channels, other image, patch and model sizes, other
+# numbers of classes, one patch per image, batches of 1 to 5.
 ### BEGIN HIDDEN TESTS
 _VIT_WHOLE = (vit.ViT.forward, vit.ViT.embed)
 checks.run_checks("vit_forward (hidden)", [
     ("without calling the model", lambda: _vit_case(2, forbidden=_VIT_WHOLE)),
     ("Post-LN", lambda: _vit_case(3, forbidden=_VIT_WHOLE, norm_first=False)),
     ("3 channels, 12x12", lambda: _vit_case(4, forbidden=_VIT_WHOLE, channels=3, image_size=12, patch=3)),
+    ("one layer, 4 classes, one image", lambda: _vit_case(5, forbidden=_VIT_WHOLE, batch=1, n_layers=1, n_classes=4)),
+    ("3 layers, d_model 24, 3 heads, patch 2, 5 images",
+     lambda: _vit_case(6, forbidden=_VIT_WHOLE, batch=5, n_layers=3, d_model=24, n_heads=3, d_ff=40, patch=2)),
+    ("one patch per image", lambda: _vit_case(7, forbidden=_VIT_WHOLE, batch=2, image_size=4, patch=4)),
+    ("Post-LN, 3 channels, 3 layers, 6x6, patch 2",
+     lambda: _vit_case(8, forbidden=_VIT_WHOLE, norm_first=False, channels=3, image_size=6, patch=2, n_layers=3,
+                       n_classes=3)),
 ])
 ### END HIDDEN TESTS
 
