@@ -187,9 +187,13 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     assert proc.returncode == 0 and "updated" in proc.stdout, proc.stdout + proc.stderr
     page.reload(wait_until="load")
     cells.nth(answer + 1).wait_for(state="attached", timeout=120_000)
-    page.get_by_text("New in this version of the course").first.wait_for(timeout=60_000)
-    kept = cells.nth(answer + 1).locator(".cm-content").inner_text()
-    assert f"def {FUNCTION}" in kept and "NotImplementedError" not in kept, f"the answer is gone: {kept!r}"
+    page.locator(".jp-NotebookPanel .jp-MarkdownOutput").get_by_text(
+        "New in this version of the course").first.wait_for(timeout=60_000)
+    kept_cell = cells.nth(answer + 1)       # the new cell came in above it
+    kept_cell.scroll_into_view_if_needed()   # JupyterLab renders only the cells in view
+    kept_cell.locator(".cm-content").get_by_text(f"def {FUNCTION}").first.wait_for(timeout=60_000)
+    kept = kept_cell.locator(".cm-content").inner_text()
+    assert "NotImplementedError" not in kept, f"the answer is gone: {kept!r}"
     page.screenshot(path=str(screenshots / "lab_after_update.png"))
 
     # JupyterLab asks its own server only; no request went elsewhere (news, updates, fonts).
