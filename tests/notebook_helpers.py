@@ -23,3 +23,26 @@ def lean(nb_path: Path):
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
     return nb
+
+
+def heading_slugs(headings) -> set[str]:
+    """The anchors of markdown headings (their text, without the ``#``), slugged as GitHub and MyST do:
+    lower case, every character but letters, digits, ``_``, ``-`` and spaces dropped, spaces turned
+    into ``-``; a repeated slug gets ``-1``, ``-2`` ..."""
+    import re
+
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in headings:
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def chapter_slugs(source: str) -> set[str]:
+    """The anchors of a chapter's headings, from its text source (markdown cells: ``# ## Heading``)."""
+    import re
+
+    return heading_slugs(m.group(1) for m in re.finditer(r"^# #+ (.+)$", source, flags=re.M))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_helpers import chapter_slugs, heading_slugs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -161,27 +162,12 @@ def test_the_readme_chapter_table_counts_exercises_and_points():
 def _slugs(path: Path) -> set[str]:
     """GitHub's (and MyST's) anchors of a markdown file's headings."""
     text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
-    seen: dict[str, int] = {}
-    out = set()
-    for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
+    return heading_slugs(m.group(1) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M))
 
 
 def _chapter_slugs(chapter: str) -> set[str]:
     """The anchors of a chapter's headings (its text source's markdown: ``# ## Heading``)."""
-    source = (ROOT / "solutions" / chapter / f"{chapter}.py").read_text(encoding="utf-8")
-    seen: dict[str, int] = {}
-    out = set()
-    for m in re.finditer(r"^# (#+ .+)$", source, flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", m.group(1).lstrip("#").strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
+    return chapter_slugs((ROOT / "solutions" / chapter / f"{chapter}.py").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("doc", LINKED, ids=_name)

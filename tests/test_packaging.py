@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from notebook_helpers import chapter_slugs
 
 from course_utils import grading
 
@@ -118,18 +119,8 @@ def test_site_build_outputs_are_ignored_and_documented():
 
 
 def _heading_anchors(chapter: str) -> set[str]:
-    """The anchors of a chapter's markdown headings, slugged as GitHub and MyST do: lower case,
-    every character but letters, digits, ``_``, ``-`` and spaces dropped, spaces turned into ``-``;
-    a repeated slug gets ``-1``, ``-2`` ..."""
-    source = (ROOT / "solutions" / chapter / f"{chapter}.py").read_text()
-    seen: dict[str, int] = {}
-    anchors = set()
-    for m in re.finditer(r"^# #+ (.+)$", source, flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        anchors.add(slug if n == 0 else f"{slug}-{n}")
-    return anchors
+    """The anchors of a chapter's markdown headings (tests/notebook_helpers.heading_slugs)."""
+    return chapter_slugs((ROOT / "solutions" / chapter / f"{chapter}.py").read_text())
 
 
 def test_glossary_links_point_to_headings_that_exist():
