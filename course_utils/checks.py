@@ -26,7 +26,7 @@ import torch
 __all__ = [
     "RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "call", "CheckFailed", "encode_value",
     "expect_close", "expect_dtype", "expect_equal", "expect_not_calling", "expect_shape", "forbid",
-    "learner_or_reference", "run_checks", "same_result"
+    "learner_or_reference", "NotImplementedYet", "run_checks", "same_result"
 ]
 
 
@@ -166,14 +166,18 @@ def expect_equal(actual: Any, expected: Any, what: str) -> None:
         raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
 
 
+class NotImplementedYet(CheckFailed):
+    """The learner's function still raises ``NotImplementedError``: the exercise is not done yet."""
+
+
 def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     """Call the learner's ``fn``; an exercise not done yet becomes a clear failure."""
     name = what or getattr(fn, "__name__", "your function")
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise CheckFailed(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
-                          "with your code") from None
+        raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
+                                "with your code") from None
 
 
 def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> None:
@@ -188,6 +192,8 @@ def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> N
     for i, (desc, check) in enumerate(checks, 1):
         try:
             check()
+        except NotImplementedYet as err:   # every check would say the same: say it once
+            raise CheckFailed(f"{name}: {err}") from None
         except CheckFailed as err:
             failures.append(f"check {i}/{len(checks)} ({desc}): {err}")
         except Exception as err:  # noqa: BLE001 (the learner's code raised: report it with the others)

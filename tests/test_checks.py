@@ -46,6 +46,15 @@ def test_run_checks_reports_every_failing_check_with_its_hint():
     assert "fine" not in msg
 
 
+def test_an_exercise_not_done_yet_is_said_once_not_per_check():
+    def todo(*args):
+        raise NotImplementedError()
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.run_checks("todo", [(f"check {i}", lambda: checks.call(todo, 1)) for i in range(4)])
+    msg = str(info.value)
+    assert msg == ("todo: todo is not implemented yet: replace `raise NotImplementedError()` with your code")
+
+
 def test_a_failed_check_shows_without_a_traceback_in_ipython():
     from IPython.core.interactiveshell import InteractiveShell
 
