@@ -89,10 +89,11 @@ print("bias constant along every diagonal:",
 #
 # ### Exercise 1: the grid of offsets (1 + 2 points)
 #
-# Write `relative_offsets(height, width)` returning an integer tensor of shape
+# Write `relative_offsets(height, width)` returning an integer tensor (`torch.int64`) of shape
 # `(height*width, height*width, 2)` whose entry `[i, j]` is the position of cell `j` minus
 # the position of cell `i`, as (row, column), with cells numbered in **row-major** order
-# (cell `n` is at row `n // width`, column `n % width`). `i` is the query, `j` the key.
+# (cell `n` is at row `n // width`, column `n % width`). `i` is the query, `j` the key. Do not
+# call the reference `relpos.relative_offsets` or `relpos.grid_positions`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_offsets", "locked": false, "schema_version": 3, "solution": true}
 def relative_offsets(height, width):
@@ -128,10 +129,13 @@ checks.run_checks("relative_offsets", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_offsets-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: grids that are not square, a single row, no ready-made function.
+# Hidden tests: grids that are not square, a single row, a single column, a single cell, a seeded
+# set of random sizes; int64; no ready-made function.
 ### BEGIN HIDDEN TESTS
+_gen = torch.Generator().manual_seed(101)
+_sizes = [(2, 5), (4, 3), (1, 4), (5, 1), (1, 1)] + [tuple(torch.randint(1, 7, (2,), generator=_gen).tolist()) for _ in range(4)]
 with checks.forbid(relpos.relative_offsets, relpos.grid_positions):
-    _got = {hw: checks.call(relative_offsets, *hw) for hw in [(2, 5), (4, 3), (1, 4)]}
+    _got = [checks.call(relative_offsets, h, w) for h, w in _sizes]
 
 
 def _want_offsets(h, w):
@@ -141,9 +145,9 @@ def _want_offsets(h, w):
 
 
 checks.run_checks("relative_offsets (hidden)", [
-    (f"{h} x {w} grid", (lambda h=h, w=w: checks.expect_equal(_got[(h, w)], _want_offsets(h, w), "offsets")))
-    for (h, w) in _got
-])
+    (f"{h} x {w} grid", (lambda g=g, h=h, w=w: checks.expect_equal(g, _want_offsets(h, w), "offsets")))
+    for g, (h, w) in zip(_got, _sizes)
+] + [(f"{h} x {w} grid: int64", (lambda g=g: checks.expect_dtype(g, torch.int64, "offsets"))) for g, (h, w) in zip(_got[:2], _sizes)])
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -235,14 +239,18 @@ assert deltas[score_flipped.argmax()].item() == -Delta, "the notes' sign must mi
 #
 # Write `quadratic_scores(offsets, center, alpha)`:
 #
-# * `offsets`: `(L_q, L_k, D)` offsets key − query (from exercise 1, `D = 2`; `D = 1` works too);
-# * `center`: `(D,)` for one head, or `(heads, D)` for several;
-# * `alpha`: a number, or a tensor `(heads,)`;
+# * `offsets`: `(L_q, L_k, D)` offsets key − query, integer or float (from exercise 1, `D = 2`;
+#   `D = 1` works too; `L_q` and `L_k` may differ);
+# * `center`: `(D,)` for one head, or `(heads, D)` for several (`heads` may be 1), float32 or float64;
+# * `alpha`: a number (a Python `int` or `float`, then the same for every head, however many there
+#   are), or a tensor `(heads,)` with one per head;
 # * returns $-\alpha(\lVert\delta - \Delta\rVert^2 - \lVert\Delta\rVert^2)$ as a float tensor
-#   `(L_q, L_k)` for one head or `(heads, L_q, L_k)` for several, in `center`'s dtype.
+#   `(L_q, L_k)` for a `(D,)` centre or `(heads, L_q, L_k)` for a `(heads, D)` one, in `center`'s dtype.
 #
 # Compute it as the dot product $v^{(h)}\cdot r_\delta$ or directly from the formula; both are
 # fine. Keep the $\lVert\Delta\rVert^2$ term: the softmax ignores it, but it is part of the score.
+# Do not call the reference `relpos.quadratic_scores`, `relpos.quadratic_query` or
+# `relpos.quadratic_encoding`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_quadratic", "locked": false, "schema_version": 3, "solution": true}
 def quadratic_scores(offsets, center, alpha):
@@ -291,40 +299,88 @@ checks.run_checks("quadratic_scores", [
     ("the highest score is at query + centre", _check_peak),
     ("four heads: shape (4, 9, 9)", lambda: checks.expect_shape(
         checks.call(quadratic_scores, _off33, torch.zeros(4, 2), torch.ones(4)), (4, 9, 9), "scores")),
+    ("four heads, alpha one number for all: shape (4, 9, 9)", lambda: checks.expect_shape(
+        checks.call(quadratic_scores, _off33, torch.zeros(4, 2), 2.0), (4, 9, 9), "scores")),
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_quadratic-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: exact values with centres away from 0 (the ||Delta||^2 term), per-head alphas,
-# float64, a 1-D grid; no ready-made function.
+# Hidden tests: exact values with centres away from 0 (the ||Delta||^2 term); several heads with one
+# alpha each and with one number (float or int) for all; one head as (D,) and as (1, D); float32
+# and float64; integer and float offsets; L_q != L_k; 1-D grids; a seeded set of random cases
+# spanning all of these; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
 _off = relpos.relative_offsets(4, 5)
 _c = torch.randn(3, 2, generator=_g, dtype=torch.float64) * 2
 _a = torch.rand(3, generator=_g, dtype=torch.float64) * 5
-_d = _off.double()
-_want = torch.stack([-_a[h] * (((_d - _c[h]) ** 2).sum(-1) - (_c[h] ** 2).sum()) for h in range(3)])
+
+
+def _want_quadratic(off, c, a):
+    """-alpha (||delta - Delta||^2 - ||Delta||^2), directly, in float64."""
+    d, c = off.double(), c.double()
+    if c.dim() == 1:
+        return -float(a) * (((d - c) ** 2).sum(-1) - (c**2).sum())
+    a = torch.as_tensor(a, dtype=torch.float64).expand(c.shape[0])
+    return -a[:, None, None] * (((d[None] - c[:, None, None]) ** 2).sum(-1) - (c**2).sum(-1)[:, None, None])
+
+
+_off1d = (torch.arange(6)[None, :] - torch.arange(6)[:, None])[..., None]
+_cases = [   # (what, offsets, center, alpha)
+    ("three heads, centres away from 0, one alpha each", _off, _c, _a),
+    ("one head, alpha a number", _off, _c[1], _a[1].item()),
+    ("three heads, one alpha (a Python float) for all", _off, _c, 1.7),
+    ("two heads, alpha a Python int, 8 queries and 20 keys", _off[3:11], _c[:2], 2),
+    ("one head given as a (1, 2) centre: shape (1, L_q, L_k)", _off, _c[:1], _a[:1]),
+    ("three heads, float32", _off, _c.float(), _a.float()),
+    ("three heads, float32, one number for all", _off, _c.float(), 0.8),
+    ("float offsets (float64), three heads", _off.double() * 0.75, _c, _a),
+    ("float offsets (float32), one head", _off.float() * 0.5 + 0.25, _c[2].float(), 1.25),
+    ("1-D offsets (L, L, 1), one head", _off1d, torch.tensor([2.0], dtype=torch.float64), 1.5),
+    ("1-D offsets, four heads, one number, 3 queries", _off1d[1:4], torch.tensor([[2.0], [-1.0], [0.5], [0.0]]), 0.9),
+]
+for _i in range(6):     # random cases: grid, queries kept, heads (0 = a (D,) centre), alpha's kind, dtype, D
+    _h, _w = torch.randint(1, 5, (2,), generator=_g).tolist()
+    _dim, _heads, _kind = int(torch.randint(1, 3, (), generator=_g)), int(torch.randint(0, 4, (), generator=_g)), _i % 3
+    _dt = (torch.float64, torch.float32)[_i % 2]
+    _o = relpos.relative_offsets(_h, _w)[..., :_dim] if _dim == 2 else relpos.relative_offsets(_h, _w)[..., 1:]
+    _o = _o[torch.randperm(_h * _w, generator=_g)[:max(1, _h * _w - _i)]]
+    _ce = (torch.rand(*((_heads,) if _heads else ()), _dim, generator=_g, dtype=torch.float64) * 4 - 2).to(_dt)
+    _al = torch.rand(max(_heads, 1), generator=_g, dtype=torch.float64) * 3 + 0.1
+    _al = (float(_al[0]), int(torch.randint(1, 4, (), generator=_g)), _al.to(_dt) if _heads else float(_al[0]))[_kind]
+    _cases.append((f"random case {_i}", _o, _ce, _al))
+
 with checks.forbid(relpos.quadratic_scores, relpos.quadratic_query, relpos.quadratic_encoding):
-    _got3 = checks.call(quadratic_scores, _off, _c, _a)
-    _got1 = checks.call(quadratic_scores, _off, _c[1], _a[1].item())
-    _off1d = (torch.arange(6)[None, :] - torch.arange(6)[:, None])[..., None]
-    _got1d = checks.call(quadratic_scores, _off1d, torch.tensor([2.0], dtype=torch.float64), 1.5)
+    _got = [checks.call(quadratic_scores, o, c, a) for _, o, c, a in _cases]
+
+
+def _check_quadratic(got, off, c, a, what):
+    checks.expect_dtype(got, c.dtype, what)
+    checks.expect_close(got, _want_quadratic(off, c, a), what, atol=1e-5 if c.dtype == torch.float64 else 1e-3)
+
+
 checks.run_checks("quadratic_scores (hidden)", [
-    ("three heads, centres away from 0, one alpha each", lambda: checks.expect_close(_got3, _want, "scores")),
-    ("one head, alpha a number", lambda: checks.expect_close(_got1, _want[1], "scores")),
-    ("float64 in, float64 out", lambda: checks.expect_dtype(_got3, torch.float64, "scores")),
-    ("1-D offsets (L, L, 1)", lambda: checks.expect_close(
-        _got1d, -1.5 * ((_off1d[..., 0].double() - 2.0) ** 2 - 4.0), "1-D scores")),
+    (what, (lambda got=got, o=o, c=c, a=a, what=what: _check_quadratic(got, o, c, a, f"scores, {what}")))
+    for got, (what, o, c, a) in zip(_got, _cases)
 ])
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The experiments below use your function if it agrees with the reference on a probe. A head
-# of the 1-D setting, centred at $\Delta = 2$, for the query at position 7 of 15:
+# The experiments below use your function if it agrees with the reference on a probe (several
+# heads with one alpha each and with one number for all, one head, a 1-D grid, float32 and
+# float64). A head of the 1-D setting, centred at $\Delta = 2$, for the query at position 7 of 15:
 
 # %%
 def _probe_quadratic(fn):
     g = torch.Generator().manual_seed(7)
-    return fn(relpos.relative_offsets(3, 4), torch.randn(3, 2, generator=g), torch.rand(3, generator=g) + 0.5)
+    off = relpos.relative_offsets(3, 4)
+    centres = torch.randn(3, 2, generator=g)
+    outs = [fn(off, centres, torch.rand(3, generator=g) + 0.5),      # one alpha per head
+            fn(off[2:9], centres.double(), 1.5),                      # one number for all heads, L_q != L_k
+            fn(off, centres[0], 0.7),                                  # one head
+            fn(off, centres[:1], 0.9),                                 # one head given as (1, D)
+            fn(off[..., 1:], centres[1:, 1:].double(), 2),             # 1-D, an int alpha
+            fn(off[..., :1], torch.tensor([2.0]), 0.5)]                # 1-D, one head
+    return outs + [str(o.dtype) for o in outs]
 
 
 quad_scores = checks.learner_or_reference(quadratic_scores, relpos.quadratic_scores, _probe_quadratic,
@@ -358,7 +414,7 @@ plt.show()
 #
 # Write `head_attention_map(height, width, query, center, alpha)`: the attention weights of
 # the query cell `query = (row, column)` over every key of a `height x width` grid, for one
-# head with centre `center` (a `(2,)` tensor) and width `alpha`, as a `(height, width)` map
+# head with centre `center` (a `(2,)` float32 or float64 tensor) and width `alpha` (a number), as a `(height, width)` map
 # that sums to one. Use your `relative_offsets` and `quadratic_scores`; if you skipped those
 # exercises, `relpos.relative_offsets` and `relpos.quadratic_scores` are allowed here (this
 # exercise is about picking the query's row and turning it into a map).
@@ -405,21 +461,35 @@ checks.run_checks("head_attention_map", [
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_head_map-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: a grid that is not square, a query off the diagonal, a centre that is not
-# symmetric, a query on the border; compared with a direct computation. (The reference
+# Hidden tests: grids that are not square, a single row and a single column, queries off the
+# diagonal and on the border, centres that are not symmetric, alpha an int, sharp heads (alpha 50
+# and 100: scores far from 0), float32 and float64 centres, a seeded set of random cases; compared
+# with a direct computation. (The reference
 # offsets and scores are allowed: the prompt offers them to a learner who skipped exercises 1-2.)
 ### BEGIN HIDDEN TESTS
 def _direct_map(h, w, query, centre, alpha):
     rr, cc = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-    d1, d2 = rr - query[0] - centre[0], cc - query[1] - centre[1]
-    return torch.softmax((-alpha * (d1**2 + d2**2)).flatten().double(), -1).reshape(h, w)
+    d1, d2 = rr - query[0] - float(centre[0]), cc - query[1] - float(centre[1])
+    return torch.softmax((-float(alpha) * (d1.double()**2 + d2.double()**2)).flatten(), -1).reshape(h, w)
 
 
-_cases = [(5, 8, (1, 6), [-1.0, 2.0], 1.3), (6, 4, (5, 0), [1.0, -1.0], 0.7), (3, 9, (2, 4), [0.5, -2.5], 2.0)]
-_maps = [checks.call(head_attention_map, h, w, q, torch.tensor(c, dtype=torch.float64), a) for h, w, q, c, a in _cases]
+_cases = [(5, 8, (1, 6), [-1.0, 2.0], 1.3), (6, 4, (5, 0), [1.0, -1.0], 0.7), (3, 9, (2, 4), [0.5, -2.5], 2.0),
+          (1, 7, (0, 2), [0.0, 3.0], 1.0), (6, 1, (4, 0), [-2.0, 0.0], 3), (4, 5, (3, 4), [1.5, 1.5], 2),
+          (7, 7, (3, 3), [2.0, -2.0], 50.0), (7, 7, (3, 3), [3.0, 3.0], 100.0)]   # sharp heads: large scores
+_dtypes = [torch.float64] * 6 + [torch.float32, torch.float64]
+_gen = torch.Generator().manual_seed(103)
+for _i in range(6):     # random grids, queries, centres and widths; float32 and float64
+    _h, _w = torch.randint(1, 7, (2,), generator=_gen).tolist()
+    _q = (int(torch.randint(0, _h, (), generator=_gen)), int(torch.randint(0, _w, (), generator=_gen)))
+    _cases.append((_h, _w, _q, (torch.rand(2, generator=_gen, dtype=torch.float64) * 5 - 2.5).tolist(),
+                   round(float(torch.rand((), generator=_gen, dtype=torch.float64)) * 2.5 + 0.1, 3)))
+    _dtypes.append((torch.float32, torch.float64)[_i % 2])
+_maps = [checks.call(head_attention_map, h, w, q, torch.tensor(c, dtype=dt), a) for (h, w, q, c, a), dt in zip(_cases, _dtypes)]
 checks.run_checks("head_attention_map (hidden)", [
-    (f"{h} x {w} grid, query {q}, centre {c}", (lambda m=m, h=h, w=w, q=q, c=c, a=a: checks.expect_close(m, _direct_map(h, w, q, c, a), "map")))
-    for m, (h, w, q, c, a) in zip(_maps, _cases)
+    (f"{h} x {w} grid, query {q}, centre {c}, alpha {a}, {str(dt)[6:]}",
+     (lambda m=m, h=h, w=w, q=q, c=c, a=a, dt=dt: checks.expect_close(
+         m, _direct_map(h, w, q, c, a), "map", atol=1e-5 if dt == torch.float64 else 1e-4)))
+    for m, (h, w, q, c, a), dt in zip(_maps, _cases, _dtypes)
 ])
 ### END HIDDEN TESTS
 
@@ -512,6 +582,8 @@ plt.show()
 #
 # * `w_val`, shape `(K*K, C_in, C_out)`: `w_val[i*K + j]` is `weight[:, :, i, j]` transposed;
 # * `w_out`, shape `(K*K*C_out, C_out)`: `K*K` identity matrices `(C_out, C_out)` stacked.
+#
+# Both in `weight`'s dtype (float32 or float64). Do not call the reference `relpos.kernel_to_heads`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_kernel_heads", "locked": false, "schema_version": 3, "solution": true}
 def kernel_to_heads(weight):
@@ -551,28 +623,41 @@ checks.run_checks("kernel_to_heads", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_kernel_heads-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: every head against its tap (row-major order) for K = 3 and 5, and the product
-# w_val[h] @ w_out[block h] (Lemma 1); no ready-made function.
+# Hidden tests: w_val and w_out exactly, every head against its tap (row-major order) and the
+# product w_val[h] @ w_out[block h] (Lemma 1), for K = 1, 2, 3, 5 and random sizes, C_in != C_out,
+# a single output channel; float32 and float64 kept; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(104)
+_kernels = [torch.randn(4, 3, 3, 3, generator=_g), torch.randn(2, 1, 5, 5, generator=_g, dtype=torch.float64),
+            torch.randn(3, 2, 1, 1, generator=_g, dtype=torch.float64), torch.randn(1, 4, 3, 3, generator=_g),
+            torch.randn(2, 3, 2, 2, generator=_g, dtype=torch.float64)]
+for _i in range(3):     # random sizes: C_out, C_in, K; float32 and float64
+    _co, _ci, _k = torch.randint(1, 5, (3,), generator=_g).tolist()
+    _kernels.append(torch.randn(_co, _ci, _k, _k, generator=_g, dtype=(torch.float32, torch.float64)[_i % 2]))
 with checks.forbid(relpos.kernel_to_heads):
-    _res = {k: (w, checks.call(kernel_to_heads, w)) for k, w in
-            [(3, torch.randn(4, 3, 3, 3, generator=_g)), (5, torch.randn(2, 1, 5, 5, generator=_g, dtype=torch.float64))]}
+    _res = [checks.call(kernel_to_heads, w) for w in _kernels]
 
 
-def _check_taps(k):
-    w, (w_val, w_out) = _res[k]
-    c_out = w.shape[0]
-    for h in range(k * k):
-        i, j = divmod(h, k)
-        checks.expect_close(w_val[h] @ w_out[h * c_out:(h + 1) * c_out], w[:, :, i, j].T,
-                            f"K = {k}, head {h} (tap ({i}, {j})): w_val[h] @ w_out[block h]")
+def _taps(w):
+    c_out, c_in, k, _ = w.shape
+    return torch.stack([w[:, :, i, j].T for i in range(k) for j in range(k)])
+
+
+def _check_heads(w, w_val, w_out, what):
+    c_out, k = w.shape[0], w.shape[-1]
+    checks.expect_dtype(w_val, w.dtype, f"{what}: w_val")
+    checks.expect_dtype(w_out, w.dtype, f"{what}: w_out")
+    checks.expect_close(w_val, _taps(w), f"{what}: w_val[i*K + j] = weight[:, :, i, j].T")
+    checks.expect_close(w_out, torch.eye(c_out, dtype=torch.float64).repeat(k * k, 1), f"{what}: w_out")
+    for h in range(k * k):      # Lemma 1: head h's value and output blocks multiply to its tap
+        checks.expect_close(w_val[h] @ w_out[h * c_out:(h + 1) * c_out], w[:, :, h // k, h % k].T,
+                            f"{what}, head {h}: w_val[h] @ w_out[block h]")
 
 
 checks.run_checks("kernel_to_heads (hidden)", [
-    ("K = 3: every head is its tap", lambda: _check_taps(3)),
-    ("K = 5, float64: every head is its tap", lambda: _check_taps(5)),
-    ("float64 stays float64", lambda: checks.expect_dtype(_res[5][1][1], torch.float64, "w_out")),
+    (f"C_out = {w.shape[0]}, C_in = {w.shape[1]}, K = {w.shape[-1]}, {str(w.dtype)[6:]}",
+     (lambda w=w, r=r: _check_heads(w, *r, f"K = {w.shape[-1]}")))
+    for w, r in zip(_kernels, _res)
 ])
 ### END HIDDEN TESTS
 
@@ -1155,9 +1240,12 @@ with cost.torch_threads(1), torch.no_grad():
 # ### Exercise 5: the RoPE rotation (2 + 2 points)
 #
 # Write `apply_rope(x, positions)` for `x` of shape `(..., seq, d)` with even `d` and
-# `positions` of shape `(seq,)`: rotate features `(2i, 2i+1)` of the vector at sequence index
-# `s` by the angle `positions[s] * 10000 ** (-2i / d)`, as above, and return a tensor of
-# `x`'s shape and dtype. (Hugging Face's Llama code pairs feature `i` with `i + d/2` instead;
+# `positions` of shape `(seq,)` (an integer or float tensor, in any order): rotate features
+# `(2i, 2i+1)` of the vector at sequence index `s` by the angle `positions[s] * 10000 ** (-2i / d)`,
+# as above, and return a tensor of `x`'s shape and dtype (float32 or float64). The angles may be
+# computed in float32 or float64 (the tests allow for float32's rounding at large positions). Do
+# not call the references `positional.apply_rope`, `positional.apply_rope_half` or
+# `positional.rope_cos_sin`. (Hugging Face's Llama code pairs feature `i` with `i + d/2` instead;
 # here the pairs are adjacent features, as in the paper.)
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_rope", "locked": false, "schema_version": 3, "solution": true}
@@ -1203,31 +1291,51 @@ checks.run_checks("apply_rope", [
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: every pair's angle against rotation matrices (d = 16, several positions),
-# float32 stays float32; no ready-made function.
+# Hidden tests: every pair's angle against rotation matrices: d = 16 and d = 2, x with no, one or
+# two leading dimensions, positions up to 1000, not in order, int and float tensors, a seeded set
+# of random cases; float32 and float64 kept; no ready-made function.
 ### BEGIN HIDDEN TESTS
 def _rope_matrices(x, positions):
     d = x.shape[-1]
     out = torch.empty_like(x)
     for s, m in enumerate(positions.tolist()):
-        rot = torch.zeros(d, d, dtype=x.dtype)
+        rot = torch.zeros(d, d, dtype=torch.float64)
         for i in range(d // 2):
             a = m * 10000.0 ** (-2 * i / d)
-            rot[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=x.dtype)
-        out[..., s, :] = x[..., s, :] @ rot.T
+            rot[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=torch.float64)
+        out[..., s, :] = (x[..., s, :].double() @ rot.T).to(x.dtype)
     return out
 
 
 _g = torch.Generator().manual_seed(105)
 _xh = torch.randn(3, 2, 5, 16, generator=_g, dtype=torch.float64)
 _ph = torch.tensor([0, 3, 7, 50, 400])
-with checks.forbid(positional.apply_rope):
-    _gh = checks.call(apply_rope, _xh, _ph)
-    _g32 = checks.call(apply_rope, _xh[0].float(), _ph)
+_rope_cases = [   # (what, x, positions)
+    ("d = 16, (3, 2, 5, 16), float64", _xh, _ph),
+    ("float32", _xh[0].float(), _ph),
+    ("x of shape (seq, d), positions a float tensor", _xh[0, 0], _ph.double()),
+    ("d = 2: a single pair", torch.randn(4, 3, 2, generator=_g, dtype=torch.float64), torch.tensor([1, 0, 9])),
+    ("positions not in order, up to 1000, float32 x", torch.randn(2, 4, 6, generator=_g), torch.tensor([1000, 2, 999, 17])),
+    ("one position, int32 positions", torch.randn(3, 1, 8, generator=_g, dtype=torch.float64), torch.tensor([12], dtype=torch.int32)),
+]
+for _i in range(4):     # random shapes, dtypes and positions
+    _lead = torch.randint(1, 4, (_i % 3,), generator=_g).tolist()
+    _s, _half = torch.randint(1, 7, (2,), generator=_g).tolist()
+    _dt = (torch.float64, torch.float32)[_i % 2]
+    _p = torch.randint(0, 300, (_s,), generator=_g)
+    _rope_cases.append((f"random case {_i}", torch.randn(*_lead, _s, 2 * _half, generator=_g, dtype=_dt), _p))
+with checks.forbid(positional.apply_rope, positional.apply_rope_half, positional.rope_cos_sin):
+    _rot = [checks.call(apply_rope, x, p) for _, x, p in _rope_cases]
+
+
+def _check_rope(got, x, p, what):
+    checks.expect_dtype(got, x.dtype, what)
+    checks.expect_close(got, _rope_matrices(x, p), what, atol=1e-4)
+
+
 checks.run_checks("apply_rope (hidden)", [
-    ("d = 16: every pair rotated by position * 10000^(-2i/d)", lambda: checks.expect_close(_gh, _rope_matrices(_xh, _ph), "rotated x")),
-    ("float32 in, float32 out", lambda: checks.expect_dtype(_g32, torch.float32, "rotated x")),
-    ("float32 values", lambda: checks.expect_close(_g32, _rope_matrices(_xh, _ph)[0].float(), "rotated x", atol=1e-4)),
+    (what, (lambda got=got, x=x, p=p, what=what: _check_rope(got, x, p, f"rotated x, {what}")))
+    for got, (what, x, p) in zip(_rot, _rope_cases)
 ])
 ### END HIDDEN TESTS
 
@@ -1241,8 +1349,10 @@ checks.run_checks("apply_rope (hidden)", [
 
 # %%
 # NBVAL_CHECK_OUTPUT
-def _probe_rope(fn):
-    return fn(torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(11)), torch.tensor([0, 4, 9]))
+def _probe_rope(fn):          # float32 and float64 (with float positions); the dtypes too
+    x = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(11))
+    outs = [fn(x, torch.tensor([0, 4, 9])), fn(x.double(), torch.tensor([3.0, 1.0, 30.0]))]
+    return outs + [str(o.dtype) for o in outs]
 
 
 rope = checks.learner_or_reference(apply_rope, positional.apply_rope, _probe_rope, name="apply_rope")

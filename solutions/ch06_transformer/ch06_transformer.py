@@ -142,8 +142,9 @@ plt.show()
 #
 # Write `sinusoidal_table(max_len, d_model)` returning the `(max_len, d_model)` float32 table
 # above: even columns $2i$ hold the sines, odd columns $2i+1$ the cosines of the *same* angle.
-# Compute with tensor operations (no loop over positions), and do not call
-# `course_utils.transformer`.
+# Tensor operations build it without a loop over positions (a loop passes the tests too, only
+# slower); compute in float32 or float64 as you like, and do not call `course_utils.transformer` or `course_utils.positional` (whose `sinusoidal_encoding`
+# is the reference).
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_sinusoidal", "locked": false, "schema_version": 3, "solution": true}
 def sinusoidal_table(max_len, d_model):
@@ -152,13 +153,9 @@ def sinusoidal_table(max_len, d_model):
     ``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))``, ``PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))``.
     """
     ### BEGIN SOLUTION
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    angle = pos / 10000 ** (two_i / d_model)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle)
-    return table.float()
+    two_i = torch.arange(0, d_model, 2).double()                    # 2i for i = 0 .. d_model/2 - 1
+    angle = torch.arange(max_len)[:, None] / 10000 ** (two_i / d_model)   # (max_len, d_model/2), float64
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()   # sin, cos interleaved
     ### END SOLUTION
 
 
@@ -184,13 +181,24 @@ checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastes
                                         _check_second_pair)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: every column of bigger tables (the exponent 2i / d_model); no ready-made table.
+# Hidden tests: every column of bigger tables (the exponent 2i / d_model), up to 1000 positions,
+# d_model = 2 and 128, a seeded set of random sizes; float32; no ready-made table.
 ### BEGIN HIDDEN TESTS
+_sizes = [(50, 16), (7, 4), (1, 2), (200, 64), (1000, 8), (3, 128)]
+_gen = torch.Generator().manual_seed(106)
+for _ in range(4):      # random sizes: max_len 1-400, even d_model 2-78
+    _sizes.append((int(torch.randint(1, 401, (), generator=_gen)), 2 * int(torch.randint(1, 40, (), generator=_gen))))
 with checks.forbid(positional.sinusoidal_encoding):
-    _got = [checks.call(sinusoidal_table, n, d) for n, d in ((50, 16), (7, 4), (1, 2), (200, 64))]
+    _got = [checks.call(sinusoidal_table, n, d) for n, d in _sizes]
+
+
+def _check_table(got, n, d):
+    checks.expect_dtype(got, torch.float32, f"sinusoidal_table({n}, {d})")
+    checks.expect_close(got, positional.sinusoidal_encoding(n, d), f"sinusoidal_table({n}, {d})", atol=1e-4)
+
+
 checks.run_checks("sinusoidal_table (hidden)", [
-    (f"({n}, {d}) table", lambda g=g, n=n, d=d: checks.expect_close(g, positional.sinusoidal_encoding(n, d), f"sinusoidal_table({n}, {d})"))
-    for g, (n, d) in zip(_got, ((50, 16), (7, 4), (1, 2), (200, 64)))
+    (f"({n}, {d}) table", lambda g=g, n=n, d=d: _check_table(g, n, d)) for g, (n, d) in zip(_got, _sizes)
 ])
 ### END HIDDEN TESTS
 
@@ -393,8 +401,9 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # ### Exercise 2: an encoder layer's forward pass (2 + 2 points)
 #
 # Write `encoder_layer_forward(layer, x, mask=None)` for an encoder block in eval mode (so
-# ignore dropout): both orders, chosen by `layer.norm_first`. Call the sub-modules
-# (`layer.self_attn(h, mask=mask)` returns `(output, weights)`), not `layer(...)` itself.
+# ignore dropout): both orders, chosen by `layer.norm_first`, for any batch size, length and width,
+# with `mask` None or a padding mask. Call the sub-modules (`layer.self_attn(h, mask=mask)` returns
+# `(output, weights)`), not `layer(...)` itself, and leave `x` as it is (no in-place change).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -452,12 +461,56 @@ def _pre_ln():
 checks.run_checks("encoder_layer_forward", [("Post-LN (the paper)", _post_ln), ("Pre-LN", _pre_ln)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_encoder_layer-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: padding masks in both orders, another size; no call of the layer itself.
+# Hidden tests: both orders with and without padding masks, batch 1-3, lengths 1-6, 1-3 heads, a
+# seeded set of random cases; x left as it was; no call of the layer itself.
 ### BEGIN HIDDEN TESTS
-_res = [_encoder_case(nf, 10 + nf, torch.tensor([5, 2]), forbidden=(blocks.TransformerBlock.forward,)) for nf in (False, True)]
+def _seeded_block(gen, norm_first, d_model, n_heads, d_ff, cross_attention=False):
+    """A block in eval mode whose every weight comes from ``gen`` (norms off gain 1, bias 0)."""
+    layer = blocks.TransformerBlock(d_model=d_model, n_heads=n_heads, d_ff=d_ff, norm_first=norm_first,
+                                    cross_attention=cross_attention).eval()
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            scale = p.shape[-1] ** -0.5 if p.dim() == 2 else 0.2
+            p.copy_(torch.randn(p.shape, generator=gen) * scale + (1.0 if name.startswith("norm") and name.endswith("weight") else 0.0))
+    return layer
+
+
+def _encoder_cases(seed):
+    """(what, layer, x, mask): both orders, with and without padding, batch 1-3, S = 1-6, 1-3 heads."""
+    gen = torch.Generator().manual_seed(seed)
+    fixed = [("Post-LN with padding", False, 8, 2, 2, 5, [5, 2]), ("Pre-LN with padding", True, 8, 2, 2, 5, [5, 2]),
+             ("Post-LN, batch 3, 3 heads, lengths 6, 1, 4", False, 12, 3, 3, 6, [6, 1, 4]),
+             ("Pre-LN, batch 3, 3 heads, lengths 6, 1, 4", True, 12, 3, 3, 6, [6, 1, 4]),
+             ("Post-LN, no mask, one position", False, 6, 1, 1, 1, None), ("Pre-LN, no mask, batch 3", True, 6, 2, 3, 4, None)]
+    for i in range(4):      # random sizes, orders and masks
+        heads = int(torch.randint(1, 4, (), generator=gen))
+        b, s = int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 7, (), generator=gen))
+        lengths = torch.randint(1, s + 1, (b,), generator=gen).tolist() if i % 2 else None
+        fixed.append((f"random case {i}", bool(i // 2), 4 * heads, heads, b, s, lengths))
+    cases = []
+    for what, norm_first, d_model, heads, b, s, lengths in fixed:
+        layer = _seeded_block(gen, norm_first, d_model, heads, 2 * d_model)
+        x = torch.randn(b, s, d_model, generator=gen)
+        cases.append((what, layer, x, None if lengths is None else attention.key_padding_mask(torch.tensor(lengths), s)))
+    return cases
+
+
+_enc = _encoder_cases(12)
+with torch.no_grad():
+    _want = [layer(x, mask=mask)[0] for _, layer, x, mask in _enc]
+    _x_before = [x.clone() for _, _, x, _ in _enc]
+    with checks.forbid(blocks.TransformerBlock.forward):
+        _got = [checks.call(encoder_layer_forward, layer, x, mask) for _, layer, x, mask in _enc]
+
+
+def _check_encoder(got, want, x, x_before, what):
+    checks.expect_close(got, want, what, atol=1e-5)
+    checks.expect_equal(x, x_before, f"{what}: x after the call (it must not change in place)")
+
+
 checks.run_checks("encoder_layer_forward (hidden)", [
-    ("Post-LN with padding", lambda: checks.expect_close(*_res[0], "Post-LN output with padding mask", atol=1e-5)),
-    ("Pre-LN with padding", lambda: checks.expect_close(*_res[1], "Pre-LN output with padding mask", atol=1e-5)),
+    (what, lambda g=g, w=w, x=x, x0=x0, what=what: _check_encoder(g, w, x, x0, f"output, {what}"))
+    for g, w, x0, (what, _, x, _) in zip(_got, _want, _x_before, _enc)
 ])
 ### END HIDDEN TESTS
 
@@ -522,8 +575,8 @@ for norm_first in (False, True):
 # ### Exercise 3: the decoder's combined mask (1 + 2 points)
 #
 # Write `decoder_mask(tgt_in, pad_id=PAD_ID)`: a bool tensor of shape `(batch, 1, T, T)` for
-# decoder inputs `tgt_in (batch, T)`, True where query $i$ may attend to key $j$: $j \le i$ and
-# `tgt_in[b, j]` is not `pad_id`. Build it from comparisons and broadcasting (no
+# decoder inputs `tgt_in (batch, T)` (integer ids of any integer dtype), True where query $i$ may
+# attend to key $j$: $j \le i$ and `tgt_in[b, j]` is not `pad_id` (wherever `pad_id` appears). Build it from comparisons and broadcasting (no
 # `course_utils` mask functions).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_decoder_mask", "locked": false, "schema_version": 3, "solution": true}
@@ -559,14 +612,30 @@ checks.run_checks("decoder_mask", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_decoder_mask-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: another padding id, other sizes; no ready-made masks.
+# Hidden tests: other padding ids and the default one, padding in the middle, int32 ids, no padding,
+# other sizes, a seeded set of random batches; bool; no ready-made masks.
 ### BEGIN HIDDEN TESTS
 _cases = [(torch.tensor([[1, 4, 3, 3, 3], [1, 3, 5, 6, 7], [1, 7, 8, 3, 3]]), 3),
-          (torch.tensor([[1, 9, 9, 9, 9, 0, 0]]), 0), (torch.tensor([[1]]), 0)]
-with checks.forbid(attention.causal_mask, attention.padding_mask, attention.combine_masks, T.decoder_self_mask):
-    _got = [checks.call(decoder_mask, t, p) for t, p in _cases]
+          (torch.tensor([[1, 9, 9, 9, 9, 0, 0]]), 0), (torch.tensor([[1]]), 0),
+          (torch.tensor([[SOS_ID, 5, PAD_ID, 6, PAD_ID], [SOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]), None),   # the default pad_id
+          (torch.tensor([[1, 2, 3, 2, 5, 2], [2, 2, 4, 4, 4, 4]], dtype=torch.int32), 2),    # int32 ids, padding in the middle
+          (torch.tensor([[1, 5, 6], [1, 7, 8]]), 0)]                                          # no padding at all
+_gen = torch.Generator().manual_seed(107)
+for _ in range(4):      # random batches: ids 0-6, pad_id 0-5, so padding falls anywhere
+    _b, _t = int(torch.randint(1, 5, (), generator=_gen)), int(torch.randint(1, 8, (), generator=_gen))
+    _cases.append((torch.randint(0, 7, (_b, _t), generator=_gen), int(torch.randint(0, 6, (), generator=_gen))))
+with checks.forbid(attention.causal_mask, attention.padding_mask, attention.combine_masks, attention.key_padding_mask,
+                   T.decoder_self_mask):
+    _got = [checks.call(decoder_mask, t) if p is None else checks.call(decoder_mask, t, p) for t, p in _cases]
+
+
+def _check_mask(got, t, p, what):
+    checks.expect_dtype(got, torch.bool, what)
+    checks.expect_equal(got, T.decoder_self_mask(t, PAD_ID if p is None else p), what)
+
+
 checks.run_checks("decoder_mask (hidden)", [
-    (f"case {i} (pad_id={p})", lambda g=g, t=t, p=p: checks.expect_equal(g, T.decoder_self_mask(t, p), f"decoder_mask, pad_id={p}"))
+    (f"case {i} (pad_id={p})", lambda g=g, t=t, p=p, i=i: _check_mask(g, t, p, f"decoder_mask, case {i}, pad_id={p}"))
     for i, (g, (t, p)) in enumerate(zip(_got, _cases))
 ])
 ### END HIDDEN TESTS
@@ -616,8 +685,10 @@ plt.show()
 # mode (a `blocks.TransformerBlock` built with `cross_attention=True`, like `nn.TransformerDecoderLayer`):
 # sub-modules `self_attn`, `cross_attn`, `ff`, `norm1`, `norm2`, `norm3`, and `norm_first`.
 # `MultiHeadAttention` takes `causal=True` to apply the causal mask itself, and `context=memory`
-# for cross-attention; `memory_mask` is `(batch, 1, 1, S)`. (Target padding needs no mask here: with
-# the causal mask, a real position never sees the padding that comes after it.)
+# for cross-attention; `memory_mask` is `(batch, 1, 1, S)` or None; `T` and `S` may differ. (Target
+# padding needs no mask here: with the causal mask, a real position never sees the padding that
+# comes after it.) Call the sub-modules, not `layer(...)` itself, and leave `y` and `memory` as they
+# are (no in-place change).
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_decoder_layer", "locked": false, "schema_version": 3, "solution": true}
 def decoder_layer_forward(layer, y, memory, memory_mask=None):
@@ -679,12 +750,59 @@ def _dec_pre():
 checks.run_checks("decoder_layer_forward", [("Post-LN, causal", _dec_post), ("Pre-LN", _dec_pre)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_decoder_layer-hidden", "locked": true, "points": 4, "schema_version": 3, "solution": false}
-# Hidden tests: source padding in both orders (cross-attention must use memory_mask); no layer call.
+# Hidden tests: both orders with and without source padding (cross-attention must use memory_mask),
+# T > S and T < S, T = 1, S = 1, batch 1-3, 1-3 heads, a seeded set of random cases; y and memory
+# left as they were; no layer call.
 ### BEGIN HIDDEN TESTS
-_res = [_decoder_case(nf, 20 + nf, torch.tensor([6, 3]), forbidden=(blocks.TransformerBlock.forward,)) for nf in (False, True)]
+def _seeded_decoder_block(gen, norm_first, d_model, n_heads, d_ff):
+    """A decoder block in eval mode whose every weight comes from ``gen`` (norms off gain 1, bias 0)."""
+    layer = blocks.TransformerBlock(d_model=d_model, n_heads=n_heads, d_ff=d_ff, norm_first=norm_first, cross_attention=True)
+    layer.eval()
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            scale = p.shape[-1] ** -0.5 if p.dim() == 2 else 0.2
+            p.copy_(torch.randn(p.shape, generator=gen) * scale + (1.0 if name.startswith("norm") and name.endswith("weight") else 0.0))
+    return layer
+
+
+def _decoder_cases(seed):
+    """(what, layer, y, memory, memory_mask): both orders, with and without source padding, T != S."""
+    gen = torch.Generator().manual_seed(seed)
+    fixed = [("Post-LN with source padding", False, 8, 2, 2, 4, 6, [6, 3]), ("Pre-LN with source padding", True, 8, 2, 2, 4, 6, [6, 3]),
+             ("Post-LN, batch 3, 3 heads, T > S", False, 12, 3, 3, 5, 3, [3, 1, 2]),
+             ("Pre-LN, batch 3, 3 heads, T > S", True, 12, 3, 3, 5, 3, [3, 1, 2]),
+             ("Post-LN, no mask, T = 1", False, 6, 1, 2, 1, 4, None), ("Pre-LN, no mask, S = 1", True, 6, 2, 1, 3, 1, None)]
+    for i in range(4):      # random sizes, orders and masks
+        heads = int(torch.randint(1, 4, (), generator=gen))
+        b, t, s = int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 6, (), generator=gen)), int(torch.randint(1, 7, (), generator=gen))
+        lengths = torch.randint(1, s + 1, (b,), generator=gen).tolist() if i % 2 else None
+        fixed.append((f"random case {i}", bool(i // 2), 4 * heads, heads, b, t, s, lengths))
+    cases = []
+    for what, norm_first, d_model, heads, b, t, s, lengths in fixed:
+        layer = _seeded_decoder_block(gen, norm_first, d_model, heads, 2 * d_model)
+        y, memory = torch.randn(b, t, d_model, generator=gen), torch.randn(b, s, d_model, generator=gen)
+        mask = None if lengths is None else attention.key_padding_mask(torch.tensor(lengths), s)
+        cases.append((what, layer, y, memory, mask))
+    return cases
+
+
+_dec = _decoder_cases(22)
+with torch.no_grad():
+    _want = [layer(y, causal=True, memory=m, memory_mask=mask).x for _, layer, y, m, mask in _dec]
+    _before = [(y.clone(), m.clone()) for _, _, y, m, _ in _dec]
+    with checks.forbid(blocks.TransformerBlock.forward):
+        _got = [checks.call(decoder_layer_forward, layer, y, m, mask) for _, layer, y, m, mask in _dec]
+
+
+def _check_decoder(got, want, y, memory, before, what):
+    checks.expect_close(got, want, what, atol=1e-5)
+    checks.expect_equal(y, before[0], f"{what}: y after the call (it must not change in place)")
+    checks.expect_equal(memory, before[1], f"{what}: memory after the call (it must not change in place)")
+
+
 checks.run_checks("decoder_layer_forward (hidden)", [
-    ("Post-LN with source padding", lambda: checks.expect_close(_res[0][0], _res[0][1], "Post-LN output, padded source", atol=1e-5)),
-    ("Pre-LN with source padding", lambda: checks.expect_close(_res[1][0], _res[1][1], "Pre-LN output, padded source", atol=1e-5)),
+    (what, lambda g=g, w=w, y=y, m=m, b=b, what=what: _check_decoder(g, w, y, m, b, f"output, {what}"))
+    for g, w, b, (what, _, y, m, _) in zip(_got, _want, _before, _dec)
 ])
 ### END HIDDEN TESTS
 
@@ -883,16 +1001,33 @@ checks.run_checks("warmup_lr", [("step 1", _warm_start), ("the peak at step = wa
                                 ("linear during warmup", _warm_linear)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_warmup-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: the 1/sqrt(step) decay after the peak, other widths and warmups; no ready-made schedule.
+# Hidden tests: the 1/sqrt(step) decay after the peak, the steps around it, warmup = 1, other widths
+# and warmups, a seeded set of random points; a Python float; no ready-made schedule.
 ### BEGIN HIDDEN TESTS
-_pts = [(8000, 512, 4000), (16000, 512, 4000), (1000, 64, 100), (37, 64, 100), (250, 32, 50), (100000, 512, 4000)]
+_pts = [(8000, 512, 4000), (16000, 512, 4000), (1000, 64, 100), (37, 64, 100), (250, 32, 50), (100000, 512, 4000),
+        (1, 64, 1), (5, 64, 1), (99, 64, 100), (100, 64, 100), (101, 64, 100), (3, 1, 2)]
+_gen = torch.Generator().manual_seed(108)
+for _ in range(6):      # random steps around and far from the peak, widths and warmups
+    _w = int(torch.randint(1, 8001, (), generator=_gen))
+    _pts.append((int(torch.randint(1, 3 * _w + 2, (), generator=_gen)), int(2 ** torch.randint(3, 11, (), generator=_gen)), _w))
 with checks.forbid(T.noam_lr):
     _got = [checks.call(warmup_lr, *p) for p in _pts]
 _want = torch.tensor([T.noam_lr(*_p) for _p in _pts], dtype=torch.float64)
+
+
+def _as_number(g):
+    try:
+        return float(g)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 checks.run_checks("warmup_lr (hidden)", [
-    ("after warmup the rate decays as step^-0.5; other widths and warmups", lambda: checks.expect_close(
-        torch.tensor([float(_g) for _g in _got], dtype=torch.float64), _want,
+    ("after warmup the rate decays as step^-0.5; other widths and warmups, warmup = 1, the steps around the peak", lambda: checks.expect_close(
+        torch.tensor([_as_number(_g) for _g in _got], dtype=torch.float64), _want,
         "warmup_lr at (step, d_model, warmup) = " + ", ".join(map(str, _pts)), atol=0, rtol=1e-6)),
+    ("a Python float", lambda: checks.expect_equal([isinstance(_g, float) for _g in _got], [True] * len(_pts),
+                                                   "each value warmup_lr returns is a Python float")),
 ])
 ### END HIDDEN TESTS
 

@@ -82,3 +82,49 @@ MORE_WRONG = {
     return table.float()
 '''),
 }
+
+# Wrong answers that the earlier hidden tests missed (issue 30): each must lose points on its
+# exercise (``tools/mutants.py ch06 --correct``).
+REVIEWED = {
+    # Pre-LN with the residual added in place (x += ...): the value returned is right, but the
+    # caller's x is changed (a residual stream kept by the caller is corrupted). The old tests
+    # computed the expected value before the call and never looked at x again.
+    "encoder_in_place_residual": ("ex2_encoder_layer", '''def encoder_layer_forward(layer, x, mask=None):
+    if layer.norm_first:
+        x += layer.self_attn(layer.norm1(x), mask=mask)[0]
+        return x + layer.ff(layer.norm2(x))
+    x = layer.norm1(x + layer.self_attn(x, mask=mask)[0])
+    return layer.norm2(x + layer.ff(x))
+'''),
+    # The keys kept are the first "length" positions, length = number of non-pad ids: right when
+    # the padding is at the end, wrong where pad_id appears in the middle (the prompt's rule is
+    # per key: tgt_in[b, j] != pad_id).
+    "mask_from_lengths": ("ex3_decoder_mask", '''def decoder_mask(tgt_in, pad_id=PAD_ID):
+    T_len = tgt_in.shape[1]
+    lengths = (tgt_in != pad_id).sum(1)
+    keys = torch.arange(T_len)[None, :] < lengths[:, None]
+    causal = torch.ones(T_len, T_len, dtype=torch.bool).tril()
+    return causal & keys[:, None, None, :]
+'''),
+    # The same in-place residual in the decoder (y += ...), in both orders' first sub-layer.
+    "decoder_in_place_residual": ("ex4_decoder_layer", '''def decoder_layer_forward(layer, y, memory, memory_mask=None):
+    if layer.norm_first:
+        y += layer.self_attn(layer.norm1(y), causal=True)[0]
+        y = y + layer.cross_attn(layer.norm2(y), context=memory, mask=memory_mask)[0]
+        return y + layer.ff(layer.norm3(y))
+    y = layer.norm1(y + layer.self_attn(y, causal=True)[0])
+    y = layer.norm2(y + layer.cross_attn(y, context=memory, mask=memory_mask)[0])
+    return layer.norm3(y + layer.ff(y))
+'''),
+    # Returns a 0-d tensor, not the Python float the prompt asks for (the old tests called float()
+    # on whatever came back).
+    "warmup_tensor": ("ex5_warmup", '''def warmup_lr(step, d_model, warmup):
+    step = torch.tensor(step, dtype=torch.float64)
+    return d_model ** -0.5 * torch.minimum(step ** -0.5, step * warmup ** -1.5)
+'''),
+    # Calls positional.SinusoidalPositions (the reference's module) for the table: the prompt
+    # forbids course_utils.positional; the forbidden reference runs inside it.
+    "table_from_reference_module": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
+    return positional.SinusoidalPositions(d_model, max_len).table.clone()
+'''),
+}
