@@ -109,7 +109,16 @@ for src, tgt in len_test[:3]:
 #
 # Write `rnn_forward`. It must return **every** hidden state (the encoder will need them in
 # chapter 2) and the last one. It must equal `torch.nn.RNN` with the same weights (the test
-# loads them), where PyTorch splits the bias into `bias_ih_l0 + bias_hh_l0`.
+# loads them), where PyTorch splits the bias into `bias_ih_l0 + bias_hh_l0`. What the tests hold
+# it to:
+#
+# * any batch size and any number of steps from 1 on, with `d_in` and `hidden` of any sizes;
+# * float32 or float64 inputs: the states come back in the inputs' dtype, exact to about
+#   `1e-5` in float32 (float32 arithmetic is fine);
+# * gradients flow through it to `x`, `h0` and the weights (the next section backpropagates
+#   through your function), equal to those of the formula;
+# * write the loop yourself: calling `nn.RNN`, `nn.RNNCell`, `torch.rnn_tanh`,
+#   `torch.rnn_tanh_cell` or the reference `rnn.rnn_forward` loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rnn_forward", "locked": false, "schema_version": 3, "solution": true}
 def rnn_forward(x, h0, W_xh, W_hh, b_h):
@@ -157,18 +166,49 @@ checks.run_checks("rnn_forward", [("a 1-unit RNN computed by hand", _check_rnn_b
                                   ("equal to nn.RNN with the same weights", _check_rnn_against_pytorch)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_rnn_forward-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: other sizes, and the answer must not call a ready-made RNN.
+# Hidden tests: a seeded grid of sizes (batch 1 and more, one step and many, d_in != hidden and
+# equal), float32 and float64 (dtype kept), gradients, and no ready-made RNN.
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(7)
-_ref = nn.RNN(6, 5, batch_first=True)
-_x, _h0 = torch.randn(3, 9, 6), torch.randn(3, 5)
-_want, _want_last = _ref(_x, _h0[None])
-with checks.forbid(rnn.rnn_forward, nn.RNN.forward, nn.RNNCell.forward):
-    _states, _last = rnn_forward(_x, _h0, _ref.weight_ih_l0, _ref.weight_hh_l0, _ref.bias_ih_l0 + _ref.bias_hh_l0)
-checks.expect_close(_states, _want, "states (3, 9, 5)")
-checks.expect_close(_last, _want_last[0], "h_last")
-_s1, _l1 = rnn_forward(_x[:, :1], _h0, _ref.weight_ih_l0, _ref.weight_hh_l0, _ref.bias_ih_l0 + _ref.bias_hh_l0)
-checks.expect_close(_s1, _want[:, :1], "a sequence of length 1")
+def _rnn_formula(x, h0, W_xh, W_hh, b_h):  # the recurrence in float64, for the expected values
+    h, out = h0.double(), []
+    for step in range(x.shape[1]):
+        h = torch.tanh(x[:, step].double() @ W_xh.double().T + h @ W_hh.double().T + b_h.double())
+        out.append(h)
+    return torch.stack(out, 1), h
+
+def _rnn_inputs(g, B, T, d_in, H, dtype):
+    return (torch.randn(B, T, d_in, generator=g, dtype=dtype), torch.randn(B, H, generator=g, dtype=dtype),
+            torch.randn(H, d_in, generator=g, dtype=dtype) * 0.6, torch.randn(H, H, generator=g, dtype=dtype) * 0.4,
+            torch.randn(H, generator=g, dtype=dtype) * 0.5)
+
+_banned_rnns = (rnn.rnn_forward, nn.RNN.forward, nn.RNNCell.forward, (torch, "rnn_tanh"), (torch, "rnn_tanh_cell"))
+_g = torch.Generator().manual_seed(7)
+_grid = [(1, 1, 1, 1, torch.float32), (3, 9, 6, 5, torch.float32), (1, 6, 3, 5, torch.float64),
+         (4, 4, 4, 4, torch.float64), (2, 12, 7, 3, torch.float32), (5, 2, 2, 8, torch.float64)]
+_grid += [(int(torch.randint(1, 6, (1,), generator=_g)), int(torch.randint(1, 10, (1,), generator=_g)),
+           int(torch.randint(1, 8, (1,), generator=_g)), int(torch.randint(1, 8, (1,), generator=_g)), _dt)
+          for _dt in (torch.float32, torch.float64)]
+for _B, _T, _d, _H, _dt in _grid:
+    _args = _rnn_inputs(_g, _B, _T, _d, _H, _dt)
+    _want, _want_last = _rnn_formula(*_args)
+    with checks.forbid(*_banned_rnns):
+        _states, _last = checks.call(rnn_forward, *_args)
+    _case = f"batch {_B}, {_T} steps, d_in {_d}, hidden {_H}, {_dt}"
+    checks.expect_dtype(_states, _dt, f"states ({_case})")
+    checks.expect_dtype(_last, _dt, f"h_last ({_case})")
+    checks.expect_close(_states, _want.to(_dt), f"states ({_case})")
+    checks.expect_close(_last, _want_last.to(_dt), f"h_last ({_case})")
+# Gradients through every state and the last one, to every input.
+_args = [a.requires_grad_() for a in _rnn_inputs(_g, 3, 5, 4, 6, torch.float64)]
+_R, _r = torch.randn(3, 5, 6, generator=_g, dtype=torch.float64), torch.randn(3, 6, generator=_g, dtype=torch.float64)
+_want, _want_last = _rnn_formula(*_args)
+_want_grads = torch.autograd.grad((_want * _R).sum() + (_want_last * _r).sum(), _args)
+with checks.forbid(*_banned_rnns):
+    _states, _last = checks.call(rnn_forward, *_args)
+_grads = torch.autograd.grad((_states * _R).sum() + (_last * _r).sum(), _args, allow_unused=True)
+for _name, _got_g, _want_g in zip(("x", "h0", "W_xh", "W_hh", "b_h"), _grads, _want_grads):
+    checks.expect_close(_got_g if _got_g is not None else torch.zeros_like(_want_g), _want_g,
+                        f"gradient with respect to {_name}")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -462,6 +502,10 @@ plt.show()
 #
 # Given a batch of target id lists (without special tokens), build the padded decoder input and
 # target. Both have shape `(batch, longest + 1)` and dtype `torch.long`, padded with `pad_id`.
+# Use the ids passed as `sos_id`, `eos_id` and `pad_id` (the tests pass other ids than the
+# defaults); a target may be empty (`[]`, even all of them), and the longest one need not come
+# first. Leave `targets` as it was: the caller's lists must not change. Calling the reference
+# `data.shift_targets` loses the hidden point.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_decoder_io", "locked": false, "schema_version": 3, "solution": true}
 def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
@@ -494,14 +538,33 @@ def _check_offset_example():
 checks.run_checks("make_decoder_io", [("the table's example, with padding", _check_offset_example)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_decoder_io-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: other special ids, an empty target, and no call of the reference.
+# Hidden tests: other special ids, empty targets, a seeded grid of batches (the longest anywhere),
+# both tensors long, the targets left unchanged, and no call of the reference.
 ### BEGIN HIDDEN TESTS
-with checks.forbid(data.shift_targets):
-    _in, _out = make_decoder_io([[4], [], [6, 6, 4, 5]], sos_id=11, eos_id=12, pad_id=13)
-checks.expect_equal(_in, torch.tensor([[11, 4, 13, 13, 13], [11, 13, 13, 13, 13], [11, 6, 6, 4, 5]]), "decoder_input")
-checks.expect_equal(_out, torch.tensor([[4, 12, 13, 13, 13], [12, 13, 13, 13, 13], [6, 6, 4, 5, 12]]), "decoder_target")
-_in, _out = make_decoder_io([[9, 8]])
-assert _in.dtype == torch.long and _out.dtype == torch.long, "both tensors must be torch.long"
+def _io_expected(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    n = max(map(len, targets))
+    return (torch.tensor([[sos_id, *row] + [pad_id] * (n - len(row)) for row in targets], dtype=torch.long),
+            torch.tensor([[*row, eos_id] + [pad_id] * (n - len(row)) for row in targets], dtype=torch.long))
+
+_g = torch.Generator().manual_seed(21)
+_cases = [([[4], [], [6, 6, 4, 5]], dict(sos_id=11, eos_id=12, pad_id=13)), ([[9, 8]], {}),
+          ([[], []], dict(sos_id=3, eos_id=4, pad_id=5)), ([[5], [7, 7, 7]], dict(pad_id=9)),
+          ([[3, 4, 5, 6]], dict(eos_id=0, pad_id=2))]
+for _ in range(6):
+    _lens = torch.randint(0, 7, (int(torch.randint(1, 6, (1,), generator=_g)),), generator=_g).tolist()
+    _ids = (torch.randperm(40, generator=_g)[:3] + 3).tolist()
+    _cases.append(([torch.randint(3, 40, (L,), generator=_g).tolist() for L in _lens],
+                   dict(zip(("sos_id", "eos_id", "pad_id"), _ids))))
+for _i, (_targets, _kw) in enumerate(_cases):
+    _copy = [list(t) for t in _targets]
+    _want_in, _want_out = _io_expected(_targets, **_kw)
+    with checks.forbid(data.shift_targets):
+        _in, _out = checks.call(make_decoder_io, _targets, **_kw)
+    checks.expect_dtype(_in, torch.long, f"decoder_input, case {_i}")
+    checks.expect_dtype(_out, torch.long, f"decoder_target, case {_i}")
+    checks.expect_equal(_in, _want_in, f"decoder_input, case {_i}")
+    checks.expect_equal(_out, _want_out, f"decoder_target, case {_i}")
+    checks.expect_equal(_targets, _copy, f"the targets after the call, case {_i} (they must not change)")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -544,7 +607,11 @@ print("same as make_decoder_io:", torch.equal(mine_in, batch.tgt_in) and torch.e
 # (`nn.Embedding`), `encoder.rnn` (`nn.GRU(batch_first=True)`, bidirectional when
 # `encoder.directions == 2`) and `encoder.bridge` (`nn.Linear(directions * H, H)`). The GRU's
 # final states `h_n` have shape `(directions, batch, H)`: forward is `h_n[0]`, backward `h_n[1]`.
-# A sentence's states and context must not depend on how much padding it was given.
+# A sentence's states and context must not depend on how much padding it was given. The tests
+# use one-directional and bidirectional encoders, batches of one sentence and more, lengths in
+# any order (not sorted), and batches padded beyond their longest sentence: `states` always
+# has `src_len` positions. Calling the encoder itself (`encoder(...)`, its `forward`) loses the
+# hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_encode", "locked": false, "schema_version": 3, "solution": true}
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -592,18 +659,37 @@ checks.run_checks("encode", [("shapes and values", _check_encode_shapes_and_valu
                              ("padding is ignored", _check_encode_ignores_padding)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_encode-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: a one-directional encoder, other sizes, no call of the reference forward.
+# Hidden tests: one- and bidirectional encoders of seeded weights, a seeded grid of batches
+# (unsorted lengths, padding beyond the longest sentence, a batch of one), no call of the reference forward.
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(5)
-for _bi in (False, True):
-    _enc = rnn.Encoder(vocab_size=15, emb_dim=7, hidden=5, bidirectional=_bi)
-    _src = torch.tensor([[4, 5, 6], [7, 0, 0], [8, 9, 10]])
-    _len = torch.tensor([3, 1, 3])
-    _ws, _wc = _enc(_src, _len)
+def _seeded(module, g, scale=0.5):  # weights from a seeded generator, not the global one
+    with torch.no_grad():
+        for p_ in module.parameters():
+            p_.copy_(torch.randn(p_.shape, generator=g) * scale)
+    return module
+
+def _padded_batch(g, lengths, src_len, vocab):
+    src = torch.randint(3, vocab, (len(lengths), src_len), generator=g)
+    src[torch.arange(src_len)[None, :] >= torch.tensor(lengths)[:, None]] = PAD_ID
+    return src, torch.tensor(lengths)
+
+_g = torch.Generator().manual_seed(5)
+_cases = [(False, [3, 1, 3], 3), (True, [3, 1, 3], 3), (True, [4], 4), (True, [5, 2, 1, 3], 7),
+          (False, [1, 4], 6), (True, [2, 6, 6, 1, 4], 6)]
+for _ in range(3):
+    _S = int(torch.randint(1, 9, (1,), generator=_g))
+    _cases.append((bool(torch.randint(0, 2, (1,), generator=_g)),
+                   torch.randint(1, _S + 1, (int(torch.randint(1, 6, (1,), generator=_g)),), generator=_g).tolist(), _S))
+for _bi, _lengths, _S in _cases:
+    _enc = _seeded(rnn.Encoder(vocab_size=15, emb_dim=7, hidden=5, bidirectional=_bi), _g)
+    _src, _len = _padded_batch(_g, _lengths, _S, 15)
+    with torch.no_grad():
+        _ws, _wc = _enc(_src, _len)
     with checks.forbid(rnn.Encoder.forward):
-        _s, _c = encode(_enc, _src, _len)
-    checks.expect_close(_c, _wc, f"context (bidirectional={_bi})")
-    checks.expect_close(_s, _ws, f"states (bidirectional={_bi})")
+        _s, _c = checks.call(encode, _enc, _src, _len)
+    _case = f"bidirectional={_bi}, lengths {_lengths}, src_len {_S}"
+    checks.expect_close(_c, _wc, f"context ({_case})")
+    checks.expect_close(_s, _ws, f"states ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -627,7 +713,12 @@ for _bi in (False, True):
 # parts: `decoder.embedding`, `decoder.rnn` (an `nn.GRU(batch_first=True)` whose input is the
 # embedding concatenated with the context; run it on a sequence of length 1, with the state
 # shaped `(1, batch, H)`) and `decoder.out` (a linear layer on `[s_t; c]`). Return
-# **log**-probabilities (`torch.log_softmax`).
+# **log**-probabilities (`torch.log_softmax`), exact even where a probability underflows (the
+# log of a softmax gives `-inf` there; the tests include a decoder with very large logits). The
+# tests use batches of one and more, several steps in a row, and an embedding as wide as the
+# state (so the order of a concatenation matters). Leave `hidden` and `context` as they were
+# (no in-place change: the caller keeps them). Calling the decoder itself (`decoder(...)`,
+# its `forward`) or `Seq2Seq.decode_step` loses the hidden point.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_decoder_step", "locked": false, "schema_version": 3, "solution": true}
 def decoder_step(decoder, prev_tokens, hidden, context):
@@ -640,11 +731,12 @@ def decoder_step(decoder, prev_tokens, hidden, context):
         (log_probs, hidden): log_probs (batch, vocab) for the next token, hidden (batch, H) = s_t.
     """
     ### BEGIN SOLUTION
-    emb = decoder.embedding(prev_tokens)                       # (batch, emb)
-    rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)    # (batch, 1, emb + H)
-    out, h = decoder.rnn(rnn_in, hidden.unsqueeze(0).contiguous())
-    logits = decoder.out(torch.cat([out[:, 0], context], dim=-1))
-    return torch.log_softmax(logits, dim=-1), h[0]
+    emb = decoder.embedding(prev_tokens)                   # (batch, emb)
+    rnn_in = torch.cat([emb, context], dim=1)[:, None, :]  # (batch, 1, emb + H): a sequence of one step
+    _, h = decoder.rnn(rnn_in, hidden[None])               # h: (1, batch, H)
+    s = h.squeeze(0)                                       # s_t, (batch, H)
+    logits = decoder.out(torch.cat([s, context], dim=1))
+    return torch.log_softmax(logits, dim=1), s
     ### END SOLUTION
 
 
@@ -665,22 +757,42 @@ def _check_decoder_step():
 checks.run_checks("decoder_step", [("shapes, normalisation and values", _check_decoder_step)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_decoder_step-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: the context must matter, several steps in a row, no call of the reference.
+# Hidden tests: seeded decoders (an embedding as wide as the state, a batch of one, very large
+# logits), several steps in a row with another context, no call of the reference.
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(9)
-_m = rnn.Seq2Seq(src_vocab=10, tgt_vocab=7, emb_dim=5, hidden=6, context_every_step=True)
-_ctx = torch.randn(2, 6)
-_state = {"hidden": torch.randn(2, 6), "context": _ctx}
-_h = _state["hidden"]
-for _tok in ([1, 1], [4, 5], [6, 2]):
-    _want, _state = _m.decode_step(torch.tensor(_tok), _state)
-    with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
-        _got, _h = decoder_step(_m.decoder, torch.tensor(_tok), _h, _ctx)
-    checks.expect_close(_got, _want, "log_probs over three steps")
-    checks.expect_close(_h, _state["hidden"], "hidden over three steps")
-_a, _ = decoder_step(_m.decoder, torch.tensor([4, 4]), _h, _ctx)
-_b, _ = decoder_step(_m.decoder, torch.tensor([4, 4]), _h, -_ctx)
-assert not torch.allclose(_a, _b), "the context must change the output at every step"
+def _seeded(module, g, scale=0.5):  # weights from a seeded generator, not the global one
+    with torch.no_grad():
+        for p_ in module.parameters():
+            p_.copy_(torch.randn(p_.shape, generator=g) * scale)
+    return module
+
+_g = torch.Generator().manual_seed(9)
+for _V, _E, _H, _B, _big in ((7, 5, 6, 2, False), (9, 6, 6, 3, False), (5, 4, 3, 1, False), (8, 4, 4, 2, True)):
+    _m = _seeded(rnn.Seq2Seq(src_vocab=10, tgt_vocab=_V, emb_dim=_E, hidden=_H, context_every_step=True), _g)
+    if _big:  # logits in the hundreds: some probabilities underflow to 0 in float32
+        with torch.no_grad():
+            _m.decoder.out.weight.mul_(100.0)
+    _ctx = torch.randn(_B, _H, generator=_g)
+    _state = {"hidden": torch.randn(_B, _H, generator=_g), "context": _ctx}
+    _h = _state["hidden"]
+    for _step in range(3):
+        _tok = torch.randint(0, _V, (_B,), generator=_g)
+        _h_in, _ctx_in = _h.clone(), _ctx.clone()
+        with torch.no_grad():
+            _want, _state = _m.decode_step(_tok, _state)
+            with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
+                _got, _h_new = checks.call(decoder_step, _m.decoder, _tok, _h, _ctx)
+        _case = f"vocab {_V}, emb {_E}, hidden {_H}, batch {_B}{', large logits' if _big else ''}, step {_step}"
+        checks.expect_close(_got, _want, f"log_probs ({_case})")
+        checks.expect_close(_h_new, _state["hidden"], f"hidden ({_case})")
+        checks.expect_equal(_h, _h_in, f"the hidden state passed in, after the call ({_case}: it must not change)")
+        checks.expect_equal(_ctx, _ctx_in, f"the context passed in, after the call ({_case}: it must not change)")
+        _h = _h_new
+    with torch.no_grad():  # the same state and token, another context
+        _want, _ = _m.decode_step(_tok, {"hidden": _h, "context": -_ctx})
+        with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
+            _got, _ = checks.call(decoder_step, _m.decoder, _tok, _h, -_ctx)
+    checks.expect_close(_got, _want, f"log_probs with another context ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -846,7 +958,11 @@ if not GRADING:
 # Decode a whole batch at once. Sentences finish at different steps: once a sentence has written
 # `<eos>`, write `pad_id` for it from then on and stop adding to its score; stop early when every
 # sentence has finished, and never write more than `max_len` tokens.
-# `decoding.state_batch_size(state)` gives the batch size of a state.
+# `decoding.state_batch_size(state)` gives the batch size of a state. The state changes at every
+# step: always pass on the state `step` returned (a real decoder's next distribution depends on
+# it). Use the ids passed as `sos_id`, `eos_id` and `pad_id` (the tests pass other ids than the
+# defaults); `tokens` is `torch.long`, and `step` may return float32 or float64
+# log-probabilities. Calling the reference `decoding.greedy_decode` loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_greedy", "locked": false, "schema_version": 3, "solution": true}
 def greedy_decode(step, state, max_len, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
@@ -970,22 +1086,32 @@ checks.run_checks("greedy_decode", [("follows the most probable chain to <eos>",
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_greedy-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: sentences finishing at different steps, random tables, no call of the reference.
+# Hidden tests: a seeded grid of batches whose log-probabilities depend on the row, on the step
+# (the state) and on the previous token; sentences ending at different steps or never; other ids;
+# max_len 1 and more; float32 and float64; no call of the reference.
 ### BEGIN HIDDEN TESTS
-def _hidden_step(table):
+def _timed_step(tables):  # tables (B, T, V, V): the row, the step count (in the state), the previous token
     def step(prev, state):
-        rows = table[state["row"], prev]
-        return rows, state
+        return tables[state["row"], state["t"], prev], {"row": state["row"], "t": state["t"] + 1}
     return step
+
 _g = torch.Generator().manual_seed(0)
-for _trial in range(5):
-    _table = torch.log_softmax(torch.randn(3, 7, 7, generator=_g) * 2, dim=-1)
-    _state = {"row": torch.arange(3)}
-    _want_tok, _want_sc = decoding.greedy_decode(_hidden_step(_table), _state, max_len=8)
+_cases = [(3, 7, 8, {}, torch.float32), (4, 6, 8, dict(sos_id=5, eos_id=3, pad_id=4), torch.float32),
+          (1, 5, 6, dict(sos_id=0, eos_id=4, pad_id=1), torch.float64), (5, 9, 1, {}, torch.float32),
+          (2, 7, 3, dict(pad_id=6), torch.float64), (6, 8, 10, dict(sos_id=7, eos_id=0, pad_id=2), torch.float32)]
+for _B, _V, _L, _ids, _dt in _cases:
+    _eos = _ids.get("eos_id", EOS_ID)
+    _logits = torch.randn(_B, _L, _V, _V, generator=_g, dtype=_dt) * 2
+    _logits[..., _eos] += torch.linspace(-4.0, 3.0, _L, dtype=_dt)[None, :, None] + torch.randn(_B, 1, 1, generator=_g, dtype=_dt)
+    _tables = torch.log_softmax(_logits, dim=-1)
+    _state = {"row": torch.arange(_B), "t": torch.zeros(_B, dtype=torch.long)}
+    _want_tok, _want_sc = decoding.greedy_decode(_timed_step(_tables), _state, max_len=_L, **_ids)
     with checks.forbid(decoding.greedy_decode):
-        _tok, _sc = greedy_decode(_hidden_step(_table), _state, max_len=8)
-    checks.expect_equal(_tok, _want_tok, "tokens of a batch whose sentences end at different steps")
-    checks.expect_close(_sc, _want_sc, "scores")
+        _tok, _sc = checks.call(greedy_decode, _timed_step(_tables), _state, max_len=_L, **_ids)
+    _case = f"batch {_B}, vocab {_V}, max_len {_L}, ids {_ids or 'default'}, {_dt}"
+    checks.expect_dtype(_tok, torch.long, f"tokens ({_case})")
+    checks.expect_equal(_tok, _want_tok, f"tokens ({_case})")
+    checks.expect_close(_sc, _want_sc, f"scores ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1015,7 +1141,11 @@ for _trial in range(5):
 # (finished before unfinished, each by `normalized`); `tokens` excludes `<sos>` and ends with
 # `<eos>` when finished. A beam wider than the number of candidates (a small vocabulary, the
 # first steps) keeps every candidate, so fewer than `beam_size` hypotheses may come back; never
-# return the same token sequence twice.
+# return the same token sequence twice. `tokens` is a list of ints, `score` and `normalized` are
+# numbers (to about `1e-4`). Use the ids passed as `sos_id` and `eos_id` (the tests pass other
+# ids than the defaults). The tests try beams of 1 to more than the candidates, `alpha` 0, 0.6
+# and 1, searches cut by `max_len` (unfinished hypotheses come back after the finished ones) and
+# steps with a memory. Calling the reference `decoding.beam_search` loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_beam", "locked": false, "schema_version": 3, "solution": true}
 def beam_search(step, state, max_len, beam_size=4, alpha=0.0, sos_id=SOS_ID, eos_id=EOS_ID):
@@ -1103,50 +1233,69 @@ checks.run_checks("beam_search", [("beam_size=1 is greedy decoding", _check_beam
                                   ("the state follows its prefix (a step with a memory)", _check_beam_reorders_state)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_beam-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: a wide beam finds the exact best sentence; scores add up; steps with a memory and a GRU
-# decoder (the state must follow its prefix) give the reference's hypotheses; no call of the reference.
+# Hidden tests: a wide beam finds the exact best sentence; scores add up; a seeded grid of steps with a
+# memory (beams of 1 to 5, alpha 0, 0.6 and 1, other ids, searches cut by max_len) and a GRU decoder
+# (the state must follow its prefix) give the reference's hypotheses; no call of the reference.
 ### BEGIN HIDDEN TESTS
 import itertools as _it
 
+
+def _summed(table, tokens, sos_id=SOS_ID):  # a first-order table: the summed log-probability of tokens
+    prev, total = sos_id, 0.0
+    for t in tokens:
+        total += float(table[prev, t]); prev = t
+    return total
+
+def _expect_hypotheses(got, want, case):
+    checks.expect_equal(len(got), len(want), f"number of hypotheses ({case})")
+    checks.expect_equal([list(h.tokens) for h in got], [h.tokens for h in want], f"tokens, best first ({case})")
+    checks.expect_equal([bool(h.finished) for h in got], [h.finished for h in want], f"finished ({case})")
+    checks.expect_close(torch.tensor([float(h.score) for h in got], dtype=torch.float64),
+                        torch.tensor([h.score for h in want], dtype=torch.float64), f"scores ({case})", atol=1e-4)
+    checks.expect_close(torch.tensor([float(h.normalized) for h in got], dtype=torch.float64),
+                        torch.tensor([h.normalized for h in want], dtype=torch.float64), f"normalized ({case})", atol=1e-4)
+
 _g = torch.Generator().manual_seed(1)
-for _alpha in (0.0, 1.0):
+for _alpha in (0.0, 0.6, 1.0):  # every sentence of up to 4 tokens fits in the beam: the exact best one
     _table = torch.log_softmax(torch.randn(5, 5, generator=_g) / 0.7, dim=-1)
-    _best = None
-    for _L in range(1, 5):
-        for _body in _it.product([0, 1, 3, 4], repeat=_L - 1):
-            _seq = list(_body) + [EOS_ID]
-            _prev, _s = SOS_ID, 0.0
-            for _t in _seq:
-                _s += float(_table[_prev, _t]); _prev = _t
-            if _best is None or _s / len(_seq) ** _alpha > _best[0]:
-                _best = (_s / len(_seq) ** _alpha, _seq)
+    _best = max((list(_body) + [EOS_ID] for _L in range(1, 5) for _body in _it.product([0, 1, 3, 4], repeat=_L - 1)),
+                key=lambda seq: _summed(_table, seq) / len(seq) ** _alpha)
     with checks.forbid(decoding.beam_search):
-        _hyps = beam_search(markov_step(_table), {"t": torch.zeros(1)}, max_len=4, beam_size=625, alpha=_alpha)
-    checks.expect_equal(_hyps[0].tokens, _best[1], f"a beam wide enough for every sentence (alpha={_alpha})")
-    for _h in _hyps[:5]:
-        _prev, _s = SOS_ID, 0.0
-        for _t in _h.tokens:
-            _s += float(_table[_prev, _t]); _prev = _t
-        assert abs(_h.score - _s) < 1e-4, "a hypothesis's score must be the sum of its tokens' log-probabilities"
-        assert abs(_h.normalized - _s / len(_h.tokens) ** _alpha) < 1e-4, "normalized = score / len ** alpha"
-# A step with a memory (random second-order tables), and a real GRU decoder, against the reference.
-for _trial in range(3):
-    _t2 = torch.log_softmax(torch.randn(6, 6, 6, generator=_g) * 1.5, dim=-1)
-    _want = decoding.beam_search(memory_step(_t2), {"before": torch.tensor([SOS_ID])}, max_len=5, beam_size=3)
+        _hyps = checks.call(beam_search, markov_step(_table), {"t": torch.zeros(1)}, max_len=4, beam_size=625, alpha=_alpha)
+    checks.expect_equal(list(_hyps[0].tokens), _best, f"a beam wide enough for every sentence (alpha={_alpha})")
+    checks.expect_close(torch.tensor([float(h.score) for h in _hyps[:8]], dtype=torch.float64),
+                        torch.tensor([_summed(_table, h.tokens) for h in _hyps[:8]], dtype=torch.float64),
+                        f"scores = summed log-probabilities of the tokens (alpha={_alpha})", atol=1e-4)
+    checks.expect_close(torch.tensor([float(h.normalized) for h in _hyps[:8]], dtype=torch.float64),
+                        torch.tensor([_summed(_table, h.tokens) / len(h.tokens) ** _alpha for h in _hyps[:8]],
+                                     dtype=torch.float64), f"normalized = score / len ** alpha (alpha={_alpha})", atol=1e-4)
+# Steps with a memory (random second-order tables, <eos> more likely as the sentence goes on), against the reference.
+_cases = [(3, 5, 0.0, -1.0, {}), (1, 6, 0.0, -1.0, {}), (2, 4, 1.0, -1.0, dict(sos_id=4, eos_id=0)),
+          (5, 6, 0.6, -1.0, {}), (3, 7, 1.0, -1.0, dict(sos_id=0, eos_id=5)), (4, 3, 0.0, -1.0, dict(eos_id=3)),
+          (2, 8, 0.6, -1.0, dict(sos_id=5, eos_id=1)), (4, 6, 0.0, 2.0, {}), (5, 6, 1.0, 2.5, dict(eos_id=4)),
+          (3, 5, 0.6, 1.5, {}), (4, 6, 0.0, 3.0, dict(sos_id=3)), (5, 7, 0.0, 2.0, {})]
+for _beam, _L, _alpha, _eos_shift, _ids in _cases:  # _eos_shift: how much more likely <eos> is made
+    _eos = _ids.get("eos_id", EOS_ID)
+    _logits = torch.randn(6, 6, 6, generator=_g) * 1.5
+    _logits[..., _eos] += _eos_shift
+    _t2 = torch.log_softmax(_logits, dim=-1)
+    _st = {"before": torch.tensor([_ids.get("sos_id", SOS_ID)])}
+    _want = decoding.beam_search(memory_step(_t2), _st, max_len=_L, beam_size=_beam, alpha=_alpha, **_ids)
     with checks.forbid(decoding.beam_search):
-        _got = beam_search(memory_step(_t2), {"before": torch.tensor([SOS_ID])}, max_len=5, beam_size=3)
-    checks.expect_equal([_h.tokens for _h in _got], [_h.tokens for _h in _want], "hypotheses with a memory step")
-torch.manual_seed(11)
+        _got = checks.call(beam_search, memory_step(_t2), _st, max_len=_L, beam_size=_beam, alpha=_alpha, **_ids)
+    _expect_hypotheses(_got, _want, f"a memory step, beam {_beam}, max_len {_L}, alpha {_alpha}, "
+                                    f"<eos> shifted by {_eos_shift}, ids {_ids or 'default'}")
+# A GRU decoder with seeded weights.
 _m = rnn.Seq2Seq(src_vocab=9, tgt_vocab=8, emb_dim=6, hidden=8, context_every_step=True).eval()
 with torch.no_grad():
-    for _src in ([4, 5, 6, 7], [8, 3]):
+    for _p in _m.parameters():
+        _p.copy_(torch.randn(_p.shape, generator=_g) * 0.6)
+    for _src, _beam in (([4, 5, 6, 7], 3), ([8, 3], 2), ([5], 4)):
         _st = _m.encode(torch.tensor([_src]), torch.tensor([len(_src)]))
-        _want = decoding.beam_search(_m.decode_step, _st, max_len=6, beam_size=3, alpha=1.0)
+        _want = decoding.beam_search(_m.decode_step, _st, max_len=6, beam_size=_beam, alpha=1.0)
         with checks.forbid(decoding.beam_search):
-            _got = beam_search(_m.decode_step, _st, max_len=6, beam_size=3, alpha=1.0)
-        checks.expect_equal([_h.tokens for _h in _got], [_h.tokens for _h in _want], "hypotheses of a GRU decoder")
-        checks.expect_close(torch.tensor([_h.score for _h in _got]), torch.tensor([_h.score for _h in _want]),
-                            "scores of a GRU decoder", atol=1e-4)
+            _got = checks.call(beam_search, _m.decode_step, _st, max_len=6, beam_size=_beam, alpha=1.0)
+        _expect_hypotheses(_got, _want, f"a GRU decoder, source {_src}, beam {_beam}")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -140,7 +140,10 @@ assert every_step == T_len * (S_len + 1) * n * n, 'the count of multiplications 
 # `(batch, n)`, `UH` holds the precomputed $U_a h_j$ for every position, shape
 # `(batch, S, n_a)`, `W` is `(n_a, n)` and `v` is `(n_a,)`. Return the scores `(batch, S)`.
 # Hint: compute `W s` once per sentence of the batch, `(batch, n_a)`, and broadcast it
-# against `UH` by inserting a source axis.
+# against `UH` by inserting a source axis. The tests use batches of one and more, `S` of 1 and
+# more (also `S` equal to the batch size), `n_a` different from `n`, and float32 or float64
+# inputs: the scores come back in the inputs' dtype, exact to about `1e-5` in float32. Calling
+# the references `ra.additive_score` or `ra.concat_score` loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_additive", "locked": false, "schema_version": 3, "solution": true}
 def additive_score(query, UH, W, v):
@@ -175,16 +178,25 @@ checks.run_checks("additive_score", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_additive-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: other sizes (n_a != n), a larger batch, no call to the reference.
+# Hidden tests: a seeded grid of sizes (n_a != n, batch 1, S 1, S equal to the batch size),
+# float32 and float64 (dtype kept), no call to the reference.
 ### BEGIN HIDDEN TESTS
+def _additive_expected(s, UH, W, v):  # the formula in float64, position by position
+    s, UH, W, v = s.double(), UH.double(), W.double(), v.double()
+    return torch.einsum("bja,a->bj", torch.tanh(torch.einsum("an,bn->ba", W, s)[:, None, :] + UH), v)
+
 _g = torch.Generator().manual_seed(11)
-_s, _UH, _W, _v = (torch.randn(5, 6, generator=_g), torch.randn(5, 7, 4, generator=_g),
-                   torch.randn(4, 6, generator=_g), torch.randn(4, generator=_g))
-_want = _additive_by_hand(_s, _UH, _W, _v)
-with checks.forbid(course_utils.rnn_attention.additive_score, course_utils.rnn_attention.concat_score):
-    _got = checks.call(additive_score, _s, _UH, _W, _v)
-checks.expect_close(_got, _want, "additive scores with n_a != n")
-checks.expect_close(checks.call(additive_score, _s[:1], _UH[:1], _W, _v), _want[:1], "a batch of one")
+_grid = [(5, 7, 6, 4, torch.float32), (1, 4, 3, 5, torch.float64), (3, 3, 4, 2, torch.float32),
+         (2, 1, 5, 3, torch.float64), (1, 1, 2, 2, torch.float32), (4, 4, 3, 3, torch.float64),
+         (6, 9, 8, 7, torch.float32)]
+for _B, _S, _n, _na, _dt in _grid:
+    _args = (torch.randn(_B, _n, generator=_g, dtype=_dt), torch.randn(_B, _S, _na, generator=_g, dtype=_dt),
+             torch.randn(_na, _n, generator=_g, dtype=_dt) * 0.7, torch.randn(_na, generator=_g, dtype=_dt))
+    with checks.forbid(course_utils.rnn_attention.additive_score, course_utils.rnn_attention.concat_score):
+        _got = checks.call(additive_score, *_args)
+    _case = f"batch {_B}, S {_S}, n {_n}, n_a {_na}, {_dt}"
+    checks.expect_dtype(_got, _dt, f"scores ({_case})")
+    checks.expect_close(_got, _additive_expected(*_args).to(_dt), f"scores ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -249,7 +261,10 @@ assert same_general and same_concat, 'general and concat scores must agree with 
 #
 # Write `dot_score(query, keys)` and `general_score(query, keys, W_a)`: `query` is $h_t$,
 # `(batch, d_q)`; `keys` are the encoder states, `(batch, S, d_k)`; `W_a` is `(d_q, d_k)`.
-# Both return `(batch, S)`. (For the dot score `d_q == d_k`.)
+# Both return `(batch, S)`. (For the dot score `d_q == d_k`.) The tests use batches of one and
+# more, `S` of 1 and more, `d_q != d_k`, and float32 or float64 inputs: the scores come back in
+# the inputs' dtype, exact to about `1e-5` in float32 (relative `1e-4`). Calling the references
+# `ra.dot_score` or `ra.general_score` loses the hidden point.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_luong_scores", "locked": false, "schema_version": 3, "solution": true}
 def dot_score(query, keys):
@@ -283,16 +298,26 @@ checks.run_checks("dot_score and general_score", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_luong_scores-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: random batches, a rectangular W_a, no call to the references.
+# Hidden tests: a seeded grid of sizes (batch 1, S 1, rectangular W_a, square sizes), float32 and
+# float64 (dtype kept), no call to the references.
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(12)
-_q, _K, _Wa = torch.randn(3, 5, generator=_g), torch.randn(3, 6, 7, generator=_g), torch.randn(5, 7, generator=_g)
-_q2 = torch.randn(3, 7, generator=_g)
-_want_dot = torch.stack([torch.stack([_q2[b] @ _K[b, j] for j in range(6)]) for b in range(3)])
-_want_gen = torch.stack([torch.stack([_q[b] @ _Wa @ _K[b, j] for j in range(6)]) for b in range(3)])
-with checks.forbid(course_utils.rnn_attention.dot_score, course_utils.rnn_attention.general_score):
-    checks.expect_close(checks.call(dot_score, _q2, _K), _want_dot, "dot scores", atol=1e-4)
-    checks.expect_close(checks.call(general_score, _q, _K, _Wa), _want_gen, "general scores, W_a (5, 7)", atol=1e-4)
+_gh = torch.Generator().manual_seed(12)  # not _g: the next cell draws from _g
+_grid = [(3, 6, 5, 7, torch.float32), (1, 4, 3, 3, torch.float64), (2, 1, 4, 2, torch.float32),
+         (1, 1, 2, 2, torch.float64), (4, 4, 4, 4, torch.float32), (3, 5, 6, 6, torch.float64),
+         (5, 8, 2, 9, torch.float32)]
+for _B, _S, _dq, _dk, _dt in _grid:
+    _q, _K = torch.randn(_B, _dq, generator=_gh, dtype=_dt), torch.randn(_B, _S, _dk, generator=_gh, dtype=_dt)
+    _Wa, _q2 = torch.randn(_dq, _dk, generator=_gh, dtype=_dt), torch.randn(_B, _dk, generator=_gh, dtype=_dt)
+    _want_dot = torch.einsum("bd,bjd->bj", _q2.double(), _K.double()).to(_dt)
+    _want_gen = torch.einsum("bq,qk,bjk->bj", _q.double(), _Wa.double(), _K.double()).to(_dt)
+    with checks.forbid(course_utils.rnn_attention.dot_score, course_utils.rnn_attention.general_score):
+        _dot = checks.call(dot_score, _q2, _K)
+        _gen = checks.call(general_score, _q, _K, _Wa)
+    _case = f"batch {_B}, S {_S}, d_q {_dq}, d_k {_dk}, {_dt}"
+    checks.expect_dtype(_dot, _dt, f"dot scores ({_case})")
+    checks.expect_close(_dot, _want_dot, f"dot scores ({_case})")
+    checks.expect_dtype(_gen, _dt, f"general scores ({_case})")
+    checks.expect_close(_gen, _want_gen, f"general scores ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -356,7 +381,13 @@ print("-1e9 in float16:", torch.tensor(-1e9).half())
 # `mask` a bool tensor broadcastable to it, True at real positions. Return weights of the shape of
 # `scores` that are exactly 0 where `mask` is False, sum to one over the real positions of each
 # row, and are all zero (not NaN, not uniform) in a row without any real position. Large scores
-# (say 1000) must not overflow.
+# (say 1000, even at a padded position) must not overflow, and very negative ones (say -1000)
+# must not underflow: the weights of a row depend only on the differences between its real
+# scores. The mask may have fewer axes than the scores (`(S,)`, `(batch, 1, S)`,
+# `(batch, 1, 1, S)`). `scores` may be float32 or float64: the weights come back in its dtype.
+# Gradients must flow as through a softmax over the real positions, with no NaN anywhere, also
+# for a row of all padding (its gradient is zero). Calling the reference
+# `attention.masked_softmax` (or `ra.attend`) loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_masked_softmax", "locked": false, "schema_version": 3, "solution": true}
 def masked_softmax(scores, mask):
@@ -388,30 +419,60 @@ checks.run_checks("masked_softmax", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_masked_softmax-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: large scores, broadcast masks (batch, 1, S), gradients without NaN, no reference.
+# Hidden tests: a seeded grid of scores and masks (2, 3 and 4 axes, masks of fewer axes, empty
+# rows, 1000 at real and padded positions, -1000 everywhere), float32 and float64 (dtype kept),
+# exact zeros at padding, gradients (no NaN, zero at padding), no reference.
 ### BEGIN HIDDEN TESTS
+def _masked_softmax_expected(scores, mask):  # float64: a softmax over the real positions, 0 elsewhere
+    m = mask.expand(scores.shape)
+    x = scores.double().masked_fill(~m, float("-inf"))
+    return torch.softmax(x.masked_fill(~m.any(-1, keepdim=True), 0.0), dim=-1) * m
+
 _g = torch.Generator().manual_seed(13)
+_cases = []
 _sc = torch.randn(3, 4, 6, generator=_g) * 3
 _sc[0, 0, 0] = 1000.0
-_lengths = torch.tensor([6, 2, 0])
-_mk = (torch.arange(6)[None, :] < _lengths[:, None])[:, None, :]          # (3, 1, 6)
-_want = torch.zeros(3, 4, 6)
-_want[0] = torch.softmax(_sc[0], -1)
-_want[1, :, :2] = torch.softmax(_sc[1, :, :2], -1)
-with checks.forbid(course_utils.attention.masked_softmax, course_utils.rnn_attention.attend):
-    _got = checks.call(masked_softmax, _sc, _mk)
-checks.expect_close(_got, _want, "weights with a (batch, 1, S) mask, a score of 1000, an empty sentence")
-_x = _sc.clone().requires_grad_()
-with checks.forbid(course_utils.attention.masked_softmax):
-    (checks.call(masked_softmax, _x, _mk) * torch.randn(3, 4, 6, generator=_g)).sum().backward()
-assert not torch.isnan(_x.grad).any(), "the gradient has NaN (rows of all padding must not produce NaN)"
+_cases.append(("a (batch, 1, S) mask, a score of 1000, an empty sentence", _sc,
+               (torch.arange(6)[None, :] < torch.tensor([6, 2, 0])[:, None])[:, None, :]))
+_sc = torch.randn(4, 5, generator=_g, dtype=torch.float64) * 3
+_sc[1, 3], _sc[2, 0] = 1000.0, 1000.0   # row 1: at a padded position; row 2: at a real one
+_cases.append(("(batch, S) float64, 1000 at a padded and at a real position", _sc,
+               torch.tensor([[1, 1, 0, 1, 0], [1, 1, 1, 0, 0], [1, 0, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)))
+_cases.append(("scores near -1000 (no underflow)", torch.randn(3, 5, generator=_g) - 1000.0,
+               torch.tensor([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)))
+_cases.append(("a mask of shape (S,)", torch.randn(4, 7, generator=_g, dtype=torch.float64) * 2,
+               torch.tensor([1, 0, 1, 1, 0, 1, 0], dtype=torch.bool)))
+_cases.append(("(batch, heads, T, S) scores, a (batch, 1, 1, S) mask", torch.randn(2, 3, 4, 5, generator=_g) * 4,
+               (torch.arange(5)[None, :] < torch.tensor([3, 5])[:, None])[:, None, None, :]))
+for _dt in (torch.float32, torch.float64):  # random masks (some rows empty), random scales
+    _sc = torch.randn(5, 3, 8, generator=_g, dtype=_dt) * torch.rand(5, 3, 1, generator=_g, dtype=_dt) * 20
+    _cases.append((f"random masks, {_dt}", _sc, torch.rand(5, 3, 8, generator=_g) < 0.4))
+for _i, (_what, _sc, _mk) in enumerate(_cases):
+    _want = _masked_softmax_expected(_sc, _mk)
+    _x = _sc.clone().requires_grad_()
+    with checks.forbid(course_utils.attention.masked_softmax, course_utils.rnn_attention.attend):
+        _got = checks.call(masked_softmax, _x, _mk)
+    _R = torch.randn(_sc.shape, generator=_g, dtype=torch.float64)
+    (_gx,) = torch.autograd.grad((_got * _R.to(_got.dtype)).sum(), _x, allow_unused=True)
+    _want_grad = _want * (_R - (_want * _R).sum(-1, keepdim=True))   # the softmax's backward; 0 at padding
+    _case = f"case {_i}: {_what}"
+    checks.expect_dtype(_got, _sc.dtype, f"weights ({_case})")
+    checks.expect_close(_got, _want.to(_sc.dtype), f"weights ({_case})")
+    checks.expect_equal(_got.detach().masked_fill(_mk.expand(_sc.shape), 0.0).abs().sum().item(), 0.0,
+                        f"sum of the weights at padded positions ({_case}: each must be exactly 0)")
+    checks.expect_close(_gx if _gx is not None else torch.zeros_like(_x), _want_grad.to(_sc.dtype),
+                        f"gradient of the weights with respect to the scores ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ### Exercise 4: the context vector (2 points)
 #
 # Write `context_vector(weights, values)`: `weights` `(batch, S)`, `values` `(batch, S, d_v)`;
-# return $c = \sum_j \alpha_j v_j$ for each sentence, `(batch, d_v)`.
+# return $c = \sum_j \alpha_j v_j$ for each sentence, `(batch, d_v)`. Use the weights as they
+# are: they need not sum to one (a row of all padding has zero weights, hence a zero context).
+# The tests use batches of one and more, `S` and `d_v` of 1 and more, and float32 or float64
+# inputs: the context comes back in the inputs' dtype. Calling `ra.context_vector`, `ra.attend`
+# or `F.scaled_dot_product_attention` loses the hidden point.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_context", "locked": false, "schema_version": 3, "solution": true}
 def context_vector(weights, values):
@@ -433,15 +494,26 @@ checks.run_checks("context_vector", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_context-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: a random batch, per-sentence weights, no reference.
+# Hidden tests: a seeded grid (batch 1, S 1, d_v 1, weights that do not sum to one, a row of zero
+# weights), float32 and float64 (dtype kept), no reference.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(14)
-_w = torch.softmax(torch.randn(4, 7, generator=_g), -1)
-_vals = torch.randn(4, 7, 3, generator=_g)
-_want = torch.stack([sum(_w[b, j] * _vals[b, j] for j in range(7)) for b in range(4)])
-with checks.forbid(course_utils.rnn_attention.context_vector, course_utils.rnn_attention.attend,
-                   (torch.nn.functional, "scaled_dot_product_attention")):
-    checks.expect_close(checks.call(context_vector, _w, _vals), _want, "context of a random batch")
+_grid = [(4, 7, 3, torch.float32, "softmax"), (1, 5, 1, torch.float64, "softmax"), (3, 1, 4, torch.float32, "softmax"),
+         (2, 6, 5, torch.float64, "any"), (5, 5, 5, torch.float32, "any"), (1, 1, 1, torch.float32, "any"),
+         (3, 4, 2, torch.float64, "softmax")]
+for _B, _S, _dv, _dt, _kind in _grid:
+    _w = torch.randn(_B, _S, generator=_g, dtype=_dt)
+    _w = torch.softmax(_w, -1) if _kind == "softmax" else _w
+    if _kind == "any" and _B > 1:
+        _w[-1] = 0.0                    # a sentence of all padding: zero weights
+    _vals = torch.randn(_B, _S, _dv, generator=_g, dtype=_dt)
+    _want = torch.stack([sum(_w[b, j].double() * _vals[b, j].double() for j in range(_S)) for b in range(_B)])
+    with checks.forbid(course_utils.rnn_attention.context_vector, course_utils.rnn_attention.attend,
+                       (torch.nn.functional, "scaled_dot_product_attention")):
+        _got = checks.call(context_vector, _w, _vals)
+    _case = f"batch {_B}, S {_S}, d_v {_dv}, {_dt}, {'softmax weights' if _kind == 'softmax' else 'any weights'}"
+    checks.expect_dtype(_got, _dt, f"context ({_case})")
+    checks.expect_close(_got, _want.to(_dt), f"context ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -541,7 +613,11 @@ print("masked_softmax of the unclamped row:", attention.masked_softmax(torch.ran
 # Write `local_m_mask(t, lengths, D, src_len)`: `t` `(batch,)` the current target position of
 # each sentence (0-based), `lengths` `(batch,)` the source lengths, `D` the half-width, `src_len`
 # the padded source length $S$. Return a bool `(batch, S)` mask, True at source positions $j$ with
-# $|j - p_t| \le D$ **and** $j <$ `lengths`, where $p_t = \min(t, \text{lengths} - 1)$.
+# $|j - p_t| \le D$ **and** $j <$ `lengths`, where $p_t = \min(t, \text{lengths} - 1)$. Each
+# sentence has its own `t` and its own length (batches of one and more; `t` may lie beyond the
+# sentence, `D` may be 0 or wider than the sentence, `S` may exceed the longest length); `t` and
+# `lengths` are long tensors, `D` and `src_len` ints. Calling the reference `ra.local_m_mask`
+# loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_local_window", "locked": false, "schema_version": 3, "solution": true}
 def local_m_mask(t, lengths, D, src_len):
@@ -568,21 +644,28 @@ checks.run_checks("local_m_mask", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_local_window-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: every t and D on random lengths, D = 0, a window wider than the sentence,
-# src_len beyond the longest sentence, no reference.
+# Hidden tests: every t and D on fixed lengths, D = 0, a window wider than the sentence, src_len
+# beyond the longest sentence, a seeded grid of batches whose sentences have their own t and
+# length, a batch of one; the mask is bool; no reference.
 ### BEGIN HIDDEN TESTS
-_len = torch.tensor([7, 3, 1, 9])
-for _D in (0, 2, 20):
-    for _tt in range(11):
-        _t = torch.full((4,), _tt)
-        _want = ra.local_m_mask(_t, _len, _D, 9)
-        with checks.forbid(course_utils.rnn_attention.local_m_mask):
-            _got = checks.call(local_m_mask, _t, _len, _D, 9)
-        checks.expect_equal(_got, _want, f"mask for t={_tt}, D={_D}")
-_want = ra.local_m_mask(torch.tensor([2, 8]), torch.tensor([4, 9]), 1, 12)
-with checks.forbid(course_utils.rnn_attention.local_m_mask):
-    _got = checks.call(local_m_mask, torch.tensor([2, 8]), torch.tensor([4, 9]), 1, 12)
-checks.expect_equal(_got, _want, "mask of a batch padded beyond its longest sentence (src_len=12)")
+def _window_expected(t, lengths, D, src_len):  # the definition, position by position
+    return torch.tensor([[abs(j - min(int(tb), int(lb) - 1)) <= D and j < int(lb) for j in range(src_len)]
+                         for tb, lb in zip(t, lengths)], dtype=torch.bool).reshape(len(t), src_len)
+
+_cases = [(torch.full((4,), _tt), torch.tensor([7, 3, 1, 9]), _D, 9) for _D in (0, 2, 20) for _tt in range(11)]
+_cases.append((torch.tensor([2, 8]), torch.tensor([4, 9]), 1, 12))
+_g = torch.Generator().manual_seed(15)
+for _ in range(12):
+    _B, _S = int(torch.randint(1, 7, (1,), generator=_g)), int(torch.randint(1, 12, (1,), generator=_g))
+    _lengths = torch.randint(1, _S + 1, (_B,), generator=_g)
+    _t = torch.randint(0, _S + 4, (_B,), generator=_g)
+    _cases.append((_t, _lengths, int(torch.randint(0, 5, (1,), generator=_g)), _S))
+for _t, _lengths, _D, _S in _cases:
+    with checks.forbid(course_utils.rnn_attention.local_m_mask):
+        _got = checks.call(local_m_mask, _t, _lengths, _D, _S)
+    _case = f"t={_t.tolist()}, lengths={_lengths.tolist()}, D={_D}, src_len={_S}"
+    checks.expect_dtype(_got, torch.bool, f"mask ({_case})")
+    checks.expect_equal(_got, _window_expected(_t, _lengths, _D, _S), f"mask ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -621,7 +704,9 @@ checks.expect_equal(_got, _want, "mask of a batch padded beyond its longest sent
 #
 # Return `(logits (batch, V), s (batch, h), weights (batch, S))`. You may use your own functions
 # of exercises 1, 3 and 4 or their references `ra.additive_score`, `attention.masked_softmax`
-# and `ra.context_vector`.
+# and `ra.context_vector`. The tests use batches of one and more, several steps in a row, and an
+# embedding as wide as the state (so the order of a concatenation matters); calling the
+# model's own step (`bahdanau_step`, `decode_step`, `forward`) loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_decoder_step", "locked": false, "schema_version": 3, "solution": true}
 def attention_decoder_step(model, prev_tokens, s_prev, memory, UH, mask):
@@ -630,8 +715,8 @@ def attention_decoder_step(model, prev_tokens, s_prev, memory, UH, mask):
     scores = ra.additive_score(s_prev, UH, model.W_a.weight, model.v_a)
     weights = attention.masked_softmax(scores, mask)
     context = ra.context_vector(weights, memory)
-    s = model.cell(torch.cat([model.embedding(prev_tokens), context], dim=-1), s_prev)
-    logits = model.out(torch.cat([s, context], dim=-1))
+    s = model.cell(torch.cat([model.embedding(prev_tokens), context], dim=1), s_prev)   # (B, emb + h) -> (B, h)
+    logits = model.out(torch.cat([s, context], dim=1))
     return logits, s, weights
     ### END SOLUTION
 
@@ -659,23 +744,32 @@ checks.run_checks("attention_decoder_step", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_decoder_step-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: several steps of a bigger model, fed back into each other; no reference decoder.
+# Hidden tests: seeded models (a bigger one, an embedding as wide as the state, a batch of one),
+# several steps fed back into each other: logits, state and weights at every step; no reference decoder.
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(15)
-_m = ra.AttentionSeq2Seq(14, 11, emb_dim=5, hidden=7, score="additive").eval()
-_src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 0, 0, 0], [11, 12, 13, 0, 0]])
-_len = torch.tensor([5, 2, 3])
-_tgt = torch.tensor([[1, 4, 5, 6], [1, 7, 8, 9], [1, 10, 4, 5]])
-with torch.no_grad():
-    _logits_ref, _w_ref = _m.forward_with_weights(_src, _len, _tgt)
-    _enc = _m.encode(_src, _len)
-    _s = _enc["hidden"]
-    for _i in range(4):
-        with checks.forbid(ra.BahdanauSeq2Seq.bahdanau_step, ra.BahdanauSeq2Seq.decode_step,
-                           ra.BahdanauSeq2Seq._bahdanau_recurrence, ra.BahdanauSeq2Seq.forward):
-            _lg, _s, _w = checks.call(attention_decoder_step, _m, _tgt[:, _i], _s, _enc["memory"], _enc["keys"], _enc["mask"])
-        checks.expect_close(_lg, _logits_ref[:, _i], f"logits at step {_i}", atol=1e-5)
-        checks.expect_close(_w, _w_ref[:, _i], f"weights at step {_i}", atol=1e-5)
+_g = torch.Generator().manual_seed(15)
+for _V, _E, _H, _lengths in ((11, 5, 7, [5, 2, 3]), (9, 6, 6, [4, 1]), (8, 4, 5, [3]), (10, 3, 4, [2, 6, 6, 1])):
+    _m = ra.AttentionSeq2Seq(14, _V, emb_dim=_E, hidden=_H, score="additive").eval()
+    with torch.no_grad():
+        for _p in _m.parameters():
+            _p.copy_(torch.randn(_p.shape, generator=_g) * 0.5)
+    _S = max(_lengths)
+    _src = torch.randint(3, 14, (len(_lengths), _S), generator=_g)
+    _src[torch.arange(_S)[None, :] >= torch.tensor(_lengths)[:, None]] = 0
+    _tgt = torch.randint(1, _V, (len(_lengths), 4), generator=_g)
+    with torch.no_grad():
+        _ref = _m.encode(_src, torch.tensor(_lengths))
+        _s = _ref["hidden"]
+        for _i in range(4):
+            _want_logits, _ref = _m.bahdanau_step(_tgt[:, _i], _ref)
+            with checks.forbid(ra.BahdanauSeq2Seq.bahdanau_step, ra.BahdanauSeq2Seq.decode_step,
+                               ra.BahdanauSeq2Seq._bahdanau_recurrence, ra.BahdanauSeq2Seq.forward):
+                _lg, _s, _w = checks.call(attention_decoder_step, _m, _tgt[:, _i], _s, _ref["memory"], _ref["keys"],
+                                          _ref["mask"])
+            _case = f"vocab {_V}, emb {_E}, hidden {_H}, lengths {_lengths}, step {_i}"
+            checks.expect_close(_w, _ref["weights"], f"weights ({_case})")
+            checks.expect_close(_s, _ref["hidden"], f"new state ({_case})")
+            checks.expect_close(_lg, _want_logits, f"logits ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]

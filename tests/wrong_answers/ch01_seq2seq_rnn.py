@@ -213,3 +213,144 @@ MORE_WRONG = {
     return torch.stack(written, dim=1), scores
 '''),
 }
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+_GREEDY = '''def greedy_decode(step, state, max_len, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    batch = decoding.state_batch_size(state)
+    prev = torch.full((batch,), sos_id, dtype=torch.long)
+    done = torch.zeros(batch, dtype=torch.bool)
+    scores = torch.zeros(batch)
+    written = []
+    for _ in range(max_len):
+        log_probs, state = step(prev, state)
+        best_logp, best = log_probs.max(dim=-1)
+        best = torch.where(done, torch.full_like(best, pad_id), best)
+        scores = scores + torch.where(done, torch.zeros_like(best_logp), best_logp)
+        written.append(best)
+        done = done | (best == eos_id)
+        prev = best
+        if done.all():
+            break
+    return torch.stack(written, dim=1), scores
+'''
+
+_BEAM = MORE_WRONG["beam_no_reorder"][1].replace(
+    "        scores, prev = torch.tensor(new_scores), torch.tensor(toks)\n",
+    "        state = decoding.index_state(state, torch.tensor(rows))\n"
+    "        scores, prev = torch.tensor(new_scores), torch.tensor(toks)\n")
+
+_ENCODE = '''from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def encode(encoder, src, src_lengths):
+    emb = encoder.embedding(src)
+    packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, h_n = encoder.rnn(packed)
+    states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+    last = torch.cat([h_n[0], h_n[1]], dim=-1) if encoder.directions == 2 else h_n[0]
+    return states, torch.tanh(encoder.bridge(last))
+'''
+
+_DECODER_STEP = '''def decoder_step(decoder, prev_tokens, hidden, context):
+    emb = decoder.embedding(prev_tokens)
+    rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)
+    out, h = decoder.rnn(rnn_in, hidden.unsqueeze(0).contiguous())
+    logits = decoder.out(torch.cat([out[:, 0], context], dim=-1))
+    return torch.log_softmax(logits, dim=-1), h[0]
+'''
+
+# Reviewers' plausible wrong answers (issue 30) that the old hidden tests gave full marks; each must
+# lose points on its exercise: ``{name: (exercise, source)}``.
+REVIEWED = {
+    # States preallocated with torch.zeros (float32): float64 inputs come back as float32.
+    "rnn_float32_buffer": ("ex1_rnn_forward", '''def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    B, T, _ = x.shape
+    states = torch.zeros(B, T, W_hh.shape[0])
+    h = h0
+    for t in range(T):
+        h = torch.tanh(x[:, t] @ W_xh.T + h @ W_hh.T + b_h)
+        states[:, t] = h
+    return states, h
+'''),
+    # Truncated backpropagation: the state is detached at every step, so no gradient reaches h0,
+    # W_hh or the earlier inputs (the vanishing-gradient plot would be meaningless).
+    "rnn_detached_state": ("ex1_rnn_forward", '''def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    h = h0
+    states = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ W_xh.T + h.detach() @ W_hh.T + b_h)
+        states.append(h)
+    return torch.stack(states, dim=1), h
+'''),
+    # A ready-made cell (torch.rnn_tanh_cell) instead of the recurrence.
+    "rnn_ready_made_cell": ("ex1_rnn_forward", '''def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = torch.rnn_tanh_cell(x[:, t], h, W_xh, W_hh, b_h, torch.zeros_like(b_h))
+        states.append(h)
+    return torch.stack(states, dim=1), h
+'''),
+    # Appends <eos> to the caller's own lists (and reads them back): the targets change.
+    "io_mutates_targets": ("ex2_decoder_io", '''def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    width = max(len(t) for t in targets) + 1
+    dec_in = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    dec_out = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    for b, t in enumerate(targets):
+        t.append(eos_id)
+        dec_in[b, : len(t)] = torch.tensor([sos_id, *t[:-1]])
+        dec_out[b, : len(t)] = torch.tensor(t)
+    return dec_in, dec_out
+'''),
+    # Width from the first target (right when the longest comes first, as in the visible test).
+    "io_width_of_first": ("ex2_decoder_io", '''def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    width = len(targets[0]) + 1
+    dec_in = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    dec_out = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    for b, t in enumerate(targets):
+        dec_in[b, : len(t) + 1] = torch.tensor([sos_id, *t])[:width]
+        dec_out[b, : len(t) + 1] = torch.tensor([*t, eos_id])[:width]
+    return dec_in, dec_out
+'''),
+    # The decoder target as int32 (the visible test checks the dtype of the input only).
+    "io_target_int32": ("ex2_decoder_io", '''def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    width = max(len(t) for t in targets) + 1
+    dec_in = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    dec_out = torch.full((len(targets), width), pad_id, dtype=torch.int32)
+    for b, t in enumerate(targets):
+        dec_in[b, : len(t) + 1] = torch.tensor([sos_id, *t])
+        dec_out[b, : len(t) + 1] = torch.tensor([*t, eos_id])
+    return dec_in, dec_out
+'''),
+    # No total_length: a batch padded beyond its longest sentence loses its last positions.
+    "encode_no_total_length": ("ex3_encode", _edit(_ENCODE, ", total_length=src.shape[1]", "")),
+    # enforce_sorted left at True: lengths that are not sorted (longest first) raise.
+    "encode_sorted_lengths": ("ex3_encode", _edit(_ENCODE, ", enforce_sorted=False", "")),
+    # The log of a softmax: -inf where a probability underflows.
+    "decoder_log_of_softmax": ("ex4_decoder_step", _edit(
+        _DECODER_STEP, "torch.log_softmax(logits, dim=-1)", "torch.log(torch.softmax(logits, dim=-1))")),
+    # The context before the embedding in the GRU's input: runs only when emb_dim == hidden, and
+    # is then wrong.
+    "decoder_context_first": ("ex4_decoder_step", _edit(
+        _DECODER_STEP, "torch.cat([emb, context], dim=-1)", "torch.cat([context, emb], dim=-1)")),
+    # Passes the initial state at every step (the returned one is dropped).
+    "greedy_ignores_new_state": ("ex5_greedy", _edit(
+        _GREEDY, "log_probs, state = step(prev, state)", "log_probs, _ = step(prev, state)")),
+    # Starts from the module's <sos> instead of the sos_id argument.
+    "greedy_default_sos": ("ex5_greedy", _edit(
+        _GREEDY, "torch.full((batch,), sos_id, dtype=torch.long)", "torch.full((batch,), SOS_ID, dtype=torch.long)")),
+    # Recognises the module's <eos> instead of the eos_id argument.
+    "beam_default_eos": ("ex6_beam", _edit(_BEAM, "if tok == eos_id:", "if tok == EOS_ID:")),
+    # Ranks finished and unfinished hypotheses together by normalised score.
+    "beam_ranks_all_together": ("ex6_beam", _edit(
+        _BEAM, "best = sorted(finished, key=lambda h: -h.normalized) + sorted(live, key=lambda h: -h.normalized)",
+        "best = sorted(finished + live, key=lambda h: -h.normalized)")),
+    # Takes only the beam_size best candidates: a candidate ending in <eos> costs a live prefix.
+    "beam_topk_only_beam_size": ("ex6_beam", _edit(
+        _BEAM, "flat.topk(min(2 * beam_size, flat.numel()))", "flat.topk(min(beam_size, flat.numel()))")),
+}
