@@ -237,6 +237,12 @@ assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float6
 # version (`course_utils.attention`, `F.scaled_dot_product_attention`, `torch.softmax` where
 # the exercise is the softmax). They use `checks.expect_not_calling`, which lists the
 # functions of a given list that your function's code names.
+#
+# Rules that hold for every exercise of this chapter (the hidden tests check them): inputs are
+# float32 or float64 tensors, and what you return has the inputs' dtype (no silent switch to
+# float64 or float32; float32 results are compared with a tolerance of about $10^{-5}$, so
+# any sensible order of operations is fine); and your functions must not change their inputs
+# in place (no `q /= ...` or `x -= ...` on the caller's tensors).
 
 # %% [markdown]
 # ### Exercise 1: scaled scores (2 points: 1 visible + 1 hidden)
@@ -245,6 +251,8 @@ assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float6
 # `(..., L_q, d_k)` and keys of shape `(..., L_k, d_k)`; the result has shape
 # `(..., L_q, L_k)`. The leading dimensions `...` may be empty, `(batch,)` or
 # `(batch, heads)`, so transpose only the last two axes (`k.transpose(-2, -1)`, not `k.T`).
+# `L_q`, `L_k` and `d_k` can all differ; the scores have the dtype of `q` and `k` (float32 or
+# float64).
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_scores", "locked": false, "schema_version": 3, "solution": true}
 def scaled_scores(q, k):
@@ -294,18 +302,31 @@ checks.run_checks("scaled_scores", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_scores-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: batched (batch, heads, L, d) inputs, other sizes; no ready-made function.
+# Hidden tests: a seeded grid over the documented domain (no leading dimension, (batch,), (batch, heads);
+# L_q, L_k and d_k all different; float32 and float64); inputs unchanged; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(101)
-_q4, _k4 = torch.randn(2, 3, 4, 8, generator=_g), torch.randn(2, 3, 6, 8, generator=_g)
-_want4 = torch.einsum("bhid,bhjd->bhij", _q4, _k4) / math.sqrt(8)
-with checks.forbid(attention.attention_scores, attention.scaled_dot_product_attention):
-    _got4 = checks.call(scaled_scores, _q4, _k4)
-    _got3 = checks.call(scaled_scores, _q4[0].double(), _k4[0].double())
+_cases = []
+for _lead in [(), (3,), (2, 3)]:
+    for _dtype in (torch.float32, torch.float64):
+        for _Lq, _Lk, _dk in [(4, 6, 8), (5, 2, 3), (1, 1, 1), (2, 7, 16)]:
+            _q = torch.randn(*_lead, _Lq, _dk, generator=_g, dtype=_dtype)
+            _k = torch.randn(*_lead, _Lk, _dk, generator=_g, dtype=_dtype)
+            _want = torch.einsum("...id,...jd->...ij", _q.double(), _k.double()) / math.sqrt(_dk)
+            _cases.append((f"{_lead} leading, L_q={_Lq}, L_k={_Lk}, d_k={_dk}, {_dtype}", _q, _k, _want))
+_inputs = [(q.clone(), k.clone()) for _, q, k, _ in _cases]
+with checks.forbid(attention.attention_scores, attention.scaled_dot_product_attention,
+                   (F, "scaled_dot_product_attention")):
+    _got = [checks.call(scaled_scores, q, k) for _, q, k, _ in _cases]
 checks.run_checks("scaled_scores (hidden)", [
-    ("(batch, heads, L, d) inputs", lambda: checks.expect_close(_got4, _want4, "scores")),
-    ("float64 (heads, L, d) inputs", lambda: checks.expect_close(_got3, _want4[0].double(), "scores")),
-    ("float64 stays float64", lambda: checks.expect_dtype(_got3, torch.float64, "scores")),
+    (name, lambda i=i, name=name: checks.expect_close(_got[i], _cases[i][3], f"scores ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype ({name})", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"scores ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    ("q and k unchanged", lambda: [checks.expect_equal(t, t0, "an input after the call") for (_, q, k, _), (q0, k0)
+                                   in zip(_cases, _inputs) for t, t0 in ((q, q0), (k, k0))]),
     ("no ready-made function", lambda: checks.expect_not_calling(
         scaled_scores, attention.attention_scores, attention.scaled_dot_product_attention, F.scaled_dot_product_attention)),
 ])
@@ -331,9 +352,14 @@ print("torch.softmax of [1, 2, 3] - 100:", torch.softmax(x_small - 100, dim=0))
 
 # %% [markdown]
 # Write `stable_softmax(x, dim=-1)` with the shift, using `torch.exp`, `max` and `sum`
-# (not `torch.softmax`, `F.softmax` or `log_softmax`). Entries equal to $-\infty$ must get
-# weight 0 (they will be how masks work). Tip: `x.amax(dim=dim, keepdim=True)` keeps the
-# reduced axis so that the subtraction broadcasts.
+# (not `torch.softmax`, `F.softmax` or `log_softmax`; `torch.logsumexp` is allowed). `x` is
+# a float32 or float64 tensor of any shape, `dim` any of its axes (negative or not); the
+# result has `x`'s shape and dtype, and `x` itself is left unchanged. Scores may be in the
+# hundreds (float32) or thousands (float64), positive or negative, and differ by as much from
+# one slice to the next: shift each slice along `dim` by its own maximum. Entries equal to
+# $-\infty$ must get weight 0 (they will be how masks work); a slice made only of $-\infty$
+# has no softmax and is not tested. Tip: `x.amax(dim=dim, keepdim=True)` keeps the reduced
+# axis so that the subtraction broadcasts.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_softmax", "locked": false, "schema_version": 3, "solution": true}
 def stable_softmax(x, dim=-1):
@@ -376,22 +402,45 @@ checks.run_checks("stable_softmax", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_softmax-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: other axes, very negative scores, float64; no torch.softmax and friends.
+# Hidden tests: a seeded grid of shapes (1-D to 3-D, square ones included), every axis (positive and
+# negative), float32 and float64, small, large and very negative scores, -inf entries; x unchanged;
+# no torch.softmax and friends.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
+_cases = []
+for _n, _shape in enumerate([(7,), (4, 7), (5, 5), (2, 3, 4)]):
+    for _dim in [*range(len(_shape)), *range(-len(_shape), 0)]:
+        for _dtype in (torch.float32, torch.float64):
+            _scale = (1.0, 30.0, 300.0)[len(_cases) % 3]
+            _x = torch.randn(*_shape, generator=_g, dtype=_dtype) * _scale
+            _at = [1 if a == _dim % len(_shape) else s for a, s in enumerate(_shape)]
+            _far = 2000 if _dtype == torch.float64 else 300                       # slices far apart
+            _x = _x + torch.randn(*_at, generator=_g, dtype=_dtype) * _far
+            if len(_cases) % 2:                                   # -inf entries, never a whole slice of them
+                _drop = torch.rand(*_shape, generator=_g) < 0.3
+                _drop.narrow(_dim, 0, 1).fill_(False)
+                _x = _x.masked_fill(_drop, float("-inf"))
+            _cases.append((f"shape {_shape}, dim={_dim}, {_dtype}", _x, _dim))
+_cases.append(("very negative scores", torch.tensor([[-1000., -1001.], [-5000., -5000.]], dtype=torch.float64), -1))
+_cases.append(("large scores, rows far apart", torch.tensor([[1000., 1001., 1002.], [-1000., -1001., -1003.],
+                                                              [0., float("-inf"), 88.]]), -1))
+_inputs = [x.clone() for _, x, _ in _cases]
+_want = [torch.softmax(x.double(), dim) for _, x, dim in _cases]
 _x3 = torch.randn(2, 3, 4, generator=_g, dtype=torch.float64) * 30
-_neg = torch.tensor([[-1000., -1001.], [-5000., -5000.]])
+_want_default = torch.softmax(_x3, -1)
 with checks.forbid((torch, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax"),
                    attention.masked_softmax):
-    _got0 = checks.call(stable_softmax, _x3, dim=0)
-    _got1 = checks.call(stable_softmax, _x3, dim=1)
-    _gotn = checks.call(stable_softmax, _neg)
+    _got = [checks.call(stable_softmax, x, dim=dim) for _, x, dim in _cases]
+    _got_default = checks.call(stable_softmax, _x3)
 checks.run_checks("stable_softmax (hidden)", [
-    ("dim=0 of a 3-D tensor", lambda: checks.expect_close(_got0, torch.softmax(_x3, 0), "softmax(dim=0)")),
-    ("dim=1 of a 3-D tensor", lambda: checks.expect_close(_got1, torch.softmax(_x3, 1), "softmax(dim=1)")),
-    ("float64 stays float64", lambda: checks.expect_dtype(_got1, torch.float64, "softmax")),
-    ("very negative scores do not underflow to 0/0", lambda: checks.expect_close(
-        _gotn, torch.softmax(_neg, -1), "softmax of very negative scores")),
+    (name, lambda i=i, name=name: checks.expect_close(_got[i], _want[i], f"softmax ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype ({name})", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"softmax ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    ("dim defaults to -1", lambda: checks.expect_close(_got_default, _want_default, "softmax(x)")),
+    ("x unchanged", lambda: [checks.expect_equal(x, x0, "x after the call") for (_, x, _), x0 in zip(_cases, _inputs)]),
     ("no ready-made softmax", lambda: checks.expect_not_calling(
         stable_softmax, torch.softmax, F.softmax, torch.log_softmax, F.log_softmax, nn.Softmax,
         attention.masked_softmax)),
@@ -596,7 +645,12 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # * `mask`: `None` or a bool tensor broadcastable to `(..., L_q, L_k)`, True = may attend;
 # * `weights = softmax(q k^T / sqrt(d_k))` along the keys, with masked keys at weight 0;
 #   `output = weights @ v` of shape `(..., L_q, d_v)`;
-# * a row whose every key is masked gets zero weights and a zero output (no NaN).
+# * a row whose every key is masked gets zero weights and a zero output (no NaN);
+# * masked keys get weight exactly 0 whatever their scores, even when they score far above
+#   the allowed keys; scores in the hundreds must not overflow;
+# * `L_q`, `L_k`, `d_k` and `d_v` can all differ; the mask may be `(L_k,)`, `(L_q, L_k)`,
+#   `(..., 1, L_k)` or the full `(..., L_q, L_k)`; both results have the dtype of `q`
+#   (float32 or float64), and the hidden tests compare both, the output *and* the weights.
 #
 # Use tensor operations (`torch.softmax` is fine here, and so are your functions above);
 # do not call `course_utils.attention` or `F.scaled_dot_product_attention`: the hidden
@@ -677,37 +731,82 @@ checks.run_checks("sdp_attention", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_attention-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: equal to F.scaled_dot_product_attention for every kind of mask; no ready-made attention.
+# Hidden tests: outputs and weights against a float64 reference (equal to F.scaled_dot_product_attention)
+# over a seeded grid: no leading dimension, (batch,), (batch, heads); L_q != L_k, d_k != d_v; float32 and
+# float64; every kind of mask (None, (L_k,), (L_q, L_k), padding, causal, a full random one with fully
+# masked rows); large scores; masked keys with far larger scores than the allowed ones; inputs unchanged;
+# no ready-made attention.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(103)
 
 
-def _r(*shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=_g, dtype=dtype)
+def _ref_attention(q, k, v, mask):
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -math.inf)
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)          # a fully masked row: zero weights
+    return w @ v.double(), w
 
 
-_cases = [
-    ("no mask, (batch, heads, L, d)", _r(2, 3, 4, 8), _r(2, 3, 6, 8), _r(2, 3, 6, 5), None),
-    ("padding mask broadcast over heads", _r(2, 3, 4, 8), _r(2, 3, 6, 8), _r(2, 3, 6, 5),
-     torch.tensor([[True] * 6, [True] * 2 + [False] * 4])[:, None, None, :]),
-    ("causal mask, L_q = L_k = 5", _r(2, 5, 8), _r(2, 5, 8), _r(2, 5, 3), torch.ones(5, 5).tril().bool()),
-    ("cross-attention, L_q = 2, L_k = 7", _r(2, 2, 8), _r(2, 7, 8), _r(2, 7, 3), None),
-    ("padding and causal combined", _r(2, 4, 8), _r(2, 4, 8), _r(2, 4, 3),
-     torch.ones(4, 4).tril().bool() & torch.tensor([[True] * 4, [True, True, False, False]])[:, None, :]),
-    ("float64, arbitrary (L_q, L_k) mask", _r(3, 6, dtype=torch.float64), _r(4, 6, dtype=torch.float64),
-     _r(4, 2, dtype=torch.float64), torch.tensor([[1, 0, 1, 1], [0, 1, 0, 0], [1, 1, 1, 1]]).bool()),
-    ("an empty sequence (every key masked)", _r(2, 3, 8), _r(2, 5, 8), _r(2, 5, 4),
-     torch.tensor([[True] * 5, [False] * 5])[:, None, :]),
-]
-_want = [F.scaled_dot_product_attention(q, k, v, attn_mask=m) for _, q, k, v, m in _cases]
+def _mask(kind, lead, L_q, L_k):
+    if kind == "none":
+        return None
+    if kind == "(L_k,) key mask":
+        return torch.arange(L_k) < max(1, L_k - 2)
+    if kind == "(L_q, L_k) random":
+        return torch.rand(L_q, L_k, generator=_g) < 0.6
+    if kind == "padding (lead..., 1, L_k)":
+        lengths = torch.randint(1, L_k + 1, (*lead, 1, 1), generator=_g)
+        return torch.arange(L_k) < lengths
+    if kind == "bottom-right causal":
+        return torch.ones(L_q, L_k).tril(L_k - L_q).bool()
+    return torch.rand(*lead, L_q, L_k, generator=_g) < 0.4        # full shape, some rows fully masked
+
+
+_kinds = ["none", "(L_k,) key mask", "(L_q, L_k) random", "padding (lead..., 1, L_k)", "bottom-right causal", "full random"]
+_cases = []
+for _lead in [(), (2,), (2, 3)]:
+    for _dtype in (torch.float32, torch.float64):
+        for _Lq, _Lk, _dk, _dv in [(4, 6, 8, 5), (1, 7, 3, 2), (5, 3, 4, 6), (3, 3, 16, 1)]:
+            _kind = _kinds[len(_cases) % len(_kinds)]
+            _q, _k, _v = (torch.randn(*_lead, L, d, generator=_g, dtype=_dtype)
+                          for L, d in ((_Lq, _dk), (_Lk, _dk), (_Lk, _dv)))
+            _cases.append((f"{_lead} leading, L_q={_Lq}, L_k={_Lk}, d_k={_dk}, d_v={_dv}, {_dtype}, mask: {_kind}",
+                           _q, _k, _v, _mask(_kind, _lead, _Lq, _Lk)))
+# scores of a few hundred (float32 overflows e^89): no NaN, no inf
+_q, _k, _v = torch.randn(2, 4, 8, generator=_g) * 8, torch.randn(2, 6, 8, generator=_g) * 8, torch.randn(2, 6, 3, generator=_g)
+_cases.append(("float32 scores of a few hundred, padding", _q, _k, _v, torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:, None, :]))
+# the masked keys score ~150 above the allowed ones: their weight must still be exactly 0 and the others sum to one
+_q = torch.randn(1, 4, generator=_g) + 0.1 * torch.randn(3, 4, generator=_g)          # three similar queries
+_k = torch.cat([torch.randn(3, 4, generator=_g), 150 * _q[:1].expand(2, 4) / _q[0].norm()])
+_cases.append(("masked keys with far larger scores", _q, _k, torch.randn(5, 2, generator=_g),
+               torch.tensor([True, True, True, False, False])))
+_inputs = [tuple(None if t is None else t.clone() for t in c[1:]) for c in _cases]
+_want = [_ref_attention(q, k, v, m) for _, q, k, v, m in _cases]
 with checks.forbid(attention.scaled_dot_product_attention, attention.masked_softmax, attention.attention_scores,
                    (F, "scaled_dot_product_attention")):
     _got = [checks.call(sdp_attention, q, k, v, m) for _, q, k, v, m in _cases]
+
+
+def _same_inputs():
+    for c, before in zip(_cases, _inputs):
+        for t, t0 in zip(c[1:], before):
+            if t is not None:
+                checks.expect_equal(t, t0, "an input (q, k, v or mask) after the call")
+
+
 checks.run_checks("sdp_attention (hidden)", [
-    (name, lambda i=i, name=name: checks.expect_close(_got[i][0], _want[i], f"output ({name})"))
+    (f"output, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _want[i][0], f"output ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    ("float64 stays float64", lambda: checks.expect_dtype(_got[5][0], torch.float64, "output")),
+    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _want[i][1], f"weights ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtypes, {name}", lambda i=i, name=name: [checks.expect_dtype(t, _cases[i][1].dtype, f"{n} ({name})")
+                                                for t, n in zip(_got[i], ("output", "weights"))])
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    ("inputs unchanged", _same_inputs),
     ("no ready-made attention", lambda: checks.expect_not_calling(
         sdp_attention, F.scaled_dot_product_attention, attention.scaled_dot_product_attention,
         attention.masked_softmax, attention.attention_scores)),
@@ -761,7 +860,9 @@ print("max |ours - F.scaled_dot_product_attention| < 1e-6:", (ours - fused).abs(
 #
 # Write `causal_mask(L_q, L_k=None)` returning a **bool** tensor of shape `(L_q, L_k)`
 # (`L_k` defaults to `L_q`) that is True where $j \le i + (L_k - L_q)$. `torch.tril` with
-# its `diagonal` argument, or a comparison of two `torch.arange`s, does it in one line.
+# its `diagonal` argument, or a comparison of two `torch.arange`s, does it in one line. It
+# must be a `torch.bool` tensor for every `L_q, L_k >= 1`, also when there are more queries
+# than keys ($L_q > L_k$: the first $L_q - L_k$ queries then see no key).
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_causal", "locked": false, "schema_version": 3, "solution": true}
 def causal_mask(L_q, L_k=None):
@@ -793,18 +894,23 @@ checks.run_checks("causal_mask", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_causal-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: more queries than keys, one position, other sizes; no ready-made mask.
+# Hidden tests: every (L_q, L_k) with 1 <= L_q, L_k <= 6 and L_k left out, more queries than keys, long
+# ones, L_k by keyword; a bool tensor every time; no ready-made mask.
 ### BEGIN HIDDEN TESTS
 import torch.nn.attention.bias as _bias
 
-_sizes = [(1, 1), (6, 6), (3, 7), (5, 3), (4, None)]
+_sizes = [(a, b) for a in range(1, 7) for b in (None, *range(1, 7))] + [(9, 40), (40, 9), (64, None)]
 with checks.forbid(attention.causal_mask):
-    _got = [checks.call(causal_mask, a, b) for a, b in _sizes]
+    _got = [checks.call(causal_mask, a) if b is None else checks.call(causal_mask, a, b) for a, b in _sizes]
+    _got_kw = checks.call(causal_mask, 3, L_k=5)
+_want = [torch.ones(a, a if b is None else b).tril((a if b is None else b) - a).bool() for a, b in _sizes]
 checks.run_checks("causal_mask (hidden)", [
-    (f"causal_mask{(a, b)}", lambda m=m, a=a, b=b: checks.expect_equal(
-        m, torch.ones(a, a if b is None else b).tril((a if b is None else b) - a).bool(), f"causal_mask{(a, b)}"))
-    for m, (a, b) in zip(_got, _sizes)
+    (f"causal_mask{(a, b)}", lambda m=m, w=w, a=a, b=b: checks.expect_equal(m, w, f"causal_mask{(a, b)}"))
+    for m, w, (a, b) in zip(_got, _want, _sizes)
 ] + [
+    ("a bool tensor every time", lambda: [checks.expect_dtype(m, torch.bool, f"causal_mask{(a, b)}")
+                                          for m, (a, b) in zip(_got, _sizes)]),
+    ("L_k given by keyword", lambda: checks.expect_equal(_got_kw, torch.ones(3, 5).tril(2).bool(), "causal_mask(3, L_k=5)")),
     ("no ready-made mask", lambda: checks.expect_not_calling(causal_mask, attention.causal_mask, _bias.causal_lower_right)),
 ])
 ### END HIDDEN TESTS
@@ -924,7 +1030,10 @@ except TypeError as err:
 # `(output (batch, T, d_v), weights (batch, T, S))`. Project, build the source padding mask
 # from `enc_lengths` (`None`: no padding; `attention.padding_mask` may help) and attend. You
 # may call your `sdp_attention` or `attention.scaled_dot_product_attention` for the last
-# step, but not `F.scaled_dot_product_attention`.
+# step, but not `F.scaled_dot_product_attention`. `enc_lengths` is an integer tensor with
+# lengths from 1 to `S` (not necessarily any of them equal to `S`); every width (`d_dec`,
+# `d_enc`, `d_k`, `d_v`) may differ, and the batch may have any size (also 1, or equal to
+# `T`). Both results have the inputs' dtype (float32 or float64).
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_cross", "locked": false, "schema_version": 3, "solution": true}
 def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
@@ -976,32 +1085,45 @@ checks.run_checks("cross_attention", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_cross-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: values against a direct computation, with and without padding; no fused function.
+# Hidden tests: outputs and weights against a float64 direct computation over a seeded grid: batch 1 and
+# more (batch = T included), T != S, d_dec, d_enc, d_k and d_v all different, float32 and float64, no
+# padding, some padding, a source of length 1; no fused function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
-_xd, _xe = torch.randn(3, 4, 5, generator=_g, dtype=torch.float64), torch.randn(3, 6, 3, generator=_g, dtype=torch.float64)
-_Wq, _Wk = torch.randn(5, 2, generator=_g, dtype=torch.float64), torch.randn(3, 2, generator=_g, dtype=torch.float64)
-_Wv = torch.randn(3, 4, generator=_g, dtype=torch.float64)
-_lens = torch.tensor([6, 1, 4])
 
 
-def _direct(lengths):
-    s = torch.einsum("btd,bsd->bts", _xd @ _Wq, _xe @ _Wk) / math.sqrt(2)
+def _direct(x_dec, x_enc, W_q, W_k, W_v, lengths):
+    x_dec, x_enc, W_q, W_k, W_v = (t.double() for t in (x_dec, x_enc, W_q, W_k, W_v))
+    s = torch.einsum("btd,bsd->bts", x_dec @ W_q, x_enc @ W_k) / math.sqrt(W_q.shape[1])
     if lengths is not None:
-        s = s.masked_fill(torch.arange(6)[None, None, :] >= lengths[:, None, None], float("-inf"))
+        s = s.masked_fill(torch.arange(x_enc.shape[1])[None, None, :] >= lengths[:, None, None], float("-inf"))
     w = torch.softmax(s, -1)
-    return w @ (_xe @ _Wv), w
+    return w @ (x_enc @ W_v), w
 
 
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _B, _T, _S, _dd, _de, _dk, _dv, _lens in [
+            (3, 4, 6, 5, 3, 2, 4, [6, 1, 4]), (3, 4, 6, 5, 3, 2, 4, None), (1, 1, 5, 2, 6, 3, 7, [3]),
+            (4, 4, 3, 6, 2, 5, 3, [2, 3, 1, 3]), (2, 5, 5, 3, 4, 8, 2, [5, 5]), (2, 3, 7, 4, 4, 4, 4, [7, 2])]:
+        _args = tuple(torch.randn(*shape, generator=_g, dtype=_dtype) for shape in
+                      ((_B, _T, _dd), (_B, _S, _de), (_dd, _dk), (_de, _dk), (_de, _dv)))
+        _L = None if _lens is None else torch.tensor(_lens)
+        _cases.append((f"batch {_B}, T={_T}, S={_S}, d_dec={_dd}, d_enc={_de}, d_k={_dk}, d_v={_dv}, "
+                       f"lengths {_lens}, {_dtype}", _args, _L))
+_want = [_direct(*args, L) for _, args, L in _cases]
 with checks.forbid((F, "scaled_dot_product_attention")):
-    _got_np = checks.call(cross_attention, _xd, _xe, _Wq, _Wk, _Wv)
-    _got_p = checks.call(cross_attention, _xd, _xe, _Wq, _Wk, _Wv, _lens)
-_want_np, _want_p = _direct(None), _direct(_lens)
+    _got = [checks.call(cross_attention, *args, L) for _, args, L in _cases]
 checks.run_checks("cross_attention (hidden)", [
-    ("no padding: output", lambda: checks.expect_close(_got_np[0], _want_np[0], "output")),
-    ("no padding: weights", lambda: checks.expect_close(_got_np[1], _want_np[1], "weights")),
-    ("padding: output", lambda: checks.expect_close(_got_p[0], _want_p[0], "output")),
-    ("padding: weights", lambda: checks.expect_close(_got_p[1], _want_p[1], "weights")),
+    (f"output, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _want[i][0], f"output ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _want[i][1], f"weights ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i][0], _cases[i][1][0].dtype, f"output ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
     ("no fused function", lambda: checks.expect_not_calling(cross_attention, F.scaled_dot_product_attention, by_name=False)),
 ])
 ### END HIDDEN TESTS
@@ -1056,7 +1178,10 @@ plt.show()
 # * it returns `(out, weights)`: `weights` `(batch, L, L)` are the attention weights of the
 #   projected queries and keys (scale $1/\sqrt{d_\text{model}}$, since the single head is
 #   $d_\text{model}$ wide), with the rules of exercise 3 for masks and fully masked rows,
-#   and `out` `(batch, L, d_model)` is `out_proj` applied to the weighted values.
+#   and `out` `(batch, L, d_model)` is `out_proj` applied to the weighted values;
+# * masks may have any of these shapes, and `(L,)` too; masked keys get weight exactly 0 whatever
+#   their scores; `out` and `weights` have `x`'s dtype (the tests also run the module after
+#   `.double()` on float64 inputs), and load fixed weights into it with `load_state_dict`.
 #
 # You may use your `sdp_attention` or `attention.scaled_dot_product_attention` for the
 # attention itself; not `F.scaled_dot_product_attention`, `nn.MultiheadAttention` or
@@ -1158,43 +1283,74 @@ checks.run_checks("SelfAttention", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_module-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: equal to nn.MultiheadAttention and multihead.MultiHeadAttention with the same weights,
-# padding and combined masks, a fully masked row, float64; no ready-made attention module.
+# Hidden tests: fixed weights loaded into your module; out and weights against a float64 computation (equal
+# to nn.MultiheadAttention with the same weights) for d_model 12 and 5, batch 3 and 1, L = 6, 4 and 1,
+# float32 and float64, and every kind of mask: none, causal (L, L), padding (batch, 1, L), a key mask (L,),
+# padding and causal combined (batch, L, L), left padding (fully masked rows), padded keys with far larger
+# scores than the real ones; no ready-made attention module.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(108)
-with torch.random.fork_rng():                  # seeded modules, the notebook's RNG untouched
-    torch.manual_seed(108)
-    _m = checks.call(SelfAttention, 12, what="SelfAttention(12)")
-    _torch_mha = nn.MultiheadAttention(12, 1, batch_first=True)
-    _ours_mha = multihead.MultiHeadAttention(12, 1)
-_xh = torch.randn(3, 6, 12, generator=_g)
-_lens = torch.tensor([6, 4, 2])
-_pad = attention.padding_mask(_lens, 6)                                    # (3, 1, 6)
-_both = attention.combine_masks(_pad, attention.causal_mask(6))            # (3, 6, 6)
-_left = torch.tensor([[False, False, True, True, True, True]] * 3)[:, None, :] & attention.causal_mask(6)
 
-multihead.copy_to_torch(_m, _torch_mha)
-_ours_mha.load_state_dict(_m.state_dict())
-with torch.no_grad():
-    _want_pad = _torch_mha(_xh, _xh, _xh, key_padding_mask=~_pad[:, 0])          # True = blocked there
-    _want_both = _torch_mha(_xh, _xh, _xh, attn_mask=~_both)     # (batch * 1 head, L, L)
-    _want_left = _ours_mha(_xh, mask=_left.unsqueeze(1), need_weights=True)
-    _want64 = _ours_mha.double()(_xh.double(), mask=_both.unsqueeze(1), need_weights=True)
+
+def _fixed_weights(d):
+    sd = {}
+    for lin in ["q_proj", "k_proj", "v_proj", "out_proj"]:
+        sd[f"{lin}.weight"] = torch.randn(d, d, generator=_g) / math.sqrt(d)
+        sd[f"{lin}.bias"] = torch.randn(d, generator=_g) / 3
+    return sd
+
+
+def _direct(sd, x, mask):
+    x = x.double()
+    q, k, v = (x @ sd[f"{n}.weight"].double().T + sd[f"{n}.bias"].double() for n in ("q_proj", "k_proj", "v_proj"))
+    s = q @ k.mT / math.sqrt(x.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -math.inf)
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (w @ v) @ sd["out_proj.weight"].double().T + sd["out_proj.bias"].double(), w
+
+
+_left = torch.tensor([[False, False, True, True, True, True]] * 3)[:, None, :] & attention.causal_mask(6)
+_masks6 = {"no mask": None, "causal (6, 6)": attention.causal_mask(6),
+           "padding (3, 1, 6)": attention.padding_mask(torch.tensor([6, 4, 2]), 6),
+           "key mask (6,)": torch.tensor([True, True, True, True, False, False]),
+           "padding and causal (3, 6, 6)": attention.combine_masks(attention.padding_mask(torch.tensor([6, 4, 2]), 6),
+                                                                   attention.causal_mask(6)),
+           "left padding, fully masked rows (3, 6, 6)": _left}
+_settings = [(12, 3, 6, _masks6), (5, 1, 4, {"no mask": None, "causal (4, 4)": attention.causal_mask(4)}),
+             (5, 2, 1, {"no mask": None})]
+_cases, _modules = [], []
+for _dtype in (torch.float32, torch.float64):
+    for _d, _B, _L, _masks in _settings:
+        _sd = _fixed_weights(_d)
+        with torch.random.fork_rng():          # building the module does not move the notebook's RNG
+            _m = checks.call(SelfAttention, _d, what=f"SelfAttention({_d})")
+        _m.load_state_dict(_sd, strict=False)
+        _m = _m.to(_dtype)
+        _x = torch.randn(_B, _L, _d, generator=_g, dtype=_dtype)
+        for _name, _mask in _masks.items():
+            _cases.append((f"d_model={_d}, batch {_B}, L={_L}, {_dtype}, {_name}", _m, _x, _mask, _direct(_sd, _x, _mask)))
+        if _L == 6:      # padding whose inputs are 40 times larger: masked keys with far larger scores
+            _x = _x.clone()
+            _x[:, 4:] *= 40
+            _pad4 = attention.padding_mask(torch.tensor([4, 4, 4]), 6)
+            _cases.append((f"d_model={_d}, {_dtype}, padded keys with far larger scores", _m, _x, _pad4,
+                           _direct(_sd, _x, _pad4)))
 with checks.forbid((F, "scaled_dot_product_attention"), nn.MultiheadAttention.forward,
                    multihead.MultiHeadAttention.forward, F.multi_head_attention_forward):
     with torch.no_grad():
-        _got_pad = checks.call(_m, _xh, _pad, what="SelfAttention.forward")
-        _got_both = checks.call(_m, _xh, _both, what="SelfAttention.forward")
-        _got_left = checks.call(_m, _xh, _left, what="SelfAttention.forward")
-        _got64 = checks.call(_m.double(), _xh.double(), _both, what="SelfAttention.forward")
+        _got = [checks.call(m, x, mask, what="SelfAttention.forward") for _, m, x, mask, _ in _cases]
 checks.run_checks("SelfAttention (hidden)", [
-    ("padding mask: out equals nn.MultiheadAttention's", lambda: checks.expect_close(_got_pad[0], _want_pad[0], "out")),
-    ("padding mask: weights equal nn.MultiheadAttention's", lambda: checks.expect_close(_got_pad[1], _want_pad[1], "weights")),
-    ("padding and causal: out equals nn.MultiheadAttention's", lambda: checks.expect_close(_got_both[0], _want_both[0], "out")),
-    ("fully masked rows (left padding): weights 0", lambda: checks.expect_close(_got_left[1], _want_left[1][:, 0], "weights")),
-    ("fully masked rows (left padding): out", lambda: checks.expect_close(_got_left[0], _want_left[0], "out")),
-    ("float64 module and input", lambda: checks.expect_close(_got64[0], _want64[0], "out (float64)")),
-    ("float64 stays float64", lambda: checks.expect_dtype(_got64[0], torch.float64, "out")),
+    (f"out, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _cases[i][4][0], f"out ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _cases[i][4][1], f"weights ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtypes, {name}", lambda i=i, name=name: [checks.expect_dtype(t, _cases[i][2].dtype, f"{n} ({name})")
+                                                for t, n in zip(_got[i], ("out", "weights"))])
+    for i, (name, *_) in enumerate(_cases)
+] + [
     ("no ready-made attention module", lambda: checks.expect_not_calling(
         SelfAttention.forward, nn.MultiheadAttention, multihead.MultiHeadAttention, F.multi_head_attention_forward)),
 ])

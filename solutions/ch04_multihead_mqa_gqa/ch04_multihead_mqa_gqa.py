@@ -212,6 +212,13 @@ plt.show()
 # Write `split_heads(x, n_heads)` and `merge_heads(x)`. Use `view`/`reshape` and
 # `transpose`; a `view` right after a `transpose` fails because the memory is no longer in
 # order, which is what `reshape` (or `.contiguous()`) is for.
+#
+# Rules for every exercise of this chapter (the hidden tests check them over many sizes, not
+# only those of the visible tests): tensors are float32 or float64, and what you return keeps
+# their dtype; your functions do not change their inputs in place; float32 results are
+# compared with a tolerance of about $10^{-5}$, so any sensible order of operations is fine.
+# Here any batch size, length and number of heads (1 included, `d_head = 1` included) may
+# come in.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_split", "locked": false, "schema_version": 3, "solution": true}
 def split_heads(x, n_heads):
@@ -255,15 +262,35 @@ checks.run_checks("split_heads / merge_heads", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_split-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: sequence length different from the number of heads; merge of any (b, h, L, d).
+# Hidden tests: a grid of (batch, L, heads, d_head): L different from, equal to and smaller than the number
+# of heads, one head, d_head = 1, batch 1, float32 and float64; split, merge, and both round trips.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(101)
-_x5 = torch.randn(3, 7, 12, generator=_g)
-_m5 = torch.randn(2, 3, 5, 4, generator=_g)
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _b, _L, _h, _dh in [(3, 7, 3, 4), (1, 1, 2, 5), (2, 4, 4, 1), (2, 5, 1, 6), (2, 3, 6, 3), (4, 2, 2, 2)]:
+        _x = torch.randn(_b, _L, _h * _dh, generator=_g, dtype=_dtype)
+        _y = torch.randn(_b, _h, _L, _dh, generator=_g, dtype=_dtype)
+        _cases.append((f"batch {_b}, L={_L}, {_h} heads of {_dh}, {_dtype}", _x, _y, _h,
+                       _x.reshape(_b, _L, _h, _dh).permute(0, 2, 1, 3), _y.permute(0, 2, 1, 3).reshape(_b, _L, _h * _dh)))
+_split = [checks.call(split_heads, x, h) for _, x, _, h, _, _ in _cases]
+_merge = [checks.call(merge_heads, y) for _, _, y, _, _, _ in _cases]
 checks.run_checks("split_heads / merge_heads (hidden)", [
-    ("split, L=7, 3 heads", lambda: checks.expect_equal(checks.call(split_heads, _x5, 3), multihead.split_heads(_x5, 3), "split")),
-    ("split, 1 head", lambda: checks.expect_equal(checks.call(split_heads, _x5, 1), _x5[:, None], "split")),
-    ("merge of (2, 3, 5, 4)", lambda: checks.expect_equal(checks.call(merge_heads, _m5), multihead.merge_heads(_m5), "merge")),
+    (f"split, {name}", lambda i=i, name=name: checks.expect_equal(_split[i], _cases[i][4], f"split_heads ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"merge, {name}", lambda i=i, name=name: checks.expect_equal(_merge[i], _cases[i][5], f"merge_heads ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"round trips, {name}", lambda i=i, name=name: [
+        checks.expect_equal(checks.call(merge_heads, _split[i]), _cases[i][1], f"merge_heads(split_heads(x)) ({name})"),
+        checks.expect_equal(checks.call(split_heads, _merge[i], _cases[i][3]), _cases[i][2],
+                            f"split_heads(merge_heads(y)) ({name})")])
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtypes, {name}", lambda i=i, name=name: [checks.expect_dtype(t, _cases[i][1].dtype, f"{n} ({name})")
+                                                for t, n in ((_split[i], "split"), (_merge[i], "merge"))])
+    for i, (name, *_) in enumerate(_cases)
 ])
 ### END HIDDEN TESTS
 
@@ -310,8 +337,11 @@ assert torch.allclose(batched, looped, atol=1e-6), 'the batched heads must equal
 # biases. Split into `n_heads` heads, run scaled dot-product attention in every head (your
 # chapter 3 function or `attention.scaled_dot_product_attention`; note that the scale is
 # $1/\sqrt{d_\text{head}}$, the width of a head), merge, and apply `W_o`. `mask` is boolean,
-# True = may attend, broadcastable to `(batch, n_heads, L_q, L_k)`. Return the output
-# `(batch, L_q, d_model)` and the weights `(batch, n_heads, L_q, L_k)`.
+# True = may attend, broadcastable to `(batch, n_heads, L_q, L_k)`: `(batch, 1, 1, L_k)` key
+# padding, `(L_q, L_k)`, `(batch, 1, L_q, L_k)`, or a different mask per head
+# `(batch, n_heads, L_q, L_k)`. As in chapter 3, masked keys get weight exactly 0 and a query
+# whose every key is masked gets zero weights and a zero output (no NaN). Return the output
+# `(batch, L_q, d_model)` and the weights `(batch, n_heads, L_q, L_k)`, both in `x`'s dtype.
 #
 # (Do not call `nn.MultiheadAttention`, `F.multi_head_attention_forward` or
 # `multihead.MultiHeadAttention`: the hidden tests check.)
@@ -372,26 +402,74 @@ checks.run_checks("multi_head_attention", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_mha-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: cross-attention (L_q != L_k), padding and causal masks, 1 and 8 heads,
-# float64; no ready-made multi-head attention.
+# Hidden tests: outputs and weights against a float64 computation over a grid: cross-attention (L_q != L_k),
+# 1, 2, 3, 4, 8 heads and d_head = 1, batch 1 to 3, float32 and float64, every kind of mask (none, key
+# padding (batch, 1, 1, L_k), (L_q, L_k) random, a causal (L, L) mask with L = n_heads, padded causal
+# (batch, 1, L, L), a per-head (batch, heads, L_q, L_k) mask, left padding with fully masked rows);
+# no ready-made multi-head attention.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
-_xq, _ctx = torch.randn(2, 3, 8, generator=_g, dtype=torch.float64), torch.randn(2, 6, 8, generator=_g, dtype=torch.float64)
-_W64 = [torch.randn(8, 8, generator=_g, dtype=torch.float64) / 3 for _ in range(4)]
-_pad = attention.key_padding_mask(torch.tensor([6, 2]), 6)
-_both = attention.combine_masks(attention.key_padding_mask(torch.tensor([5, 3]), 5), attention.causal_mask(5))
+
+
+def _direct_mha(x, context, W_q, W_k, W_v, W_o, n_heads, mask):
+    x, context, W_q, W_k, W_v, W_o = (t.double() for t in (x, context, W_q, W_k, W_v, W_o))
+    b, L_q, d = x.shape
+    heads = lambda t: t.reshape(b, t.shape[1], n_heads, d // n_heads).permute(0, 2, 1, 3)
+    q, k, v = heads(x @ W_q), heads(context @ W_k), heads(context @ W_v)
+    s = q @ k.transpose(-2, -1) / math.sqrt(d // n_heads)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (w @ v).permute(0, 2, 1, 3).reshape(b, L_q, d) @ W_o, w
+
+
+def _mha_mask(kind, b, h, L_q, L_k):
+    if kind == "none":
+        return None
+    if kind == "key padding (batch, 1, 1, L_k)":
+        return attention.key_padding_mask(torch.randint(1, L_k + 1, (b,), generator=_g), L_k)
+    if kind == "(L_q, L_k) random":
+        return torch.rand(L_q, L_k, generator=_g) < 0.6
+    if kind == "causal (L, L)":
+        return attention.causal_mask(L_q)
+    if kind == "padded causal (batch, 1, L, L)":
+        return attention.combine_masks(attention.key_padding_mask(torch.randint(1, L_k + 1, (b,), generator=_g), L_k),
+                                       attention.causal_mask(L_q, L_k))
+    if kind == "per head (batch, heads, L_q, L_k)":
+        return torch.rand(b, h, L_q, L_k, generator=_g) < 0.4
+    left = torch.arange(L_k) >= torch.randint(0, L_k, (b, 1, 1, 1), generator=_g)       # left padding
+    return left & attention.causal_mask(L_q, L_k)
+
+
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _b, _Lq, _Lk, _d, _h, _kind in [
+            (2, 3, 6, 8, 4, "key padding (batch, 1, 1, L_k)"), (2, 5, 5, 8, 8, "padded causal (batch, 1, L, L)"),
+            (2, 5, 5, 8, 1, "none"), (1, 4, 7, 12, 3, "(L_q, L_k) random"), (2, 4, 4, 8, 4, "causal (L, L)"),
+            (2, 3, 5, 6, 2, "per head (batch, heads, L_q, L_k)"), (3, 2, 4, 6, 6, "none"),
+            (2, 6, 6, 8, 2, "left padding, fully masked rows")]:
+        _xq = torch.randn(_b, _Lq, _d, generator=_g, dtype=_dtype)
+        _ctx = _xq if _Lq == _Lk else torch.randn(_b, _Lk, _d, generator=_g, dtype=_dtype)
+        _Ws = [torch.randn(_d, _d, generator=_g, dtype=_dtype) / math.sqrt(_d) for _ in range(4)]
+        _cases.append((f"batch {_b}, L_q={_Lq}, L_k={_Lk}, d_model={_d}, {_h} heads, {_dtype}, mask: {_kind}",
+                       (_xq, _ctx, *_Ws, _h, _mha_mask(_kind, _b, _h, _Lq, _Lk))))
+_want = [_direct_mha(*args) for _, args in _cases]
 with checks.forbid(multihead.MultiHeadAttention.forward, (F, "multi_head_attention_forward"),
                    nn.MultiheadAttention.forward):
-    _cross = checks.call(multi_head_attention, _xq, _ctx, *_W64, 4, _pad)
-    _self8 = checks.call(multi_head_attention, _x, _x, *_W, 8, _both)
-    _one = checks.call(multi_head_attention, _x, _x, *_W, 1)
-_ref_cross = _reference_mha(_xq, _ctx, *_W64, 4, _pad)
-_ref_self8 = _reference_mha(_x, _x, *_W, 8, _both)
-_ref_one = _reference_mha(_x, _x, *_W, 1)
+    _got = [checks.call(multi_head_attention, *args) for _, args in _cases]
 checks.run_checks("multi_head_attention (hidden)", [
-    ("cross-attention with a padding mask, 4 heads, float64", lambda: [checks.expect_close(a, b, n) for a, b, n in zip(_cross, _ref_cross, ("out", "weights"))]),
-    ("padded causal self-attention, 8 heads", lambda: [checks.expect_close(a, b, n) for a, b, n in zip(_self8, _ref_self8, ("out", "weights"))]),
-    ("one head", lambda: [checks.expect_close(a, b, n) for a, b, n in zip(_one, _ref_one, ("out", "weights"))]),
+    (f"output, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _want[i][0], f"out ({name})"))
+    for i, (name, _) in enumerate(_cases)
+] + [
+    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _want[i][1], f"weights ({name})"))
+    for i, (name, _) in enumerate(_cases)
+] + [
+    (f"dtypes, {name}", lambda i=i, name=name: [checks.expect_dtype(t, _cases[i][1][0].dtype, f"{n} ({name})")
+                                                for t, n in zip(_got[i], ("out", "weights"))])
+    for i, (name, _) in enumerate(_cases)
+] + [
+    ("no ready-made multi-head attention", lambda: checks.expect_not_calling(
+        multi_head_attention, nn.MultiheadAttention, multihead.MultiHeadAttention, F.multi_head_attention_forward)),
 ])
 ### END HIDDEN TESTS
 
@@ -499,7 +577,8 @@ for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
 # $\lfloor i / n_\text{rep} \rfloor$: the $n_\text{rep}$ copies of a key/value head sit next to
 # each other. Mind the order: repeating the whole stack of heads $n_\text{rep}$ times gives
 # the right shape and the wrong pairing (section 5 shows what that does). Work on the
-# `n_kv_heads` axis only; the other axes must come out as they went in.
+# `n_kv_heads` axis only; the other axes must come out as they went in, the dtype too, for any
+# `n_rep >= 1` (`n_rep = 1`: MHA, `n_kv_heads = 1`: MQA).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_repeat_kv", "locked": false, "schema_version": 3, "solution": true}
 def repeat_kv(x, n_rep):
@@ -527,14 +606,27 @@ def _repeat_order():
 checks.run_checks("repeat_kv", [("shape and which key/value head each query head reads", _repeat_order)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_repeat_kv-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: T != d_head, batch > 1, MQA and n_rep = 1.
+# Hidden tests: a grid of (batch, n_kv_heads, T, d_head, n_rep): T != d_head and T == d_head, batch 1 to 3,
+# MQA, n_rep = 1, float32 and float64; x unchanged.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(103)
-_kv2 = torch.randn(2, 3, 5, 4, generator=_g)
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _b, _kvh, _T, _dh, _rep in [(2, 3, 5, 4, 2), (2, 1, 5, 4, 4), (2, 3, 5, 4, 1), (1, 2, 1, 3, 3),
+                                    (3, 4, 2, 2, 2), (2, 2, 6, 3, 3)]:
+        _x = torch.randn(_b, _kvh, _T, _dh, generator=_g, dtype=_dtype)
+        _want = torch.stack([_x[:, i // _rep] for i in range(_kvh * _rep)], dim=1)     # head i reads head i // n_rep
+        _cases.append((f"batch {_b}, {_kvh} kv heads, T={_T}, d_head={_dh}, n_rep={_rep}, {_dtype}", _x, _rep, _want))
+_inputs = [x.clone() for _, x, _, _ in _cases]
+_got = [checks.call(repeat_kv, x, r) for _, x, r, _ in _cases]
 checks.run_checks("repeat_kv (hidden)", [
-    ("batch 2, 3 kv heads, T=5, d_head=4, n_rep=2", lambda: checks.expect_equal(checks.call(repeat_kv, _kv2, 2), _kv2.repeat_interleave(2, 1), "repeat_kv")),
-    ("MQA: 1 kv head, n_rep=4", lambda: checks.expect_equal(checks.call(repeat_kv, _kv2[:, :1], 4), _kv2[:, :1].expand(2, 4, 5, 4), "repeat_kv")),
-    ("n_rep = 1 (MHA) changes nothing", lambda: checks.expect_equal(checks.call(repeat_kv, _kv2, 1), _kv2, "repeat_kv")),
+    (name, lambda i=i, name=name: checks.expect_equal(_got[i], _cases[i][3], f"repeat_kv ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"repeat_kv ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    ("x unchanged", lambda: [checks.expect_equal(c[1], x0, "x after the call") for c, x0 in zip(_cases, _inputs)]),
 ])
 ### END HIDDEN TESTS
 
@@ -642,6 +734,9 @@ print("the mask behind is_causal=True (top-left):\n", torch.ones(2, 5).tril().in
 # chunk of them, works too); return `(out, (k, v))` with `out (batch, n_heads, L_new,
 # d_head)` and the *un-repeated* updated cache. Use your `repeat_kv` (or
 # `multihead.repeat_kv`), `attention.causal_mask` and `attention.scaled_dot_product_attention`.
+# Any batch size and any `n_kv_heads` that divides `n_heads` (MHA, GQA, MQA) may come in, and
+# any sequence of chunks: a prompt of several tokens, then single tokens or chunks of several.
+# `out` has `q`'s dtype (float32 or float64).
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_cache", "locked": false, "schema_version": 3, "solution": true}
 def attend_with_cache(q, k_new, v_new, cache=None):
@@ -691,25 +786,58 @@ def _token_by_token():
 checks.run_checks("attend_with_cache", [("one step from a cache of 5", _one_step), ("token by token", _token_by_token)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_cache-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-# Hidden tests: a prompt of several tokens (prefill) and then a chunk of several tokens on a
-# filled cache (the causal mask must be aligned bottom-right), MQA, float64.
+# Hidden tests: MHA, GQA and MQA, batch 1 to 3, float32 and float64; a prompt of several tokens (prefill)
+# from an empty cache, then chunks of several tokens and single tokens on a filled cache (the causal mask
+# must be aligned bottom-right); every chunk's output against full causal attention, and the un-repeated
+# cache after the last chunk.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(104)
-_q8, _k8, _v8 = (torch.randn(1, 6, 9, 4, generator=_g, dtype=torch.float64),
-                 torch.randn(1, 1, 9, 4, generator=_g, dtype=torch.float64),
-                 torch.randn(1, 1, 9, 4, generator=_g, dtype=torch.float64))
-_full8, _ = attention.scaled_dot_product_attention(_q8, _k8.expand(1, 6, 9, 4), _v8.expand(1, 6, 9, 4), attention.causal_mask(9))
 
 
-def _prefill_then_chunk():
-    o1, c = checks.call(attend_with_cache, _q8[:, :, :4], _k8[:, :, :4], _v8[:, :, :4], None)
-    checks.expect_close(o1, _full8[:, :, :4], "prefill of 4 tokens from an empty cache (causal inside the prompt)")
-    o2, c = checks.call(attend_with_cache, _q8[:, :, 4:7], _k8[:, :, 4:7], _v8[:, :, 4:7], c)
-    checks.expect_close(o2, _full8[:, :, 4:7], "a chunk of 3 tokens on a cache of 4 (bottom-right causal mask)")
-    checks.expect_shape(c[0], (1, 1, 7, 4), "MQA cache: one key head")
+def _full_causal(q, k, v):
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = (t.double()[:, :, None].expand(-1, -1, n_rep, -1, -1).flatten(1, 2) for t in (k, v))
+    L = q.shape[2]
+    s = (q.double() @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+        torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
 
 
-checks.run_checks("attend_with_cache (hidden)", [("prefill, then a chunk, MQA, float64", _prefill_then_chunk)])
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _b, _h, _kvh, _dh, _chunks in [(1, 6, 1, 4, [4, 3, 1, 1]), (2, 4, 2, 3, [2, 1, 3]), (2, 4, 4, 5, [3, 2]),
+                                       (3, 8, 2, 2, [1, 5, 1])]:
+        _T = sum(_chunks)
+        _q = torch.randn(_b, _h, _T, _dh, generator=_g, dtype=_dtype)
+        _k, _v = (torch.randn(_b, _kvh, _T, _dh, generator=_g, dtype=_dtype) for _ in range(2))
+        _name = {_h: "MHA", 1: "MQA"}.get(_kvh, f"GQA-{_kvh}")
+        _cases.append((f"{_name}, batch {_b}, {_h} heads of {_dh}, chunks {_chunks}, {_dtype}", _q, _k, _v, _chunks,
+                       _full_causal(_q, _k, _v)))
+
+
+def _decode(q, k, v, chunks):
+    outs, cache, t = [], None, 0
+    for n in chunks:
+        out, cache = checks.call(attend_with_cache, q[:, :, t:t + n], k[:, :, t:t + n], v[:, :, t:t + n], cache)
+        outs.append(out)
+        t += n
+    return outs, cache
+
+
+_got = [_decode(q, k, v, chunks) for _, q, k, v, chunks, _ in _cases]
+checks.run_checks("attend_with_cache (hidden)", [
+    (f"outputs of every chunk, {name}", lambda i=i, name=name: checks.expect_close(
+        torch.cat(_got[i][0], dim=2), _cases[i][5], f"the chunks' outputs against full causal attention ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"cache after the last chunk, {name}", lambda i=i, name=name: [
+        checks.expect_close(_got[i][1][0], _cases[i][2], f"cached keys, un-repeated ({name})"),
+        checks.expect_close(_got[i][1][1], _cases[i][3], f"cached values, un-repeated ({name})")])
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i][0][-1], _cases[i][1].dtype, f"output ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+])
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -783,7 +911,9 @@ for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
 #
 # Write `kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2)`:
 # the bytes of the cache of `batch` sequences of `seq_len` tokens, with values stored in
-# `bytes_per_value` bytes (2 for float16 or bfloat16, 4 for float32). Return an `int`.
+# `bytes_per_value` bytes (2 for float16 or bfloat16, 4 for float32). Return a Python `int`
+# (exact, however large), and keep the arguments in this order: the tests pass them by
+# position as well as by keyword, and leave the defaults out.
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_kv_bytes", "locked": false, "schema_version": 3, "solution": true}
 def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
@@ -811,11 +941,31 @@ def _float32_tokens():
 checks.run_checks("kv_cache_bytes", [("one token of a 7B-sized MHA model", _one_token), ("float32, 10 tokens", _float32_tokens)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_kv_bytes-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: batch > 1, GQA.
+# Hidden tests: a seeded grid of sizes (batch > 1, GQA, MQA, 1, 2 and 4 bytes per value, numbers past 2**53),
+# by position and by keyword, defaults left out; a Python int every time.
 ### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(105)
+_cases = [((80, 8, 128, 4096), {"batch": 16}, 80 * 8 * 128 * 4096 * 16 * 4), ((1, 1, 1, 1, 3, 4), {}, 24),
+          ((95, 97, 255, 99_999_999, 63, 1), {}, 2 * 95 * 97 * 255 * 99_999_999 * 63)]         # past 2**53
+for _i in range(12):
+    _n = [int(v) for v in torch.randint(1, 97, (6,), generator=_g)]
+    _bpv = (1, 2, 4)[_i % 3]
+    _want = 2 * _n[0] * _n[1] * _n[2] * _n[3] * _n[4] * _bpv
+    if _i % 4 == 0:
+        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4], _bpv), {}, _want))
+    elif _i % 4 == 1:
+        _cases.append(((), {"n_layers": _n[0], "n_kv_heads": _n[1], "d_head": _n[2], "seq_len": _n[3],
+                            "batch": _n[4], "bytes_per_value": _bpv}, _want))
+    elif _i % 4 == 2:
+        _cases.append(((_n[0], _n[1], _n[2], _n[3]), {"bytes_per_value": _bpv}, _want // _n[4]))   # batch left out
+    else:
+        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4]), {}, _want // _bpv * 2))              # 2 bytes by default
+_got = [checks.call(kv_cache_bytes, *a, **kw) for a, kw, _ in _cases]
 checks.run_checks("kv_cache_bytes (hidden)", [
-    ("batch of 16", lambda: checks.expect_equal(checks.call(kv_cache_bytes, 80, 8, 128, 4096, batch=16), 80 * 8 * 128 * 4096 * 16 * 4, "bytes")),
-    ("positional arguments", lambda: checks.expect_equal(checks.call(kv_cache_bytes, 1, 1, 1, 1, 3, 4), 24, "bytes")),
+    (f"kv_cache_bytes(*{a}, **{kw})", lambda i=i: checks.expect_equal(_got[i], _cases[i][2], "bytes"))
+    for i, (a, kw, _) in enumerate(_cases)
+] + [
+    ("a Python int every time", lambda: [checks.expect_equal(type(r).__name__, "int", "the type of the result") for r in _got]),
 ])
 ### END HIDDEN TESTS
 
@@ -1052,7 +1202,9 @@ print(f"d_model 256 / d_model 32: MHA {step_ms[(256, 'MHA')] / step_ms[(32, 'MHA
 # weight `(n_heads * d_head, d_model)` (as `nn.Linear` stores it: head $h$ owns rows
 # $h\,d_\text{head}$ to $(h+1)\,d_\text{head} - 1$) **or its bias** `(n_heads * d_head,)`.
 # Return `(n_groups * d_head, ...)`: group $j$ is the mean of heads $j r, \dots, j r + r - 1$
-# with $r$ = `n_heads // n_groups` (the consecutive grouping of `repeat_kv`).
+# with $r$ = `n_heads // n_groups` (the consecutive grouping of `repeat_kv`). `n_groups` is any
+# divisor of `n_heads` (1: MQA; `n_heads`: nothing to pool); the result keeps `weight`'s dtype
+# (float32 or float64), and `weight` itself is left unchanged.
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_mean_pool", "locked": false, "schema_version": 3, "solution": true}
 def mean_pool_heads(weight, n_heads, n_groups):
@@ -1078,15 +1230,30 @@ def _two_groups():
 checks.run_checks("mean_pool_heads", [("4 heads into 2 groups", _two_groups)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_mean_pool-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: a bias (1-D), MQA (one group), n_groups = n_heads, other sizes.
+# Hidden tests: weights (2-D) and biases (1-D) over a grid of (n_heads, n_groups, d_head, d_model): MQA (one
+# group), as many groups as heads, d_head = 1, float32 and float64; the input unchanged.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(106)
-_w2 = torch.randn(6 * 4, 5, generator=_g)
-_b2 = torch.randn(6 * 4, generator=_g)
+_cases = []
+for _dtype in (torch.float32, torch.float64):
+    for _h, _grp, _dh, _dm in [(6, 3, 4, 5), (6, 1, 4, 5), (6, 6, 4, 5), (8, 2, 1, 3), (4, 2, 3, 7), (8, 4, 2, 2)]:
+        for _shape in ((_h * _dh, _dm), (_h * _dh,)):
+            _w = torch.randn(*_shape, generator=_g, dtype=_dtype)
+            _r = _h // _grp
+            _want = torch.cat([sum(_w[(j * _r + i) * _dh:(j * _r + i + 1) * _dh].double() for i in range(_r)) / _r
+                               for j in range(_grp)])
+            _kind = "weight" if len(_shape) == 2 else "bias"
+            _cases.append((f"{_kind} {_shape}, {_h} heads into {_grp} groups, {_dtype}", _w, _h, _grp, _want))
+_inputs = [w.clone() for _, w, *_ in _cases]
+_got = [checks.call(mean_pool_heads, w, h, grp) for _, w, h, grp, _ in _cases]
 checks.run_checks("mean_pool_heads (hidden)", [
-    ("bias of 6 heads into 3 groups", lambda: checks.expect_close(checks.call(mean_pool_heads, _b2, 6, 3), multihead.mean_pool_kv_heads(_b2, 6, 3), "bias")),
-    ("MQA: 6 heads into 1", lambda: checks.expect_close(checks.call(mean_pool_heads, _w2, 6, 1), _w2.view(6, 4, 5).mean(0), "weight")),
-    ("as many groups as heads", lambda: checks.expect_close(checks.call(mean_pool_heads, _w2, 6, 6), _w2, "weight")),
+    (name, lambda i=i, name=name: checks.expect_close(_got[i], _cases[i][4], f"mean_pool_heads ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"mean_pool_heads ({name})"))
+    for i, (name, *_) in enumerate(_cases)
+] + [
+    ("the input unchanged", lambda: [checks.expect_equal(c[1], w0, "weight after the call") for c, w0 in zip(_cases, _inputs)]),
 ])
 ### END HIDDEN TESTS
 

@@ -81,3 +81,102 @@ HIDDEN_ONLY = {
         return self.out_proj(w @ v), w
 ''',
 }
+
+# Wrong answers that reviewers found (or that we found while widening the hidden tests to the documented
+# domain, issue 30), each of which got full marks from the earlier tests. ``{name: (exercise, source)}``.
+REVIEWED = {
+    # Scales the caller's queries in place (q /= ...): the scores are right, but the learner's q is
+    # changed behind their back (a second call on the same q gives other scores).
+    "scores_scale_q_in_place": ("ex1_scores", '''def scaled_scores(q, k):
+    q /= math.sqrt(q.shape[-1])
+    return q @ k.transpose(-2, -1)
+'''),
+    # Computes in float64 and returns float64 for float32 scores: the values are right, the dtype is
+    # not x's (the old tests only checked that float64 stays float64).
+    "softmax_returns_float64": ("ex2_softmax", '''def stable_softmax(x, dim=-1):
+    x = x.double()
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+'''),
+    # Subtracts the maximum in place: the caller's scores come back shifted.
+    "softmax_shift_in_place": ("ex2_softmax", '''def stable_softmax(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+'''),
+    # Masks *after* the softmax and renormalises: right while the allowed keys keep some weight, but
+    # when a masked key scores far above the allowed ones their weights underflow to 0 and the row
+    # comes out all zero (0 / tiny) instead of a distribution over the allowed keys.
+    "attention_renormalised_mask": ("ex3_attention", '''def sdp_attention(q, k, v, mask=None):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    if mask is not None:
+        weights = weights * mask
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    return weights @ v, weights
+'''),
+    # Weights computed (and returned) in float64 whatever the inputs' dtype; only the output is cast
+    # back (the old tests never looked at the weights' values or dtype in the hidden cell).
+    "attention_weights_float64": ("ex3_attention", '''def sdp_attention(q, k, v, mask=None):
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return (weights @ v.double()).to(q.dtype), weights
+'''),
+    # A float mask when L_k is given: the right pattern, the wrong type (True/False in a float tensor
+    # is not a mask for masked_fill); the old tests checked the dtype of causal_mask(4) only.
+    "causal_float_with_L_k": ("ex4_causal", '''def causal_mask(L_q, L_k=None):
+    if L_k is None:
+        return torch.ones(L_q, L_q).tril().bool()
+    return torch.ones(L_q, L_k).tril(L_k - L_q)
+'''),
+    # padding_mask(enc_lengths) without max_len pads to the longest length, not to S: right whenever
+    # some sequence of the batch is unpadded (every old test), a shape error otherwise.
+    "cross_mask_without_max_len": ("ex5_cross", '''def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
+    q, k, v = x_dec @ W_q, x_enc @ W_k, x_enc @ W_v
+    mask = None if enc_lengths is None else attention.padding_mask(enc_lengths)
+    return attention.scaled_dot_product_attention(q, k, v, mask)
+'''),
+    # The mask built as (batch, S) without the query axis: (batch, S) broadcasts against
+    # (batch, T, S) as (1, batch, S), so query t uses the lengths of sequence t. A shape error unless
+    # batch == T (or batch == 1), and then silently wrong.
+    "cross_mask_without_query_axis": ("ex5_cross", '''def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
+    q, k, v = x_dec @ W_q, x_enc @ W_k, x_enc @ W_v
+    mask = None
+    if enc_lengths is not None:
+        mask = torch.arange(x_enc.shape[1])[None, :] < enc_lengths[:, None]
+    return attention.scaled_dot_product_attention(q, k, v, mask)
+'''),
+    # The renormalised mask of exercise 3 inside the module: padding whose keys score far above the
+    # real ones zeroes the real keys' weights.
+    "module_renormalised_mask": ("ex6_module", '''class SelfAttention(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        if mask is not None:
+            w = w * mask
+            w = w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+        return self.out_proj(w @ v), w
+'''),
+    # Weights and output computed in float32 whatever the module's dtype (a float32 cast "for speed").
+    "module_always_float32": ("ex6_module", '''class SelfAttention(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.q_proj(x).float(), self.k_proj(x).float(), self.v_proj(x).float()
+        out, w = attention.scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(out.to(x.dtype)), w
+'''),
+}
