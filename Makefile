@@ -44,7 +44,7 @@ help:
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
-	@echo "make mutants              mutation testing of every exercise's tests (about 15 min; CH=ch03 for one chapter)"
+	@echo "make mutants              mutation testing of every exercise's tests (5-10 min on 2 cores; CH=ch03 for one chapter)"
 	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
