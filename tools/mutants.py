@@ -320,8 +320,9 @@ def equivalents(chapter: str) -> dict[str, dict[str, str]]:
 
 
 def fingerprint(ex: runner.Exercise, cells: list) -> str:
-    """A hash of what decides an exercise's mutation score: its answer and test cells, this tool,
-    the runner and the equivalence list (so the committed table can be checked without running it)."""
+    """A hash of what decides an exercise's mutation score: its answer and test cells, this tool and
+    the runner (so the committed table can be checked without running it; the equivalence list is
+    checked against the table's counts and the mutants the tool makes)."""
     h = hashlib.sha256()
     for cell in cells[ex.answer: ex.last + 1]:
         if cell.cell_type == "code":
