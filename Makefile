@@ -100,7 +100,7 @@ lint: $(STAMP)
 # two threads (the notebooks' small tensors gain little from a second thread).
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # The unit tests of course_utils alone, for the edit-and-test loop: every tests/test_*.py except those
 # that execute chapters, grade, start a hub or time benchmarks (make test runs them all).

@@ -6,7 +6,7 @@ vectorised form, Hugging Face's way of writing it); ``tests/wrong_answers/<chapt
 plausible wrong ones (``SOURCE``, ``HIDDEN_ONLY``, ``MORE_WRONG``, and ``REVIEWED``: those reviewers
 wrote). Each is graded by ``tools/mutants.py --correct``: the chapter runs once in grading mode and
 every answer is tried in a forked child against its exercise's visible and hidden tests. The real
-grader grades the first two alternatives of every exercise too (``tests/test_grading.py``).
+grader grades the first alternative of every exercise too (``tests/test_grading.py``).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ For every chapter four notebooks are submitted and autograded:
   original tests all the same;
 * ``ci-wrong-<name>`` (for a chapter whose wrong answers define ``MORE_WRONG = {name: (exercise,
   source)}``): more wrong answers, each submitted alone -> each loses exactly its exercise's points;
-* ``ci-correct-1``, ``ci-correct-2``: the solution with every exercise answered by its first (second)
-  correct alternative of ``tests/correct_answers/<chapter>.py`` -> full marks (the real grader, records
-  and reference run included; ``tests/test_answers.py`` grades every alternative in-process);
+* ``ci-correct``: the solution with every exercise answered by its first correct alternative of
+  ``tests/correct_answers/<chapter>.py`` -> full marks (the real grader, records and reference run
+  included; ``tests/test_answers.py`` grades every alternative in-process, in a fraction of the time);
 * ``ci-hidden-only`` (for a chapter whose ``tests/wrong_answers/<chapter>.py`` defines
   ``HIDDEN_ONLY = {exercise: source}``): the solution with every listed exercise answered by a
   wrong answer that passes its visible tests -> each listed exercise keeps its visible points
@@ -69,16 +69,15 @@ def _more_wrong(chapter: str) -> dict[str, tuple[str, str]]:
     return getattr(_wrong_module(chapter), "MORE_WRONG", {})
 
 
-def _correct_sets(chapter: str) -> list[dict[str, str]]:
-    """``[{exercise: source}, ...]``: the first, then the second correct alternative of every exercise."""
+def _correct_set(chapter: str) -> dict[str, str]:
+    """``{exercise: source}``: the first correct alternative of every exercise."""
     path = REPO / "tests" / "correct_answers" / f"{chapter}.py"
     if not path.exists():
-        return []
+        return {}
     spec = importlib.util.spec_from_file_location(f"correct_{chapter}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    alts = {ex: list(by_name.values()) for ex, by_name in mod.CORRECT.items()}
-    return [{ex: srcs[i] for ex, srcs in alts.items() if len(srcs) > i} for i in range(2)]
+    return {ex: next(iter(by_name.values())) for ex, by_name in mod.CORRECT.items() if by_name}
 
 
 def _meta(cell) -> dict:
@@ -125,9 +124,9 @@ def graded(request, tmp_path_factory):
     hidden_only = _hidden_only(chapter)
     if hidden_only:
         subs["ci-hidden-only"] = _make_wrong(src, hidden_only, None, tmp / "hidden_only.ipynb")
-    correct = _correct_sets(chapter)
-    for i, answers in enumerate(correct, 1):
-        subs[f"ci-correct-{i}"] = _make_wrong(src, answers, None, tmp / f"correct_{i}.ipynb")
+    correct = _correct_set(chapter)
+    if correct:
+        subs["ci-correct"] = _make_wrong(src, correct, None, tmp / "correct.ipynb")
     results = grading.autograde_in(course, chapter, subs, feedback=True)
     yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results,
            "hidden_only": hidden_only, "more_wrong": more_wrong, "correct": correct}
@@ -214,11 +213,10 @@ def test_more_wrong_answers_lose_exactly_their_points(graded):
 
 
 def test_correct_alternatives_get_full_marks_from_the_real_grader(graded):
-    assert len(graded["correct"]) == 2, f"tests/correct_answers/{graded['chapter']}.py needs two alternatives per exercise"
-    for i, answers in enumerate(graded["correct"], 1):
-        res = graded["results"][f"ci-correct-{i}"]
-        lost = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
-        assert not lost, f"correct alternative set {i} ({sorted(answers)}) loses points: {lost}"
+    assert graded["correct"], f"tests/correct_answers/{graded['chapter']}.py is missing"
+    res = graded["results"]["ci-correct"]
+    lost = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
+    assert not lost, f"the first correct alternatives ({sorted(graded['correct'])}) lose points: {lost}"
 
 
 def test_tampered_test_cells_are_restored(graded):

@@ -94,8 +94,8 @@ def _run(chapter: str, out: Path) -> None:
             continue
         failed = [o for o in cell.outputs if o.get("output_type") == "error"]
         if failed:
-            problems.append(f"its test {meta.get('grade_id')} fails: {failed[0].get('ename')}: "
-                            f"{str(failed[0].get('evalue'))[:200]}")
+            first_line = (str(failed[0].get('evalue')).splitlines() or [""])[0]   # a check's message has one per check
+            problems.append(f"its test {meta.get('grade_id')} fails: {failed[0].get('ename')}: {first_line[:200]}")
         first, again = ex._records.get((0, index), []), ex._records.get((1, index), [])
         cells[meta["grade_id"]] = [
             {"kind": r["kind"], "what": r["what"], "atol": r.get("atol"), "rtol": r.get("rtol"),
