@@ -48,6 +48,24 @@ def _keyed(nb) -> dict[str, object]:
     return {_key(c, i): c for i, c in enumerate(nb.cells)}
 
 
+def _is_stub(cell) -> bool:
+    """An answer cell as nbgrader releases it: code that still raises ``NotImplementedError``, or
+    the written answer's placeholder."""
+    return "raise NotImplementedError()" in cell.source or cell.source.strip() == "YOUR ANSWER HERE"
+
+
+def _pristine(nb):
+    """``nb`` as the base of a newly filled notebook: an answer cell that is not a stub was answered
+    before the workspace existed (a learner who worked in ``notebooks/`` with an older ``make lab``),
+    so its base is empty and the answer counts as the learner's edit from then on."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and not _is_stub(cell):
+            cell.source = ""
+    return nb
+
+
 def merge_notebook(base, ours, theirs):
     """``ours`` (the learner's notebook) brought up to ``theirs`` (the new release) since ``base``.
 
@@ -111,7 +129,7 @@ def update(workspace: Path, release: Path, log=print) -> list[Path]:
         if not ours_path.exists():
             ours_path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(theirs_path, ours_path)
-            shutil.copy2(theirs_path, base_path)
+            nbformat.write(_pristine(nbformat.read(theirs_path, as_version=4)), base_path)
             log(f"new: {rel}")
             written.append(ours_path)
             continue

@@ -72,6 +72,25 @@ def test_an_update_keeps_the_learners_answers_and_cells_and_brings_the_new_ones(
     assert workspace.update(ws, release, log=lambda _: None) == [], "the same release is merged again"
 
 
+def test_answers_saved_in_the_release_folder_before_the_workspace_existed_are_kept(tmp_path):
+    # A learner of an older make lab answered in notebooks/ itself; the workspace is filled from it.
+    release = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks" / CHAPTER, release / CHAPTER)
+    old = nbformat.read(release / NB, as_version=4)
+    answer = "def scaled_scores(q, k):\n    return q @ k.mT / q.shape[-1] ** 0.5\n"
+    _grade(old, "ex1_scores").source = answer
+    nbformat.write(old, release / NB)
+    ws = tmp_path / "workspace"
+    workspace.update(ws, release, log=lambda _: None)
+    new = nbformat.read(ROOT / "notebooks" / NB, as_version=4)    # the course's next release
+    _grade(new, "ex1_scores").source += "\n# the stub changed"
+    nbformat.write(new, release / NB)
+    workspace.update(ws, release, log=lambda _: None)
+    got = nbformat.read(ws / NB, as_version=4)
+    assert _grade(got, "ex1_scores").source == answer, "an answer saved before the workspace existed was lost"
+    assert _grade(got, "ex2_softmax").source == _grade(new, "ex2_softmax").source
+
+
 def test_outputs_of_untouched_cells_survive_an_update(course):
     release, ws = course
     mine = nbformat.read(ws / NB, as_version=4)
