@@ -110,27 +110,23 @@ def _exists(value: ast.AST, attr: str) -> bool:
     return hasattr(mod, attr)
 
 
-def _mk(op_type):
-    return op_type()
-
-
 def _node_mutations(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(operator name, replacement node) for every mutation of ``node`` itself."""
     if isinstance(node, ast.BinOp):
         for new in BINOP_SWAPS.get(type(node.op), []):
-            yield "operator", ast.BinOp(node.left, _mk(new), node.right)
+            yield "operator", ast.BinOp(node.left, new(), node.right)
         if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
             yield "drop operand", node.left
         if isinstance(node.op, (ast.Add, ast.Mult)):
             yield "drop operand", node.right
     elif isinstance(node, ast.AugAssign):
         for new in BINOP_SWAPS.get(type(node.op), []):
-            yield "operator", ast.AugAssign(node.target, _mk(new), node.value)
+            yield "operator", ast.AugAssign(node.target, new(), node.value)
     elif isinstance(node, ast.Compare):
         for i, op in enumerate(node.ops):
             for new in CMP_SWAPS.get(type(op), []):
                 ops = list(node.ops)
-                ops[i] = _mk(new)
+                ops[i] = new()
                 yield "comparison", ast.Compare(node.left, ops, node.comparators)
     elif isinstance(node, ast.BoolOp):
         yield "and/or", ast.BoolOp(ast.Or() if isinstance(node.op, ast.And) else ast.And(), node.values)
@@ -226,9 +222,6 @@ class _Swap(ast.NodeTransformer):
 
     def __init__(self, target: int, new: ast.AST):
         self.target, self.new, self.i = target, new, -1
-
-    def generic_visit(self, node):
-        return super().generic_visit(node)
 
     def visit(self, node):
         self.i += 1
