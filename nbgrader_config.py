@@ -19,7 +19,12 @@ from nbgrader.preprocessors import (
 
 from course_utils.grading.exchange import COURSE_ID, exchange_root
 from course_utils.grading.execution import SandboxedExecute
-from course_utils.grading.feedback import FaultNote, ScrubHidden, ShortTracebacks
+from course_utils.grading.feedback import (
+                                    FaultNote,
+                                    ScrubHidden,
+                                    ShortTracebacks,
+                                    WithholdAfterHidden,
+)
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
@@ -35,6 +40,10 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
                             "jupytext.toml"]
 # nbgrader's exchange: $COURSE_EXCHANGE, else <TMPDIR>/attention-course-exchange (docs/jupyterhub.md).
 c.Exchange.root = exchange_root()
+# Collect checks who submitted (the folder's owner is the student it names), refuses links, hard
+# links, special files and oversize trees, and copies without following links (course_utils/grading/
+# collect.py). Where every student is one Unix account, see docs/jupyterhub.md (trust_names, ngshare).
+c.ExchangeFactory.collect = "course_utils.grading.collect.CourseCollect"
 # All students: a student configuration read system-wide on a hub sets the student id to the hub
 # user (course_utils/grading/exchange.py); in the course root the instructor's commands see everyone.
 c.CourseDirectory.student_id = "*"
@@ -52,6 +61,7 @@ c.PerDayPenalty.percent_per_day = 10.0
 
 c.GenerateFeedback.preprocessors = [
     GetGrades,
+    WithholdAfterHidden,
     ScrubHidden,
     ClearHiddenTests,
     ShortTracebacks,

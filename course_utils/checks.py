@@ -26,7 +26,7 @@ import torch
 __all__ = [
     "RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "call", "CheckFailed", "encode_value",
     "expect_close", "expect_dtype", "expect_equal", "expect_not_calling", "expect_shape", "forbid",
-    "learner_or_reference", "NotImplementedYet", "run_checks", "same_result"
+    "learner_or_reference", "NotImplementedYet", "run_checks", "same_result", "Withheld", "WITHHELD"
 ]
 
 
@@ -52,6 +52,45 @@ RECORD_MIME = "application/vnd.course-check+json"
 RECORD_FLAG = "COURSE_GRADING_RECORDS"
 RECORD_MAX_VALUES = 2**20   # a bigger tensor is sent as its shape and dtype only (and cannot pass)
 _record_only = False        # the grader's reference run sets it while it probes what depends on the answer
+
+
+class Withheld:
+    """An expected value the grader keeps out of the learner's kernel.
+
+    A hidden test computes its expected values between ``### BEGIN EXPECTED`` and ``### END EXPECTED``.
+    When the grader runs a submission, it sends the kernel that cell with each such block replaced by
+    ``name = WITHHELD`` for every name the block binds: the learner's kernel never computes, holds or
+    sees an expected value, so no code in it can copy one into a learner's result. A check given a
+    withheld value (``expect_close(got, _want[i], ...)``) sends the learner's value alone, and the
+    grader compares it, outside the kernel, with its own run of the solution. Indexing, attributes,
+    calls and arithmetic on a withheld value give it back; anything that would need its content
+    (``len``, ``bool``, iterating) is an error that says so.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<an expected value withheld by the grader>"
+
+    def _same(self, *args, **kwargs) -> Withheld:
+        return self
+
+    __getitem__ = __call__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __neg__ = __pow__ = _same
+
+    def __getattr__(self, name: str) -> Withheld:
+        if name.startswith("__"):   # protocols (__array__, __torch_function__, ...) are not pretended
+            raise AttributeError(name)
+        return self
+
+    def _needs_content(self, *args, **kwargs):
+        raise TypeError("an expected value withheld by the grader has no content in the kernel: a hidden "
+                        "test may only index it and pass it to a check (course_utils.checks.Withheld)")
+
+    __iter__ = __len__ = __bool__ = __float__ = __int__ = __index__ = _needs_content
+
+
+WITHHELD = Withheld()
 
 
 def encode_value(v: Any) -> dict:
@@ -82,8 +121,10 @@ def _record(kind: str, what: str, actual: Any, expected: Any, atol: float | None
         return
     from IPython.display import publish_display_data
 
-    publish_display_data({RECORD_MIME: {"kind": kind, "what": str(what), "atol": atol, "rtol": rtol,
-                                        "actual": encode_value(actual), "expected": encode_value(expected)}})
+    record = {"kind": kind, "what": str(what), "atol": atol, "rtol": rtol, "actual": encode_value(actual)}
+    if not isinstance(expected, Withheld):
+        record["expected"] = encode_value(expected)
+    publish_display_data({RECORD_MIME: record})
 
 
 def _fmt_shape(shape) -> str:
@@ -92,8 +133,16 @@ def _fmt_shape(shape) -> str:
 
 def expect_shape(t: Any, shape: Sequence[int], what: str) -> None:
     """Fail unless ``t`` is a tensor of exactly ``shape``."""
+    withheld = isinstance(shape, Withheld)
     _record("shape", what, list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__,
-            [int(s) for s in shape])
+            shape if withheld else [int(s) for s in shape])
+    if _record_only or withheld:
+        return
+    _shape_holds(t, shape, what)
+
+
+def _shape_holds(t: Any, shape: Sequence[int], what: str) -> None:
+    """:func:`expect_shape` without a record: the value checks' own records already carry the shape."""
     if _record_only:
         return
     if not isinstance(t, torch.Tensor):
@@ -105,7 +154,7 @@ def expect_shape(t: Any, shape: Sequence[int], what: str) -> None:
 def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     """Fail unless ``t`` has ``dtype``."""
     _record("dtype", what, getattr(t, "dtype", type(t).__name__), dtype)
-    if _record_only:
+    if _record_only or isinstance(dtype, Withheld):
         return
     if t.dtype != dtype:
         raise CheckFailed(f"{what}: expected dtype {dtype}, got {t.dtype}")
@@ -126,9 +175,12 @@ def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1
     The message names the first position that differs and both values there. Both sides are
     compared as plain tensors (:func:`_plain`), whatever subclass ``actual`` is.
     """
+    if isinstance(expected, Withheld):   # the grader compares it, outside the kernel
+        _record("close", what, actual, expected, atol, rtol)
+        return
     expected = torch.as_tensor(expected)
     _record("close", what, actual, expected, atol, rtol)
-    expect_shape(actual, expected.shape, what)
+    _shape_holds(actual, expected.shape, what)
     if _record_only:
         return
     a = _plain(actual)
@@ -151,8 +203,10 @@ def _compare_close(a: torch.Tensor, e: torch.Tensor, what: str, atol: float, rto
 def expect_equal(actual: Any, expected: Any, what: str) -> None:
     """Fail unless ``actual == expected`` (tensors: same shape and every element equal)."""
     _record("equal", what, actual, expected)
+    if isinstance(expected, Withheld):
+        return
     if isinstance(expected, torch.Tensor):
-        expect_shape(actual, expected.shape, what)
+        _shape_holds(actual, expected.shape, what)
         if _record_only:
             return
         actual, expected = _plain(actual, None), _plain(expected, None)

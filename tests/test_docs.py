@@ -71,7 +71,7 @@ def chapter_facts() -> dict[str, dict[str, int]]:
 @cache
 def values() -> dict[str, int]:
     """Every number a ``<!-- n:NAME -->`` marker may state, computed from the course itself."""
-    from course_utils.grading import execution, gradebook, intake
+    from course_utils.grading import course, execution, gradebook, intake
     per = chapter_facts().values()
     mib = 2 ** 20
     return {
@@ -84,6 +84,12 @@ def values() -> dict[str, int]:
         "notebook_output_mib": execution.NOTEBOOK_OUTPUT_BYTES // mib,
         "message_mib": execution.MESSAGE_BYTES // mib,
         "submission_mib": intake.MAX_NOTEBOOK_BYTES // mib,
+        "outputs_note_mib": intake.OUTPUTS_NOTE_BYTES // mib,
+        "cell_chars": intake.MAX_CELL_CHARS,
+        "text_chars": intake.MAX_TEXT_CHARS,
+        "record_mib": execution.ONE_RECORD_BYTES // mib,
+        "records_mib": execution.RECORD_BYTES // mib,
+        "grader_memory_mib": course.GRADER_MEMORY_MB,
         "backups_kept": gradebook.BACKUPS_KEPT,
     }
 

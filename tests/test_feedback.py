@@ -43,3 +43,30 @@ def test_math_travels_inside_the_page_under_a_strict_policy():
     for code in scripts:
         digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
         assert f"'sha256-{digest}'" in csp, "a script the policy does not allow"
+
+
+def test_from_the_first_hidden_test_on_only_the_graders_words_reach_feedback():
+    import nbformat
+
+    from course_utils.grading import feedback
+    from course_utils.grading.results import NOT_CONFIRMED
+
+    def test_cell(src, outputs):
+        c = nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": "t"}})
+        c.outputs = outputs
+        return c
+
+    said = nbformat.v4.new_output("stream", name="stdout", text="the kernel's words\n")
+    kernel_error = nbformat.v4.new_output("error", ename="ValueError", evalue="aGlkZGVu", traceback=[])
+    grader_error = nbformat.v4.new_output("error", ename=NOT_CONFIRMED, evalue="check 1 failed", traceback=[])
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)"), test_cell("visible", [said]),
+                test_cell("### BEGIN HIDDEN TESTS\nx\n### END HIDDEN TESTS", [said, kernel_error, grader_error]),
+                nbformat.v4.new_code_cell("print(2)"), nbformat.v4.new_markdown_cell("text"),
+                test_cell("later visible", [said])]
+    nb.cells[0].outputs = [said]
+    nb.cells[3].outputs = [said]
+    feedback.WithholdAfterHidden().preprocess(nb, {})
+    assert nb.cells[0].outputs == [said] and nb.cells[1].outputs == [said]      # before: as they were
+    assert nb.cells[2].outputs == [grader_error]                               # the grader's error only
+    assert "withheld" in nb.cells[3].outputs[0]["text"] and nb.cells[5].outputs == []

@@ -254,6 +254,56 @@ time.sleep(10)
 print("HELD", len([f for f in os.listdir("/box/tmp") if f.startswith("held-")]))
 """
 
+# --- the third round (issue 31): forged records, encoded leaks, costly data, escapes from the box --
+# The kernel rewrites every record on its way out (jupyter_client's serialiser, which no guard
+# watches): actual := expected. The hidden tests' expected values are withheld from the kernel, so
+# there is nothing to copy; the wrong answer stays wrong.
+FORGE = """import json
+_session = get_ipython().kernel.session
+_pack = _session.pack
+def _forged(obj):
+    if isinstance(obj, dict) and isinstance(obj.get("data"), dict):
+        rec = obj["data"].get("application/vnd.course-check+json")
+        if isinstance(rec, dict) and "expected" in rec:
+            rec["actual"] = rec["expected"]
+    return _pack(obj)
+_session.pack = _forged
+"""
+# Everything the kernel keeps of the cells it ran, printed in base64 after the first hidden test.
+LEAK64 = """import base64, gc, linecache
+_text = "\\n".join(["".join(v[2]) for v in linecache.cache.values() if len(v) > 2]
+                    + [str(x) for x in get_ipython().user_ns.get("_ih", [])]
+                    + [o for o in gc.get_objects() if isinstance(o, str) and "checks." in o][:2000])
+print("LEAK", base64.b64encode(_text.encode()).decode())
+"""
+LEAK_ANSWER = """import base64, linecache, sys
+
+def stable_softmax(x, dim=-1):
+    code = "\\n".join("".join(v[2]) for v in linecache.cache.values() if len(v) > 2)
+    raise ValueError("LEAK " + base64.b64encode(code.encode()).decode())
+"""
+# Data that costs the grader to parse: a 3 MiB repr and a record of 2 MiB, a 3 MiB Markdown table.
+COSTLY = """from IPython.display import publish_display_data
+
+def scaled_scores(q, k):
+    publish_display_data({"application/vnd.course-check+json": {"kind": "equal", "what": "x", "atol": None,
+        "rtol": None, "actual": {"py": "[" + "1, " * 300_000 + "]"}, "expected": {"py": "[1]"}}})
+    publish_display_data({"application/vnd.course-check+json": {"kind": "close", "what": "y", "atol": 0,
+        "rtol": 0, "actual": {"dtype": "torch.float64", "shape": [262144], "f64": "A" * (3 * 2**20)}}})
+    return q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+"""
+TABLE = "| a | b |\n|---|---|\n" + "| 1 | 2 |\n" * 300_000
+# Out of the box through the kernel: new namespaces, mounts, tracing, keys, BPF.
+ESCAPE = """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in (("unshare", 272, (0x10000000,)), ("unshare-mount", 272, (0x20000,)),
+                       ("mount", 165, (b"none", b"/box/tmp", b"tmpfs", 0, None)), ("ptrace", 101, (0, 0, 0, 0)),
+                       ("keyctl", 250, (0, -3, 0)), ("bpf", 321, (0, 0, 0)), ("userfaultfd", 323, (0,)),
+                       ("perf_event_open", 298, (0, 0, -1, -1, 0)), ("setns", 308, (0, 0))):
+    r = libc.syscall(nr, *args)
+    print("ESCAPE", name, "allowed" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?"))
+"""
+
 
 def _answer_names(solution) -> dict[str, str]:
     """``{exercise: the function or class its answer cell defines}``."""
@@ -368,7 +418,8 @@ def hostile(tmp_path_factory, request):
                    str(course / "submitted"), str(Path(tempfile.gettempdir()) / "attention-course-exchange"),
                    str(REPO / "course_utils" / "grading"), str(inbound), str(waiting / release.name)]
     box = lean_solution()
-    for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS]):
+    for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS,
+                            ESCAPE]):
         _after(box, f"{exercises[0]}-hidden", source)
     box.cells.append(nbformat.v4.new_markdown_cell('<script>alert("md")</script><img src=x onerror="alert(3)">'))
     subs["h-box"] = box
@@ -377,6 +428,20 @@ def hostile(tmp_path_factory, request):
     subs["h-memory-forked"] = _after(lean_solution(), f"{exercises[1]}-hidden", FORK_HOLD)
     # One message bigger than the grader takes: the notebook stops there, the grader's memory stays bounded.
     subs["h-one-message"] = _after(lean_solution(), f"{exercises[1]}-hidden", ONE_MESSAGE)
+    # Issue 31: a forged record stream, encoded leaks, costly data, escapes, a notebook fat with outputs.
+    subs["h-forge"] = _after(_answer(lean_solution(), exercises[0], wrong_scores()), f"{exercises[0]}", FORGE)
+    leak = _answer(lean_solution(), exercises[1], LEAK_ANSWER)
+    subs["h-leak64"] = _after(leak, f"{exercises[0]}-hidden", LEAK64)
+    costly = _answer(lean_solution(), exercises[0], COSTLY)
+    costly.cells.append(nbformat.v4.new_markdown_cell(TABLE))
+    subs["h-costly"] = costly
+    fat = lean_solution()
+    fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (40 * 2**20))] \
+        if fat.cells[-1].cell_type == "code" else []
+    if not fat.cells[-1].get("outputs"):
+        fat.cells.append(nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
+            "stream", name="stdout", text="z" * (40 * 2**20))]))
+    subs["h-fat"] = fat
     for student, nb in subs.items():
         d = course / "submitted" / student / CHAPTER
         d.mkdir(parents=True)
@@ -397,6 +462,8 @@ def hostile(tmp_path_factory, request):
     nbformat.write(solution, course / "submitted" / "h-not-a-chapter" / "ch99_nothing" / "x.ipynb")
 
     # Two at a time (issue 22): a hostile submission graded beside another changes nothing of it.
+    # The class has a probe secret (issue 31): its hidden tests draw other inputs than the public ones.
+    mp.setenv("COURSE_PROBE_SECRET", "hostile-suite-" + os.urandom(4).hex())
     results = grading.instructor_autograde(root=course, force=False, jobs=2)
     yield {"inbound": [str(inbound), str(waiting / release.name)], "course": course, "results": {s: r for (s, ch), r in results.items()}, "src": src,
            "exercises": exercises, "solution": solution, "wrong": wrong_ex, "before": before,
@@ -618,7 +685,7 @@ def test_what_passes_in_the_kernel_is_checked_again_outside_it(hostile):
     fourth = hostile["exercises"][3]
     poisoned = _cell(hostile, "h-sly-expected", f"{fourth}-hidden").error or ""
     assert _earned_by(hostile, "h-sly-expected")[fourth] == 0, hostile["results"]["h-sly-expected"].table()
-    assert "NotConfirmedByGrader" in poisoned and "not the test's own" in poisoned, poisoned
+    assert "NotConfirmedByGrader" in poisoned and "does not hold" in poisoned, poisoned
 
 
 def test_links_fifos_and_linked_folders_are_refused_with_a_reason(hostile):
@@ -701,3 +768,63 @@ def test_the_grader_package_stays_out_of_the_teaching_modules():
     assert not (REPO / "course_utils" / "sandbox.py").exists() and not (REPO / "course_utils" / "grading.py").exists()
     config = (REPO / "nbgrader_config.py").read_text()
     assert not re.search(r"^\s*(async\s+def|def|class)\s", config, re.M), "nbgrader_config.py only configures"
+
+
+# --- issue 31 -------------------------------------------------------------------------------------
+
+def wrong_scores() -> str:
+    return "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)   # wrong: not divided by sqrt(d_k)\n"
+
+
+def test_a_kernel_that_forges_its_records_has_no_expected_value_to_copy(hostile):
+    first = hostile["exercises"][0]
+    hidden = _cell(hostile, "h-forge", f"{first}-hidden")
+    assert hidden.score == 0 and "does not hold" in (hidden.error or ""), hidden
+    others = [ex for ex in hostile["exercises"] if ex != first]
+    earned = _earned_by(hostile, "h-forge")
+    assert all(earned[ex] == _points(hostile, [ex]) for ex in others), hostile["results"]["h-forge"].table()
+
+
+def _decoded(text: str) -> str:
+    import base64
+    out = []
+    for run in re.findall(r"[A-Za-z0-9+/=]{40,}", text):
+        try:
+            out.append(base64.b64decode(run + "=" * (-len(run) % 4)).decode(errors="replace"))
+        except ValueError:
+            pass
+    return "\n".join(out)
+
+
+def test_nothing_the_kernel_says_after_the_hidden_tests_begin_reaches_feedback(hostile):
+    hidden = [ln.strip() for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
+              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    fb = html.unescape(_feedback(hostile, "h-leak64"))
+    # the learner's own code (which says LEAK) is shown; what it printed or raised is not
+    assert not re.search(r"LEAK [A-Za-z0-9+/=]{20,}", fb) and "output withheld" in fb, fb[-2000:]
+    decoded = _decoded(fb)
+    assert not [ln for ln in hidden if ln in decoded]
+    assert "LEAK" in _outputs(hostile, "h-leak64"), "the leak never ran: the test proves nothing"
+    second = _cell(hostile, "h-leak64", f"{hostile['exercises'][1]}-hidden")
+    assert second.score == 0 and "LEAK" not in (second.error or "") and "ValueError" in (second.error or ""), second
+
+
+def test_costly_records_and_text_are_bounded_and_graded(hostile):
+    res = hostile["results"]["h-costly"]
+    assert res.auto_score == _full(hostile) - _points(hostile, hostile["exercises"][:1]), res.table()
+    assert "were cut" in res.reason, res.reason
+    fb = _feedback(hostile, "h-costly")
+    assert len(fb) < 8 * 2**20 and "cut by the grader" in fb
+
+
+def test_a_notebook_fat_with_outputs_is_graded_without_them(hostile):
+    res = hostile["results"]["h-fat"]
+    assert res.auto_score == _full(hostile), res.table()
+    assert "graded without them" in res.reason, res.reason
+
+
+def test_the_box_has_no_nested_namespaces_mounts_or_tracing(hostile):
+    text = _outputs(hostile, "h-box")
+    lines = [ln for ln in text.splitlines() if ln.startswith("ESCAPE ")]
+    assert len(lines) == 9, text[-2000:]
+    assert all(ln.endswith(" EPERM") for ln in lines), lines

@@ -60,7 +60,7 @@ def test_a_correct_answer_is_confirmed(monkeypatch):
         checks.expect_equal([1, 2], [1, 2], "a list")
 
     rec = _records(monkeypatch, test)
-    assert [r["kind"] for r in rec] == ["close", "shape", "dtype", "equal"]
+    assert [r["kind"] for r in rec] == ["close", "dtype", "equal"]   # a value check's record carries its shape
     assert verdict.judge(rec, _reference(rec)) is None
 
 
@@ -82,26 +82,28 @@ def test_the_tolerance_is_the_references_not_the_kernels(monkeypatch):
     assert verdict.judge(rec, reference) is None
 
 
-def test_a_poisoned_expected_value_fails_where_it_is_fixed(monkeypatch):
+def test_the_kernels_expected_value_is_never_used_where_it_is_fixed(monkeypatch):
     right = torch.arange(4.0)
     reference = _records(monkeypatch, lambda: checks.expect_close(right, right, "x"))
     wrong = torch.zeros(4)
     rec = _records(monkeypatch, lambda: checks.expect_close(wrong, wrong, "x"))   # answer and "expected" agree
-    assert "not the test's own" in verdict.judge(rec, _reference(reference, fixed=True))
+    assert "compares the values itself" in verdict.judge(rec, _reference(reference, fixed=True))
+    forged = [dict(r, actual=reference[0]["expected"], expected=None) for r in rec]   # actual := the right value
+    assert verdict.judge(forged, _reference(reference, fixed=True)) is None         # (what withholding is for)
     # where the expected value depends on the learner's code, only its shape must match
     assert verdict.judge(rec, _reference(reference, fixed=False)) is None
     rec = _records(monkeypatch, lambda: checks.expect_close(torch.zeros(5), torch.zeros(5), "x"))
-    assert "another shape" in verdict.judge(rec, _reference(reference, fixed=False))
+    assert "does not hold" in verdict.judge(rec, _reference(reference, fixed=False))   # another shape
 
 
 def test_missing_added_or_renamed_checks_fail(monkeypatch):
     t = torch.ones(2)
     rec = _records(monkeypatch, lambda: (checks.expect_close(t, t, "a"), checks.expect_close(t, t, "b")))
     reference = _reference(rec)
-    assert "received 0 of the 4" in verdict.judge([], reference)
-    assert "received 5 of the 4" in verdict.judge(rec + rec[:1], reference)
+    assert "received 0 of the 2" in verdict.judge([], reference)
+    assert "received 3 of the 2" in verdict.judge(rec + rec[:1], reference)
     renamed = [dict(r) for r in rec]
-    renamed[2]["what"] = "c"
+    renamed[1]["what"] = "c"
     assert "another check" in verdict.judge(renamed, reference)
     assert "no reference" in verdict.judge(rec, None)
 
@@ -117,6 +119,40 @@ def test_python_values_compare_as_equal_does(monkeypatch):
     reference = _reference(_records(monkeypatch, lambda: checks.expect_equal(1, 1, "n")))
     assert verdict.judge(_records(monkeypatch, lambda: checks.expect_equal(1.0, 1, "n")), reference) is None
     assert verdict.judge(_records(monkeypatch, lambda: checks.expect_equal(2, 1, "n")), reference) is not None
+
+
+def test_a_withheld_expected_value_never_reaches_the_kernel_or_its_records(monkeypatch):
+    right = torch.arange(6.0).reshape(2, 3)
+    reference = _reference(_records(monkeypatch, lambda: (checks.expect_close(right, right, "x"),
+                                                          checks.expect_equal(right.long(), right.long(), "y"))))
+    w = checks.WITHHELD
+
+    def test(got):
+        checks.expect_close(got, w[0], "x")          # what a stripped hidden test runs: no comparison in the kernel
+        checks.expect_equal(got.long(), w[1].long(), "y")
+
+    rec = _records(monkeypatch, lambda: test(right))
+    assert all("expected" not in r for r in rec) and verdict.judge(rec, reference) is None
+    rec = _records(monkeypatch, lambda: test(right + 1))
+    assert verdict.failing(rec, reference) == ["check 1 of 2 (x)", "check 2 of 2 (y)"]
+    # where the expected value depends on the learner's code, a record without it cannot pass
+    assert verdict.judge(_records(monkeypatch, lambda: test(right)), _reference(reference, fixed=False)) is not None
+    for needs_content in (len, bool, list, float):
+        with pytest.raises(TypeError, match="withheld"):
+            needs_content(w)
+
+
+def test_long_reprs_are_compared_as_text_never_parsed(monkeypatch):
+    import ast
+
+    calls = []
+    real = ast.literal_eval
+    monkeypatch.setattr(ast, "literal_eval", lambda text: calls.append(len(text)) or real(text))
+    assert verdict.agree("equal", {"py": "1"}, {"py": "1.0"}, None, None)
+    big = "[" + "1, " * 1_000_000 + "]"
+    assert not verdict.agree("equal", {"py": big}, {"py": "[1]"}, None, None)
+    assert not verdict.agree("equal", {"py": "{'a': 1}"}, {"py": "{'a': 1.0}"}, None, None)   # not a number
+    assert max(calls) <= verdict.LITERAL_CHARS
 
 
 def test_nothing_is_sent_outside_grading(monkeypatch):

@@ -8,10 +8,13 @@ One module per idea:
 - :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
 - :mod:`~course_utils.grading.parallel` -- N submissions at a time, merged into the gradebook by one writer
 - :mod:`~course_utils.grading.exchange` -- nbgrader's exchange: its folder, a student's configuration
+- :mod:`~course_utils.grading.collect` -- ``nbgrader collect`` that knows who submitted, and copies files only
 - :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; the checks' records collected
 - :mod:`~course_utils.grading.reference` -- the solution's own run, once per chapter, that submissions are held to
 - :mod:`~course_utils.grading.verdict` -- who decides a test's result: the grader, from plain data, outside the kernel
+- :mod:`~course_utils.grading.withhold` -- hidden tests without their expected values; the class's secret probes
 - :mod:`~course_utils.grading.sandbox` -- the box: bubblewrap, cgroups, limits
+- :mod:`~course_utils.grading.seccomp` -- the system calls the box denies
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests
 - :mod:`~course_utils.grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from html import escape as html_escape
 from pathlib import Path
 
-from course_utils.grading import parallel, reference, sandbox
+from course_utils.grading import parallel, reference, sandbox, withhold
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
     course_root,
+    grader_memory_mb,
     nbgrader,
     new_course,
+    origin,
 )
 from course_utils.grading.feedback import sanitise_html_file
 from course_utils.grading.gradebook import (
@@ -99,25 +103,49 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
     # Feedback is made again for every submission of the chapter, graded now or not: a grader may have
     # marked written answers in formgrader since the last run, and the feedback must show those marks.
     if feedback and (graded or _autograded(course, chapter, submissions)):
-        nbgrader("generate_feedback", chapter, "--force", course=course, check=False)
-        for student in submissions:   # nbgrader rewrote every student's feedback of the chapter
-            html = course / "feedback" / student / chapter / f"{nb_name}.html"
-            if student not in graded:
-                if html.exists():
-                    sanitise_html_file(html)
-                continue
-            html = course / "feedback" / student / chapter / f"{nb_name}.html"
-            if not html.exists():   # made again alone, for this student's own reason
-                proc = nbgrader("generate_feedback", chapter, "--force", f"--student={student}", course=course,
-                                check=False)
-            if html.exists():
-                sanitise_html_file(html)
-            else:
-                record = course / "autograded" / student / chapter / RECORD
-                data = json.loads(record.read_text())
-                data["faults"] = data.get("faults", []) + [f"no feedback could be made ({parallel.last_error(proc.stderr)})"]
-                record.write_text(json.dumps(data))
+        _make_feedback(course, chapter, submissions, nb_name)
     return read_grades(course, chapter, list(submissions))
+
+
+FEEDBACK_S = 120   # what making one student's feedback may take; nbgrader's own HTML export takes seconds
+FALLBACK = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Feedback</title></head>
+<body><h1>Feedback for {chapter}</h1>
+<p>The grader could not make this feedback page: {why}. Your notebook was graded; your instructor has
+your scores and can tell you more.</p></body></html>
+"""
+
+
+def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], nb_name: str) -> None:
+    """Every autograded student's feedback of ``chapter``, made again (a grader may have marked written
+    answers in formgrader since the last run, and the feedback must show those marks).
+
+    nbgrader makes the whole chapter's at once, in a process with a memory cap and a time limit. A
+    student whose page is missing after it (the run stopped on someone's notebook) gets their own run,
+    with the same limits; where that fails too, a short page says so (and the instructor's record).
+    """
+    students = [s for s in submissions if (course / "autograded" / s / chapter).is_dir()]
+    html = {s: course / "feedback" / s / chapter / f"{nb_name}.html" for s in students}
+    for path in html.values():
+        path.unlink(missing_ok=True)
+    nbgrader("generate_feedback", chapter, "--force", course=course, check=False,
+             timeout=FEEDBACK_S * max(1, len(students)), memory_mb=grader_memory_mb())
+    for student in students:
+        proc = None
+        if not html[student].exists():   # made again alone, for this student's own reason
+            proc = nbgrader("generate_feedback", chapter, "--force", f"--student={student}", course=course,
+                            check=False, timeout=FEEDBACK_S, memory_mb=grader_memory_mb())
+        if html[student].exists():
+            sanitise_html_file(html[student])
+            continue
+        why = f"it was too large or took too long ({parallel.last_error(proc.stderr if proc else '')})"
+        html[student].parent.mkdir(parents=True, exist_ok=True)
+        html[student].write_text(FALLBACK.format(chapter=chapter, why=html_escape(why)))
+        record = course / "autograded" / student / chapter / RECORD
+        if record.exists():
+            data = json.loads(record.read_text())
+            data["faults"] = data.get("faults", []) + [f"no feedback could be made: {why}"]
+            record.write_text(json.dumps(data))
 
 
 def _autograded(course: Path, chapter: str, submissions: Mapping[str, Path]) -> bool:
@@ -150,6 +178,19 @@ def grade(notebook: Path, root: Path | None = None, student: str = "you") -> Not
         shutil.rmtree(course, ignore_errors=True)
 
 
+def _ensure_probe_secret(root: Path) -> None:
+    """A class's hidden probes come from a secret of its own (``withhold.py``): made on the first
+    ``make autograde`` of a real course (a throwaway course uses its origin's, or the variable)."""
+    path = root / withhold.SECRET_FILE
+    if origin(root) != root or os.environ.get(withhold.SECRET_VARIABLE) or path.exists():
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    print(f"made {withhold.SECRET_FILE}: this class's hidden tests draw their probes from it (keep it; "
+          "never commit or share it)")
+
+
 def instructor_autograde(root: Path | None = None, force: bool = False,
                          jobs: int | str | None = None) -> dict[tuple[str, str], NotebookGrades]:
     """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary.
@@ -175,6 +216,7 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
           f"({parallel.usable_cores()} cores; JOBS=N changes it)")
     for w in iso.warnings:
         print(f"WARNING: {w}")
+    _ensure_probe_secret(root)
     backup = backup_gradebook(root)
     if backup:
         print(f"gradebook backed up to {backup.relative_to(root)}")

@@ -66,14 +66,41 @@ def _env() -> dict[str, str]:
     return env
 
 
+GRADER_MEMORY_MB = 3072   # the address space of one nbgrader process (GRADING_GRADER_MEMORY_MB overrides it)
+
+
+def _grader_memory(memory_mb: int | None):
+    """A ``preexec_fn`` that caps the nbgrader process's address space (its *soft* limit: the kernel
+    launcher it starts raises its own back, then sets the box's limits; see ``sandbox._kernel_main``)."""
+    if memory_mb is None:
+        return None
+
+    def cap() -> None:
+        import resource
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        want = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+    return cap
+
+
+def grader_memory_mb() -> int:
+    """The memory cap of each nbgrader process: ``GRADING_GRADER_MEMORY_MB``, else :data:`GRADER_MEMORY_MB`."""
+    raw = os.environ.get("GRADING_GRADER_MEMORY_MB", "")
+    return int(float(raw)) if raw else GRADER_MEMORY_MB
+
+
 def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str] | None = None,
-             timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Run ``nbgrader ARGS`` in the course directory ``course`` (which holds the config)."""
+             timeout: float | None = None, memory_mb: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in the course directory ``course`` (which holds the config), with at most
+    ``timeout`` seconds and ``memory_mb`` MiB of address space where they are given."""
     try:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course,
-                              env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
+                              env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=_grader_memory(memory_mb))
     except subprocess.TimeoutExpired as e:
         proc = subprocess.CompletedProcess(e.cmd, 124, "", f"[ERROR] nbgrader ran past {timeout:g} s")
+    if proc.returncode != 0 and memory_mb is not None and "MemoryError" in (proc.stderr or ""):
+        proc.stderr += f"\n[ERROR] nbgrader ran out of its {memory_mb} MiB"
     if check and proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc

@@ -21,6 +21,7 @@ cannot be read as a score; a test cell whose outputs were cleared, or that was s
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import json
 import os
@@ -34,13 +35,16 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
 from course_utils.checks import RECORD_FLAG
-from course_utils.grading import feedback, reference, sandbox, verdict
+from course_utils.grading import feedback, reference, sandbox, verdict, withhold
+from course_utils.grading.course import origin
 from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
 
 CELL_OUTPUT_BYTES = 2 * 2**20       # what one cell's outputs may hold; more is cut
 NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # what all outputs of a notebook may hold
 MESSAGE_BYTES = 64 * 2**20          # a bigger message cuts the kernel's output channel: the notebook stops
 RECORD_BYTES = 32 * 2**20           # what the checks' records of a notebook may hold; more are dropped
+ONE_RECORD_BYTES = 2**20            # one record (the course's largest is 0.2 MiB); a bigger one is kept as refused
+TEST_FAILED = "TestFailed"          # the ename of a test whose message the grader wrote (after the hidden tests begin)
 HIDDEN = "BEGIN HIDDEN TESTS"
 
 # The reference run makes each test cell a second time, with the answer cells' functions and
@@ -109,6 +113,11 @@ class _Stop(Exception):
     pass
 
 
+# exception names a failure note may repeat (a kernel's own names could carry anything)
+_SAFE_ENAMES = frozenset({n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
+                         | {"CheckFailed"})
+
+
 def _load_reference(chapter: str | None = None, limits: sandbox.Limits | None = None) -> dict | None:
     """The solution's reference run of this chapter (``None``: every test fails).
 
@@ -174,12 +183,13 @@ class SandboxedExecute(Execute):
         self.limits = sandbox.Limits.from_env()
         self.interrupt_on_timeout = False
         self._deadline = time.monotonic() + self.limits.notebook_s
-        self._stopped = self._guarded = False
+        self._stopped = self._guarded = self._hidden_began = False
         self._reply = None
         self._cell_bytes: dict[int, int] = {}
         self._total_bytes = 0
         self._cut: set[int] = set()
         chapter = (resources or {}).get("nbgrader", {}).get("assignment")
+        self._probe_key = withhold.probe_key(origin(Path.cwd()), str(chapter)) if chapter else None
         solution = Path.cwd() / "solutions" / str(chapter)   # nbgrader runs in the course root
         sources = sorted(solution.glob("*.ipynb")) if chapter else []
         self._bindings = sandbox.chapter_bindings(sources[0]) if len(sources) == 1 else {}
@@ -238,6 +248,10 @@ class SandboxedExecute(Execute):
             if self._record_bytes + size > RECORD_BYTES:
                 self._fault(f"the checks' records were over {RECORD_BYTES // 2**20} MiB; the rest were dropped")
             return
+        if size > ONE_RECORD_BYTES or not isinstance(record, dict):   # kept in its place, and it fails
+            record = {"kind": str(record.get("kind"))[:20] if isinstance(record, dict) else None,
+                      "what": str(record.get("what"))[:500] if isinstance(record, dict) else None, "refused": True}
+            size = _size(record)
         self._record_bytes += size
         self._records.setdefault((self._pass, cell_index), []).append(record)
 
@@ -254,18 +268,24 @@ class SandboxedExecute(Execute):
         content = (self._reply or {}).get("content", {})
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
         ok = content.get("status") == "ok" and not errors
-        keep = [] if HIDDEN in cell.source else [o for o in cell.outputs
-                                                  if o.get("output_type") == "stream" and o.get("name") == "stdout"]
+        keep = [] if self._hidden_began else [o for o in cell.outputs
+                                               if o.get("output_type") == "stream" and o.get("name") == "stdout"]
         why = None
-        if ok and not self.reference_mode:
+        reference_checks = None
+        if not self.reference_mode:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            cells = (self._reference or {}).get("cells", {})
-            why = verdict.judge(self._records.get((0, index), []), cells.get(grade_id))
+            reference_checks = (self._reference or {}).get("cells", {}).get(grade_id)
+            if ok:
+                why = verdict.judge(self._records.get((0, index), []), reference_checks)
         if ok and why is None:
             cell.outputs = keep
             return
         if why is not None:
             err = _error(NOT_CONFIRMED, f"the grader did not confirm this test: {why}")
+        elif self._hidden_began and not self.reference_mode:
+            # From the first hidden test on, nothing the kernel says reaches the feedback: the
+            # grader names the failed checks from its reference run.
+            err = _error(TEST_FAILED, self._failure_note(index, reference_checks, errors, content))
         elif errors:
             err = _error(str(errors[0].get("ename")), str(errors[0].get("evalue")))
         elif content.get("status") == "error":
@@ -273,6 +293,22 @@ class SandboxedExecute(Execute):
         else:
             err = _error(FAULT, f"the kernel gave no result for this test (status {content.get('status')!r})")
         cell.outputs = keep + [err]
+
+    def _failure_note(self, index: int, reference_checks, errors, content) -> str:
+        """What failed in a test cell, in the grader's words: check names from the reference, no value."""
+        if reference_checks is None:
+            return "the test failed (the grader has no reference run for it)"
+        records = self._records.get((0, index), [])
+        wrong = verdict.failing(records, reference_checks)
+        if wrong:
+            more = f"; and {len(wrong) - 8} more" if len(wrong) > 8 else ""
+            return f"{len(wrong)} of {len(reference_checks)} checks failed: {'; '.join(wrong[:8])}{more}"
+        ename = str((errors[0] if errors else content).get("ename", ""))
+        if ename == "NotImplementedYet":
+            return "not implemented yet: replace `raise NotImplementedError()` with your code"
+        raised = ename if ename in _SAFE_ENAMES else "an exception"
+        return (f"the test stopped with {raised} before its checks were done (the checks it made hold; "
+                "its own message is not shown after the hidden tests begin)")
 
     def _finish(self, nb, why_not_run: str) -> None:
         tampered = {k.rsplit("-", 1)[0] for k in self._report["tampering"]}
@@ -291,10 +327,11 @@ class SandboxedExecute(Execute):
                 cell.outputs = [_error(FAULT, why_not_run)]
             exercise = str(meta.get("grade_id", "")).rsplit("-", 1)[0]
             if exercise in tampered:
-                what = "; ".join(sorted({w for k, v in self._report["tampering"].items()
-                                         if k.rsplit("-", 1)[0] == exercise for w in v}))[:300]
+                # What was changed is named in the instructor's report (grading.json, make autograde's
+                # summary), not here: the guard's findings are the kernel's words, and this reaches feedback.
                 cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
-                cell.outputs.append(_error(TAMPERING, f"the notebook changed what the tests rely on: {what}"))
+                cell.outputs.append(_error(TAMPERING, "the notebook changed what the tests rely on "
+                                                      "(your instructor's report says what)"))
         nb.metadata[META] = self._report
 
     def _guard(self, expr: str) -> list[str]:
@@ -302,7 +339,8 @@ class SandboxedExecute(Execute):
         reply = self.wait_for_reply(msg_id)
         r = (reply or {}).get("content", {}).get("user_expressions", {}).get("r", {})
         if not isinstance(r, dict) or r.get("status") != "ok":
-            return [f"the tamper guard failed: {r.get('ename') if isinstance(r, dict) else r}"]
+            ename = str(r.get("ename")) if isinstance(r, dict) else ""
+            return [f"the tamper guard failed: {ename if ename in _SAFE_ENAMES else 'it did not answer'}"]
         try:
             found = json.loads(ast.literal_eval(r["data"]["text/plain"]))
             assert isinstance(found, list)
@@ -327,6 +365,7 @@ class SandboxedExecute(Execute):
                 if out != ["installed"]:
                     self._fault(f"the grader could not set up its tamper guard: {out}")
             test = _is_test(cell)
+            self._hidden_began = self._hidden_began or (test and HIDDEN in cell.source)
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             found = []
             if test:
@@ -334,7 +373,15 @@ class SandboxedExecute(Execute):
             self._run.add(index)
             self._reply = None
             # Test cells stay out of IPython's history (In, _ih, Out): later cells cannot print them.
-            cell = self.execute_cell(cell, index, store_history=not test)
+            # A submission's kernel gets test cells without their expected values (withhold.py).
+            source = cell.source
+            if test:
+                cell.source = self._as_sent(source)
+            try:
+                cell = self.execute_cell(cell, index, store_history=not test)
+            finally:
+                cell.source = source
+                self.nb.cells[index].source = source
             if test:
                 found += self._guard(self._check_expr(cell))
                 if found:
@@ -362,12 +409,19 @@ class SandboxedExecute(Execute):
             self._stop(f"the kernel died in cell {index + 1} (exit status {code}; {why})")
         return cell, resources
 
+    def _as_sent(self, source: str) -> str:
+        """A test cell as the kernel gets it: secret probe seeds, and (for a submission) no expected values."""
+        source = withhold.seed_probes(source, self._probe_key)
+        return source if self.reference_mode else withhold.strip_expected(source)
+
     def _run_shifted(self, cell, index: int) -> None:
         """The reference run only: the test cell once more, its answers tainted (see TAINT)."""
         self._quiet(TAINT.replace("NAMES", repr(self._answer_names)))
         self._pass = 1
+        again = copy.deepcopy(cell)
+        again.source = self._as_sent(cell.source)
         try:
-            self.execute_cell(copy.deepcopy(cell), index, store_history=False)
+            self.execute_cell(again, index, store_history=False)
         finally:
             self.nb.cells[index] = cell   # nbclient puts the cell it ran into the notebook
             self._pass = 0

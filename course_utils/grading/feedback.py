@@ -4,9 +4,14 @@
   outputs are cleaned with ``nh3`` (no ``<script>``, no ``on*`` attributes, no ``javascript:``
   URLs), JavaScript outputs are dropped, SVG becomes a note. The autograded notebook, the
   formgrader's view of it and the feedback are all made from these outputs.
+* :class:`WithholdAfterHidden` (first) keeps out of the feedback everything the kernel said from
+  the first hidden test on: once hidden code has run in the kernel, a learner's cell could print
+  it in any encoding (base64 of IPython's caches, of ``linecache``, of a frame's constants), so
+  the outputs of every later cell are withheld, and a test cell shows only the grader's own
+  result (check names from its reference run, never a value: ``execution.py``).
 * :class:`ScrubHidden` (before ``ClearHiddenTests``) removes from every output any line that
   holds a line of a hidden test, wherever it came from (a test's stdout, IPython's history, a
-  traceback, a file the notebook read).
+  traceback, a file the notebook read): a second line for what ran before the hidden tests.
 * :class:`ShortTracebacks` keeps one line per error in graded cells.
 * :class:`FaultNote` puts the submission's faults at the top.
 * :func:`sanitise_html_file` cleans the ``<body>`` of the written feedback HTML once more (the
@@ -24,7 +29,8 @@ import nh3
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
-from course_utils.grading.results import META
+from course_utils.grading.course import exercise_of
+from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
 
 _ATTRIBUTES = {"*": {"class", "id", "title"}, "img": {"src", "alt", "width", "height"}, "a": {"href"},
                "td": {"colspan", "rowspan", "align"}, "th": {"colspan", "rowspan", "align", "scope"}}
@@ -88,6 +94,43 @@ def scrub(text: str, lines: list[str]) -> str:
     return "".join(out)
 
 
+GRADER_ENAMES = (FAULT, TAMPERING, NOT_CONFIRMED, "TestFailed")   # errors the grader writes itself
+WITHHELD = ("[output withheld from the feedback: this cell ran after the first hidden test, and nothing the "
+            "notebook printed from then on is shown]\n")
+
+
+def first_hidden(nb) -> int | None:
+    """The index of the first test cell with hidden tests (the grader's release puts them there)."""
+    for i, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") and HIDDEN.search(
+                cell.get("source", "")):
+            return i
+    return None
+
+
+class WithholdAfterHidden(Preprocessor):
+    """From the first hidden test on, keep only what the grader wrote (see the module's docstring)."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        start = first_hidden(nb)
+        if start is None:
+            return nb, resources
+        for cell in nb.cells[start:]:
+            if cell.cell_type != "code":
+                continue
+            meta = cell.metadata.get("nbgrader", {})
+            test = meta.get("grade") and not meta.get("solution")
+            kept = [o for o in cell.get("outputs", [])
+                    if test and o.get("output_type") == "error" and o.get("ename") in GRADER_ENAMES]
+            if not test and cell.get("outputs"):
+                kept = [nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)]
+            cell.outputs = kept
+        return nb, resources
+
+
 class ScrubHidden(Preprocessor):
     """Remove every line of a hidden test from every output (runs before ClearHiddenTests)."""
 
@@ -132,9 +175,9 @@ class FaultNote(Preprocessor):
     def preprocess(self, nb, resources):
         report = nb.metadata.get(META, {})
         lines = list(report.get("faults", []))
-        for test, what in report.get("tampering", {}).items():
-            lines.append(f"{test}: the notebook changed what the tests rely on ({'; '.join(what)[:300]}); "
-                         "this exercise gets 0")
+        for exercise in sorted({exercise_of(test) for test in report.get("tampering", {})}):
+            lines.append(f"{exercise}: the notebook changed what the tests rely on (your instructor's report "
+                         "says what); this exercise gets 0")
         if lines:
             text = "**Grading note.** " + " ".join(f"{ln}." if not ln.endswith(".") else ln for ln in lines)
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(clean_html(text)))

@@ -9,6 +9,11 @@ release notebook (generated from ``solutions/``, the trusted template):
   metadata; from the submission only the *source* of the answer cells is taken (matched by
   ``grade_id``, the first cell that carries it);
 * the learner's own extra cells are kept as plain cells of their type (source only);
+* the learner's text is bounded: a cell over ``MAX_CELL_CHARS`` characters, and whatever goes over
+  ``MAX_TEXT_CHARS`` in all, is cut (with a note in the cell and a fault), so that nothing the grader
+  does with it afterwards (the feedback's Markdown rendering, the sanitiser) costs more than that;
+* outputs are never read: a notebook over the size one with outputs has only because of its outputs
+  is graded without them (up to ``MAX_NOTEBOOK_BYTES`` on disk);
 * nothing else of the submission counts: its tags (``skip-execution``, ``raises-exception``),
   its cell and notebook metadata (``"nbgrader": "x"``, ``schema_version: 99``), its outputs,
   its kernelspec, a second copy of a test cell (dropped);
@@ -36,7 +41,10 @@ from nbformat.notebooknode import NotebookNode
 from course_utils.grading.course import chapter_notebook, chapters, origin
 from course_utils.grading.results import GRADER_VERSION, META
 
-MAX_NOTEBOOK_BYTES = 32 * 2**20     # a chapter's notebook with outputs is well under 2 MiB
+MAX_NOTEBOOK_BYTES = 128 * 2**20    # read at most this; a chapter's notebook with outputs is well under 2 MiB
+OUTPUTS_NOTE_BYTES = 32 * 2**20     # a bigger notebook gets a note that its outputs were not read
+MAX_CELL_CHARS = 100_000            # what one cell of the learner's may hold; more is cut
+MAX_TEXT_CHARS = 1_000_000          # what all the learner's cells may hold together; more is cut
 HIDDEN_DELIMITERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
@@ -127,11 +135,28 @@ def _plain(kind: str, source: str) -> NotebookNode:
     return nbformat.v4.new_code_cell(source)
 
 
+class _Budget:
+    """The learner's text allowance: ``take(source)`` gives the source, cut where it goes over."""
+
+    def __init__(self) -> None:
+        self.left, self.cut = MAX_TEXT_CHARS, 0
+
+    def take(self, source: str) -> str:
+        room = min(MAX_CELL_CHARS, max(self.left, 0))
+        if len(source) > room:
+            self.cut += 1
+            source = source[:room] + f"\n[cut by the grader: over {MAX_CELL_CHARS:,} characters in a cell or " \
+                                     f"{MAX_TEXT_CHARS:,} in the notebook]\n"
+        self.left -= len(source)
+        return source
+
+
 def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str]]:
     """The notebook to grade: ``template`` (the release) with the learner's answers and extra cells."""
     by_id = {_meta(c)["grade_id"]: c for c in template.cells if _meta(c).get("grade_id")}
     out, used, faults = [], set(), []
     retyped, dropped, delimited = [], [], False
+    budget = _Budget()
     for cell in cells:
         if not isinstance(cell, dict):
             continue
@@ -140,6 +165,8 @@ def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str
         source = _source(cell)
         gid = _meta(cell).get("grade_id")
         tc = by_id.get(gid) if isinstance(gid, str) else None
+        if tc is None or _meta(tc).get("solution"):   # the learner's own text
+            source = budget.take(source)
         if tc is not None and gid not in used:
             used.add(gid)
             new = copy.deepcopy(tc)
@@ -157,6 +184,9 @@ def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str
             source, hit = _neutralise(source)
             delimited |= hit
             out.append(_plain(kind, source))
+    if budget.cut:
+        faults.append(f"{budget.cut} cell(s) of the submission were cut: a cell may hold {MAX_CELL_CHARS:,} "
+                      f"characters, the notebook {MAX_TEXT_CHARS:,}")
     if retyped:
         faults.append(f"graded cells whose type was changed were given their type back: {', '.join(retyped)}")
     if dropped:
@@ -206,6 +236,9 @@ def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
                                                "graded as blank")
         return _set_aside(blank, dest, f"none of {chapter}'s graded cells are in {submitted.name}; graded as blank")
     nb, faults = rebuild(data["cells"], blank)
+    if len(raw) > OUTPUTS_NOTE_BYTES:
+        faults.append(f"{submitted.name} was {len(raw) / 2**20:.0f} MiB with its stored outputs; it was graded "
+                      "without them (the grader never reads outputs)")
     nbformat.validate(nb)
     nb.metadata[META] = {"faults": faults}
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_utils.grading import sandbox
-from course_utils.grading.course import nbgrader
+from course_utils.grading.course import grader_memory_mb, nbgrader
 from course_utils.grading.intake import Refused, intake, one_line, read_submission
 
 # What nbgrader's exchange puts beside a submitted notebook and later steps need: ``collect``
@@ -164,7 +164,8 @@ def _grade_into(scratch: Path, course: Path, chapter: str, student: str, submitt
                     f"--CourseDirectory.submitted_directory={staging}",
                     f"--CourseDirectory.autograded_directory={scratch / 'autograded'}",
                     f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}",
-                    course=course, check=False, env=env, timeout=limits.notebook_s + 300)
+                    course=course, check=False, env=env, timeout=limits.notebook_s + 300,
+                    memory_mb=grader_memory_mb())
     graded = Graded(student, scratch, faults, seconds=time.monotonic() - start)
     if proc.returncode != 0 or not (graded.autograded(chapter) / release.name).exists():
         graded.error = f"nbgrader could not grade it ({last_error(proc.stderr)})"

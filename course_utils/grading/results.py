@@ -14,7 +14,7 @@ FAULT = "GradingFault"           # the ename of the error put into graded cells 
 TAMPERING = "TamperingDetected"  # the ename of the error put into the graded cells of a tampered exercise
 NOT_CONFIRMED = "NotConfirmedByGrader"  # the ename of a test the kernel passed but the grader's own comparison did not
 RECORD = "grading.json"          # autograded/<student>/<chapter>/grading.json: what was graded, and why not
-GRADER_VERSION = "4"             # part of every fingerprint: bump it to regrade everything
+GRADER_VERSION = "5"             # part of every fingerprint: bump it to regrade everything
 
 
 @dataclass

@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
+from course_utils.grading import seccomp
+
 PACKAGE = Path(__file__).resolve().parent.parent     # course_utils (its teaching modules go in the box)
 GUARD = "_course_tamper_guard"                       # the tamper guard's module name inside the box
 KERNEL_NAME = "attention-course-sandbox"
@@ -119,6 +121,7 @@ class Isolation:
     pids_cgroup: Path | None     # where the boxes' pids cgroups are made
     root: bool
     warnings: tuple[str, ...]
+    userns_closed: bool = False  # bwrap --disable-userns works (bubblewrap 0.8.0 and later)
 
     @property
     def sandboxed(self) -> bool:
@@ -130,26 +133,52 @@ def isolation() -> Isolation:
     warnings = []
     root = os.geteuid() == 0
     bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+    userns_closed = False
     if bwrap is None:
         warnings.append(f"no bubblewrap (`bwrap`): submissions cannot be sandboxed; {INSTALL_HINT}")
     else:
-        probe = [bwrap, *_namespaces(), *_system_view(), "--", sys.executable, "-c", "pass"]
-        try:
-            ok = subprocess.run(probe, capture_output=True, timeout=60)
-            if ok.returncode != 0:
-                warnings.append(f"`bwrap` cannot create the sandbox here ({ok.stderr.decode(errors='replace').strip()[:200]}); "
-                                "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) "
-                                "or grade as root or in a container")
-                bwrap = None
-        except (OSError, subprocess.TimeoutExpired) as e:
-            warnings.append(f"`bwrap` failed: {e}")
-            bwrap = None
+        bwrap, userns_closed, why = _probe(bwrap)
+        if bwrap is None:
+            warnings.append(why)
+        elif not userns_closed:
+            warnings.append("this bubblewrap has no --disable-userns (it came in 0.8.0): code in the box can still "
+                            "make nested user namespaces (the seccomp filter still denies unshare, setns and mount)")
     memory = _own_cgroup("memory")
     pids = _own_cgroup("pids")
     if bwrap and (memory is None or pids is None):
         warnings.append("no cgroups for the box (they need root and cgroup v1 memory and pids): memory is limited "
                         "per process only, and processes only by the check after each cell")
-    return Isolation(bwrap, memory, pids, root, tuple(warnings))
+    return Isolation(bwrap, memory, pids, root, tuple(warnings), userns_closed=bool(bwrap) and userns_closed)
+
+
+def _probe(bwrap: str) -> tuple[str | None, bool, str]:
+    """``(bwrap or None, whether --disable-userns works, why not)``: a trial box with the hardening."""
+    base = [bwrap, *_namespaces(), *_system_view()]
+    tail = ["--", sys.executable, "-c", "pass"]
+    why = ""
+    for userns in (["--disable-userns"], []):
+        fd = seccomp.memfd()
+        argv = [*base, *userns, *(["--seccomp", str(fd)] if fd is not None else []), *tail]
+        try:
+            ok = subprocess.run(argv, capture_output=True, timeout=60, pass_fds=(fd,) if fd is not None else ())
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, False, f"`bwrap` failed: {e}"
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if ok.returncode == 0:
+            return bwrap, bool(userns), ""
+        why = ok.stderr.decode(errors="replace").strip()[:200]
+    return None, False, (f"`bwrap` cannot create the sandbox here ({why}); allow unprivileged user namespaces "
+                         "(sysctl kernel.unprivileged_userns_clone=1) or grade as root or in a container")
+
+
+def hardening(iso: Isolation) -> tuple[list[str], int | None]:
+    """bwrap's arguments that close the box further, and the seccomp filter's descriptor to pass on:
+    no nested user namespaces (where this bwrap can) and the system calls of ``seccomp.DENIED``."""
+    fd = seccomp.memfd()
+    args = ["--disable-userns"] if iso.userns_closed else []
+    return args + (["--seccomp", str(fd)] if fd is not None else []), fd
 
 
 def _namespaces() -> list[str]:
@@ -311,6 +340,8 @@ def _kernel_main(box: Path, connection_file: str) -> None:
     for cg in cgroups:
         Path(cg, "cgroup.procs").write_text(str(os.getpid()))
     mb = 2**20
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)   # the nbgrader process's own cap is not the box's
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     rlimits = [(resource.RLIMIT_FSIZE, limits.file_mb * mb), (resource.RLIMIT_CORE, 0)]
     if not any("/memory/" in cg for cg in cgroups):   # the memory cgroup limits the whole box; else per process
         rlimits.append((resource.RLIMIT_AS, limits.memory_mb * mb))
@@ -334,7 +365,8 @@ def _kernel_main(box: Path, connection_file: str) -> None:
             (box / name).mkdir(exist_ok=True)
         os.chdir(box / "work")
         os.execvpe(kernel[0], kernel, env)
-    argv = [iso.bwrap, *_namespaces(), *_system_view(),
+    closing, _ = hardening(iso)   # the seccomp descriptor is inheritable: exec keeps it open for bwrap
+    argv = [iso.bwrap, *_namespaces(), *closing, *_system_view(),
             "--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
             "--size", str(limits.file_mb * mb), "--tmpfs", "/box",
             "--dir", "/box/work", "--dir", "/box/home", "--dir", "/box/tmp",
