@@ -3,16 +3,19 @@
 Chapter 3's attention builds the whole ``L_q x L_k`` score matrix, softmaxes it and keeps it for
 the backward pass: memory O(L^2). Two ideas remove it.
 
-* **The online softmax** (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"):
-  a softmax-weighted sum can be accumulated over blocks of keys with a running maximum ``m``, a
-  running normaliser ``denom`` and a running (unnormalised) output ``acc``; when a block raises the
-  maximum from ``m`` to ``m'``, everything accumulated so far is rescaled by ``exp(m - m')``
-  (:func:`online_softmax_update`). One pass, no ``L_k``-long row stored.
+* **The online softmax**: a softmax's normaliser in one pass, with a running maximum ``m`` and a
+  running normaliser ``denom`` (Milakov & Gimelshein 2018, "Online normalizer calculation for
+  softmax"); carrying a running (unnormalised) output ``acc`` along as well makes a
+  softmax-weighted sum over blocks of keys one pass too (Rabe & Staats 2021, "Self-attention Does
+  Not Need O(n^2) Memory"). When a block raises the maximum from ``m`` to ``m'``, everything
+  accumulated so far is rescaled by ``exp(m - m')`` (:func:`online_softmax_update`). No
+  ``L_k``-long row stored.
 * **Tiling with recomputation** (Dao et al. 2022, "FlashAttention"): queries are cut into blocks
-  too; each ``(block_q, block_k)`` tile of scores lives only while it is used. The forward pass
-  keeps the output and one log-sum-exp per query (O(L)); the backward pass recomputes each tile's
-  probabilities from ``q``, ``k`` and the log-sum-exp instead of storing them
-  (:class:`FlashAttentionFunction`).
+  too; each ``(block_q, block_k)`` tile of scores lives only while it is used, and the backward pass
+  recomputes each tile's probabilities instead of storing them (:class:`FlashAttentionFunction`).
+  The form here is FlashAttention-2's (Dao 2023, Algorithms 1 and 2): query blocks outermost, the
+  output divided by the normaliser once at the end, and one log-sum-exp per query kept (O(L)), from
+  which the backward pass recomputes ``P = exp(S - lse)``.
 
 This is the *algorithm*, written in PyTorch on the CPU: every tile is a separate PyTorch call, so it
 is slower than one fused kernel here. What a real kernel adds is where the speed comes from: the
@@ -118,8 +121,13 @@ def _forward(q, k, v, causal, block_q, block_k):
 
 
 class FlashAttentionFunction(torch.autograd.Function):
-    """Tiled attention whose backward pass recomputes each tile (Dao et al. 2022, Algorithm 2 in
-    PyTorch). Saves ``q, k, v, out`` and the log-sum-exp ``(..., L_q, 1)``: O(L) memory."""
+    """Tiled attention whose backward pass recomputes each tile (Dao et al. 2022), in PyTorch.
+
+    The forward pass is FlashAttention-2's (Dao 2023, Algorithm 1: query tiles outermost, one
+    log-sum-exp per query); the backward pass recomputes ``P = exp(S - lse)`` tile by tile as
+    FlashAttention-2's Algorithm 2 does, but with the query tiles outermost (the paper puts the key
+    tiles outermost and accumulates ``dQ``). Saves ``q, k, v, out`` and the log-sum-exp
+    ``(..., L_q, 1)``: O(L) memory."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, block_q, block_k):

@@ -16,6 +16,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 __all__ = [
     "draw_attention_decoder_steps", "draw_decoder_blocks", "draw_encoder_decoder", "draw_head_groups",
+    "draw_post_pre_ln",
     "draw_kv_cache", "draw_qkv_roles", "draw_split_merge_heads", "draw_transformer", "plot_accuracy_by_length", "plot_attention", "plot_loglog",
     "plot_loss"
 ]
@@ -442,6 +443,37 @@ def draw_transformer(ax=None):
     ax.set_xlim(-0.6, 8.3)
     ax.set_ylim(-0.1, ys_d[-1] + 0.9)
     ax.axis("off")
+    return ax
+
+
+def draw_post_pre_ln(ax=None):
+    """One sub-layer of each kind, bottom to top (chapter 6): Post-LN normalises the sum, so the
+    residual path (grey) passes through a layer norm; Pre-LN normalises only the sub-layer's input,
+    so the residual path goes straight through, and a last layer norm follows the last layer."""
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 4.6))[1]
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 6.4)
+    ax.axis("off")
+    cols = {"Post-LN (the paper)": (2.5, ["sub-layer", "+", "LayerNorm"]),
+            "Pre-LN (GPT-2 and later)": (7.5, ["LayerNorm", "sub-layer", "+"])}
+    for title, (x0, boxes) in cols.items():
+        ax.text(x0, 6.1, title, ha="center", fontsize=12, weight="bold")
+        ax.text(x0, 0.15, "x", ha="center", fontsize=11)
+        ax.text(x0, 5.5, "out", ha="center", fontsize=11)
+        ys = [1.2 + 1.4 * i for i in range(len(boxes))]
+        for label, y in zip(boxes, ys):
+            if label == "+":
+                ax.add_patch(plt.Circle((x0, y + 0.25), 0.22, fc="white", ec="0.3"))
+                ax.text(x0, y + 0.25, "+", ha="center", va="center")
+            else:
+                colour = "#f6d7a7" if label == "LayerNorm" else "#a7c7f6"
+                ax.add_patch(plt.Rectangle((x0 - 1.3, y), 2.6, 0.5, fc=colour, ec="0.3"))
+                ax.text(x0, y + 0.25, label, ha="center", va="center", fontsize=10)
+        for a, b in zip([0.45, *[y + 0.5 for y in ys]], [*ys, 5.35]):   # the main path, bottom to top
+            ax.annotate("", (x0, b), (x0, a), arrowprops=dict(arrowstyle="-|>", color="0.3"))
+        plus = ys[boxes.index("+")] + 0.25                    # the residual path, around the sub-layer
+        ax.plot([x0, x0 - 1.8, x0 - 1.8], [0.75, 0.75, plus], color="0.55", lw=1.5)
+        ax.annotate("", (x0 - 0.22, plus), (x0 - 1.8, plus), arrowprops=dict(arrowstyle="-|>", color="0.55", lw=1.5))
     return ax
 
 

@@ -33,7 +33,7 @@ def test_draw_split_merge_heads_and_kv_cache():
     plt.close("all")
 
 
-@pytest.mark.parametrize("draw", ["draw_transformer", "draw_decoder_blocks"])
+@pytest.mark.parametrize("draw", ["draw_transformer", "draw_decoder_blocks", "draw_post_pre_ln"])
 def test_the_chapters_diagrams_draw_on_a_new_or_given_axes(draw):
     import matplotlib.pyplot as plt
     ax = getattr(plots, draw)()

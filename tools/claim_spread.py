@@ -21,6 +21,15 @@ over every run.
     .venv/bin/python tools/claim_spread.py                       # every chapter, 5 seeds, 2 kernels
     .venv/bin/python tools/claim_spread.py ch02 --seeds 3 --jobs 2
     .venv/bin/python tools/claim_spread.py --json spread.json    # also keep the raw records
+    .venv/bin/python tools/claim_spread.py ch01 ch02 --kernels default --merge tools/claim_spread.md
+
+``--markdown FILE`` writes a new document (its header line says which tool made it, when and on
+what machine); ``--merge FILE`` updates an existing one: it removes the rows of the chapters that
+ran from every table of FILE and appends a section with the new table under the same kind of
+header line (``--note`` adds a paragraph to it). With ``--from-json`` either writes the table of an
+earlier run. The tables are never edited by hand (``tests/test_quotes.py`` checks that every
+``claims.check`` of the chapters has its row, and that every table sits under a header line of the
+tool that wrote it).
 
 One execution of every chapter takes about 6 minutes of one core; the default (7 runs a chapter)
 about 40 minutes with ``--jobs 1``.
@@ -31,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -173,6 +183,53 @@ def report(runs: list[dict], kernels: list[str]) -> str:
     return "\n".join(lines)
 
 
+TITLE = "# Experiment claims over seeds and CPU kernels"
+COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 on the native kernel (the stored outputs' "
+           "setting); its range over the seed offsets; its value at offset 0 under each other kernel; the "
+           "smallest distance to the bound over all runs.")
+ROW = re.compile(r"^\| (ch\d\d): ")
+
+
+def machine() -> str:
+    """'Intel Xeon ..., 2 cores, torch 2.x, native CPU kernel `AVX512`': where the runs were made."""
+    import platform
+
+    import torch
+    cpu = platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
+                    if ln.startswith("model name")), cpu)
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel "
+            f"`{torch.backends.cpu.get_cpu_capability()}`, one thread per notebook")
+
+
+def made_by(command: str, where: str, day: str | None = None) -> str:
+    """The header line of every table this tool writes."""
+    return f"Made by `{command}` on {day or time.strftime('%Y-%m-%d')}: {where}."
+
+
+def markdown_document(table: str, command: str, where: str, day: str | None = None) -> str:
+    """A new document: the title, the header line and the table (``--markdown``)."""
+    return f"{TITLE}\n\n{made_by(command, where, day)} {COLUMNS}\n\n{table}\n"
+
+
+def merge_document(old: str, table: str, chapters_run: list[str], command: str, where: str,
+                   note: str = "", day: str | None = None) -> str:
+    """``old`` (a document this tool wrote) with the rows of ``chapters_run`` (e.g. ``["ch01"]``)
+    removed from every table, and a section with ``table`` appended (``--merge``)."""
+    kept = [ln for ln in old.rstrip("\n").split("\n")
+            if not ((m := ROW.match(ln)) and m.group(1) in chapters_run)]
+    day = day or time.strftime("%Y-%m-%d")
+    heading = f"## {', '.join(chapters_run)} ({day})"
+    replaced = (f"The rows of {', '.join(chapters_run)} in the tables above were removed by this run and are "
+                "replaced by these.")
+    parts = ["\n".join(kept), heading, f"{made_by(command, where, day)} {COLUMNS} {replaced}"]
+    if note:
+        parts.append(note)
+    return "\n\n".join(parts + [table]) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter names or parts of them (default: all)")
@@ -182,8 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
     parser.add_argument("--json", type=Path, help="also write the raw records here")
     parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on")
+    parser.add_argument("--merge", type=Path,
+                        help="update this document: drop the rows of the chapters run, append a section with the new table")
+    parser.add_argument("--note", default="", help="a paragraph for the section --merge appends")
     parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
     args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--note" in given:   # the note is printed as its own paragraph, not in the command
+        del given[given.index("--note"):given.index("--note") + 2]
+    command = shlex.join(["tools/claim_spread.py", *(a for a in given if not a.startswith("--note="))])
     if args.from_json:
         runs = json.loads(args.from_json.read_text())
     else:
@@ -200,22 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     table = report(runs, args.kernels)
     print(table)
     if args.markdown:
-        import platform
-
-        import torch
-        native = torch.backends.cpu.get_cpu_capability()
-        cpu = platform.processor() or platform.machine()
-        info = Path("/proc/cpuinfo")
-        if info.exists():
-            cpu = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
-                        if ln.startswith("model name")), cpu)
-        args.markdown.write_text(
-            "# Experiment claims over seeds and CPU kernels\n\n"
-            f"Made by `tools/claim_spread.py` on {time.strftime('%Y-%m-%d')}: {cpu}, "
-            f"{os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel `{native}`, one thread per "
-            "notebook. Columns: the claim's bound; its value at seed offset 0 on the native kernel (the "
-            "stored outputs' setting); its range over the seed offsets; its value at offset 0 under each "
-            "other kernel; the smallest distance to the bound over all runs.\n\n" + table + "\n")
+        args.markdown.write_text(markdown_document(table, command, machine()))
+    if args.merge:
+        run_chapters = sorted({run["notebook"][:4] for run in runs})
+        args.merge.write_text(merge_document(args.merge.read_text(), table, run_chapters, command, machine(),
+                                             args.note))
     failed = any(not r["holds"] for run in runs for r in run["claims"]) or any(run["errors"] for run in runs)
     return 1 if failed else 0
 

@@ -19,6 +19,12 @@ small reversal task, taken from the text source) with every seed shifted by the 
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/spread_ch06.py --seeds 5 --parts ln share smooth
     OMP_NUM_THREADS=1 .venv/bin/python tools/spread_ch06.py --seeds 5 --parts extrap dates
+    OMP_NUM_THREADS=1 .venv/bin/python tools/spread_ch06.py --seeds 5 --parts share --fresh
+
+In one process a run's result can depend on what ran before it (the float rounding of these small,
+chaotic runs follows e.g. the memory alignment the matrix kernels see): ``--fresh`` trains each
+setting of ``share`` at each seed offset in a process of its own, and prints the settings seed by
+seed, so that a comparison between settings is not one of run order.
 
 About 2.4 s per 100-step run of the small model on a fast core: ``ln`` is 60 runs, ``share`` 30.
 ``ATEN_CPU_CAPABILITY=default`` in the environment gives the portable kernel's values.
@@ -29,6 +35,8 @@ import argparse
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from claim_spread import SEED_PRELUDE
@@ -58,13 +66,16 @@ result = rows
     "share": """
 import numpy as np
 rows = []
-for steps in (100, 300):
-    for label, kw in (("3 layers, separate", {}), ("3 layers, shared", dict(share_layers=True)), ("1 layer", dict(n_layers=1))):
-        model = small_transformer(**kw)
-        hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=steps, batch_size=64,
-                                   device="cpu", progress=False, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9)
-        sc = train.evaluate(model, small_test, small_vocab, small_vocab)
-        rows.append(dict(steps=steps, model=label, em=sc.exact_match, loss=float(np.mean(hist.loss[-20:]))))
+arms = [(steps, label, kw) for steps in (100, 300)
+        for label, kw in (("3 layers, separate", {}), ("3 layers, shared", dict(share_layers=True)), ("1 layer", dict(n_layers=1)))]
+for i, (steps, label, kw) in enumerate(arms):
+    if ARM is not None and i != ARM:
+        continue
+    model = small_transformer(**kw)
+    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=steps, batch_size=64,
+                               device="cpu", progress=False, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9)
+    sc = train.evaluate(model, small_test, small_vocab, small_vocab)
+    rows.append(dict(steps=steps, model=label, em=sc.exact_match, loss=float(np.mean(hist.loss[-20:]))))
 result = rows
 """,
     "smooth": """
@@ -111,9 +122,12 @@ result = rows
 }
 
 
-def run(part: str, offset: int, date_steps: list[int]) -> list[dict]:
+SHARE_ARMS = 6   # the ``share`` part's (steps, model) settings, each of which --fresh runs in a process of its own
+
+
+def run(part: str, offset: int, date_steps: list[int], arm: int | None = None) -> list[dict]:
     cells = re.split(r"\n(?=# %%)", SOURCE.read_text())
-    env: dict = {"DATE_STEPS_LIST": date_steps}
+    env: dict = {"DATE_STEPS_LIST": date_steps, "ARM": arm}
     exec(SEED_PRELUDE.format(offset=offset), env)
     for marker in CELLS:
         cell = next(c for c in cells if marker in c)
@@ -144,20 +158,51 @@ def table(part: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def paired(rows: list[dict]) -> str:
+    """The share part seed by seed: exact match of each setting, and the differences the chapter reads."""
+    by = {(r["offset"], r["steps"], r["model"]): r["em"] for r in rows}
+    lines = ["| steps | seed offset | separate | shared | 1 layer | shared - separate | shared - 1 layer |",
+             "|---|---|---|---|---|---|---|"]
+    for steps in sorted({r["steps"] for r in rows}):
+        for offset in sorted({r["offset"] for r in rows}):
+            sep, sh, one = (by[offset, steps, m] for m in ("3 layers, separate", "3 layers, shared", "1 layer"))
+            lines.append(f"| {steps} | {offset} | {sep:.2f} | {sh:.2f} | {one:.2f} | {sh - sep:+.2f} | {sh - one:+.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--parts", nargs="*", default=list(PARTS), choices=list(PARTS))
     parser.add_argument("--date-steps", type=int, nargs="*", default=[600])
+    parser.add_argument("--fresh", action="store_true",
+                        help="share: train every (seed offset, setting) in a fresh process of its own, so that no "
+                             "result depends on what ran before it in the process")
+    parser.add_argument("--one", type=int, nargs=2, metavar=("OFFSET", "ARM"), default=None,
+                        help="(used by --fresh) run one setting of the share part at one seed offset, print its JSON")
     args = parser.parse_args()
     kernel = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    if args.one is not None:
+        for r in run("share", args.one[0], args.date_steps, arm=args.one[1]):
+            print(json.dumps({"offset": args.one[0], **r}), flush=True)
+        return
     for part in args.parts:
         rows = []
         for offset in range(args.seeds):
+            if args.fresh and part == "share":
+                for arm in range(SHARE_ARMS):
+                    done = subprocess.run([sys.executable, __file__, "--one", str(offset), str(arm)], check=True,
+                                          capture_output=True, text=True, cwd=Path(__file__).parent)
+                    rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+                    print(json.dumps({"part": part, "kernel": kernel, "fresh": True, **rows[-1]}), flush=True)
+                continue
             for r in run(part, offset, args.date_steps):
                 rows.append({"offset": offset, **r})
                 print(json.dumps({"part": part, "kernel": kernel, **rows[-1]}), flush=True)
-        print(f"\n{part}, kernel {kernel}, seed offsets 0-{args.seeds - 1}:\n{table(part, rows)}\n", flush=True)
+        fresh = ", every setting in a fresh process" if args.fresh and part == "share" else ""
+        print(f"\n{part}, kernel {kernel}, seed offsets 0-{args.seeds - 1}{fresh}:\n{table(part, rows)}\n", flush=True)
+        if part == "share":
+            print(paired(rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@
 #
 # and answer two written questions (graded by your instructor). If you get stuck, skip an
 # exercise: every experiment below falls back to the reference in `course_utils` and says so.
+#
+# **On a first reading** you may skip the three parts marked *optional deep dive*: why gradients
+# vanish and explode in an RNN (with the GRU and LSTM equations, a sweep of the spectral radius
+# and a counterexample; section 2, after exercise 1) and what gradient clipping does under Adam
+# (section 4, after the models are trained). No exercise depends on them; each begins with a note
+# that says where to continue, and they are there to come back to.
 
 # %%
 import copy
@@ -169,12 +175,14 @@ checks.run_checks("rnn_forward", [("a 1-unit RNN computed by hand", _check_rnn_b
 # Hidden tests: a seeded grid of sizes (batch 1 and more, one step and many, d_in != hidden and
 # equal), float32 and float64 (dtype kept), gradients, and no ready-made RNN.
 ### BEGIN HIDDEN TESTS
+### BEGIN EXPECTED
 def _rnn_formula(x, h0, W_xh, W_hh, b_h):  # the recurrence in float64, for the expected values
-    h, out = h0.double(), []
-    for step in range(x.shape[1]):
-        h = torch.tanh(x[:, step].double() @ W_xh.double().T + h @ W_hh.double().T + b_h.double())
-        out.append(h)
-    return torch.stack(out, 1), h
+    _ref_h, _ref_out = h0.double(), []
+    for _ref_t in range(x.shape[1]):
+        _ref_h = torch.tanh(x[:, _ref_t].double() @ W_xh.double().T + _ref_h @ W_hh.double().T + b_h.double())
+        _ref_out.append(_ref_h)
+    return torch.stack(_ref_out, 1), _ref_h
+### END EXPECTED
 
 def _rnn_inputs(g, B, T, d_in, H, dtype):
     return (torch.randn(B, T, d_in, generator=g, dtype=dtype), torch.randn(B, H, generator=g, dtype=dtype),
@@ -190,29 +198,38 @@ _grid += [(int(torch.randint(1, 6, (1,), generator=_g)), int(torch.randint(1, 10
           for _dt in (torch.float32, torch.float64)]
 for _B, _T, _d, _H, _dt in _grid:
     _args = _rnn_inputs(_g, _B, _T, _d, _H, _dt)
+    ### BEGIN EXPECTED
     _want, _want_last = _rnn_formula(*_args)
+    _want, _want_last = _want.to(_dt), _want_last.to(_dt)
+    ### END EXPECTED
     with checks.forbid(*_banned_rnns):
         _states, _last = checks.call(rnn_forward, *_args)
     _case = f"batch {_B}, {_T} steps, d_in {_d}, hidden {_H}, {_dt}"
     checks.expect_dtype(_states, _dt, f"states ({_case})")
     checks.expect_dtype(_last, _dt, f"h_last ({_case})")
-    checks.expect_close(_states, _want.to(_dt), f"states ({_case})")
-    checks.expect_close(_last, _want_last.to(_dt), f"h_last ({_case})")
+    checks.expect_close(_states, _want, f"states ({_case})")
+    checks.expect_close(_last, _want_last, f"h_last ({_case})")
 # Gradients through every state and the last one, to every input.
 _args = [a.requires_grad_() for a in _rnn_inputs(_g, 3, 5, 4, 6, torch.float64)]
 _R, _r = torch.randn(3, 5, 6, generator=_g, dtype=torch.float64), torch.randn(3, 6, generator=_g, dtype=torch.float64)
+### BEGIN EXPECTED
 _want, _want_last = _rnn_formula(*_args)
 _want_grads = torch.autograd.grad((_want * _R).sum() + (_want_last * _r).sum(), _args)
+### END EXPECTED
 with checks.forbid(*_banned_rnns):
     _states, _last = checks.call(rnn_forward, *_args)
 _grads = torch.autograd.grad((_states * _R).sum() + (_last * _r).sum(), _args, allow_unused=True)
-for _name, _got_g, _want_g in zip(("x", "h0", "W_xh", "W_hh", "b_h"), _grads, _want_grads):
-    checks.expect_close(_got_g if _got_g is not None else torch.zeros_like(_want_g), _want_g,
+for _i, (_name, _got_g) in enumerate(zip(("x", "h0", "W_xh", "W_hh", "b_h"), _grads)):
+    checks.expect_close(_got_g if _got_g is not None else torch.zeros_like(_args[_i]), _want_grads[_i],
                         f"gradient with respect to {_name}")
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ### Why plain RNNs forget: vanishing gradients
+#
+# *Optional deep dive, to the end of section 2 (the GRU and LSTM equations, the spectral radius,
+# a counterexample): no exercise depends on it. On a first reading, continue at section 3, the
+# encoder-decoder.*
 #
 # Training adjusts the weights by the gradient of the loss, and the gradient reaching an early
 # step $t$ from the last step $T$ is a product of $T - t$ Jacobians
@@ -275,9 +292,11 @@ if not GRADING:  # the vanilla curve went through rnn_forward_used, which may be
                      math.log10(grads[cell][0] / grads["vanilla RNN"][0]), above=8)
 
 # %% [markdown]
-# The vanilla RNN's gradient at the first step is some fifteen orders of magnitude below the one at
-# the last step (the numbers above): nothing learned at the end of the sentence reaches its
-# beginning. The gated cells change the update into an interpolation controlled by *gates*. Side
+# The vanilla RNN's gradient at the first step is almost sixteen orders of magnitude below the one
+# at the last step (<!-- q:out#vanilla RNN: gradient norm -->3.5e-16<!-- /q -->
+# against <!-- q:out#vanilla RNN: gradient norm -->2.5<!-- /q --> in the line above; the ratio's log10
+# is <!-- q:tools/claim_spread.md#ch01: the vanilla RNN's gradient vanishes -->−17.5 to −15.4<!-- /q --> over 5 seeds):
+# nothing learned at the end of the sentence reaches its beginning. The gated cells change the update into an interpolation controlled by *gates*. Side
 # by side, the **GRU** (Cho et al. 2014) and the **LSTM** (Hochreiter and Schmidhuber 1997, with
 # the forget gate that Gers, Schmidhuber and Cummins added in 2000), in PyTorch's notation:
 #
@@ -417,15 +436,16 @@ if not GRADING:  # computed with rnn_forward_used, which may be yours
 
 # %% [markdown]
 # Below 1 the gradient of the first step vanishes as $\rho^{39}$ exactly; at 1 it is preserved;
-# above 1 it explodes — 40 times larger at $t = 0$ than at the last step for $\rho = 1.1$, which
-# is $\rho^{39}$ again. At $\rho = 1.3$ the states grow until the $\tanh$ saturates (largest
+# above 1 it explodes — <!-- q:out#spectral radius 1.10 -->39.4<!-- /q --> times larger at $t = 0$ than
+# at the last step for $\rho = 1.1$, close to $\rho^{39} =$ <!-- q:out#spectral radius 1.10 -->41.1<!-- /q --> again. At $\rho = 1.3$ the states grow until the $\tanh$ saturates (largest
 # $|h|$ near 1), and the growth stops far short of $\rho^{39}$: the "necessary, not sufficient"
 # of Pascanu et al. (The fresh `nn.RNN` of the first plot has $\rho$ below 1 but $\sigma_{\max}$
 # above 1, the line above: neither condition decides its case, and its gradient is measured to fall.)
 #
 # **A spectral radius below 1 is not enough.** Take two units and
-# $W_{hh} = \begin{pmatrix} 1.21 & 0.5 \\ -0.5 & 0.21 \end{pmatrix}$: both eigenvalues are 0.71,
-# so $W_{hh}^{39}$ is tiny, but the matrix is not normal and stretches some vectors by 1.37. Give
+# $W_{hh} = \begin{pmatrix} 1.21 & 0.5 \\ -0.5 & 0.21 \end{pmatrix}$: both eigenvalues
+# are <!-- q:out#spectral radius 0.71, largest -->0.71<!-- /q -->, so $W_{hh}^{39}$ is tiny, but the matrix is
+# not normal and stretches some vectors by <!-- q:out#spectral radius 0.71, largest -->1.37<!-- /q -->. Give
 # the second unit a bias of 10, so that its $\tanh$ stays saturated at 1 ($\tanh' \approx 0$, a
 # closed gate), and a bias of $-0.5$ to the first one, which cancels what the second sends it. Each Jacobian is
 # then close to $\operatorname{diag}(1, 0)\,W_{hh}$, whose spectral radius is 1.21, and the
@@ -498,6 +518,15 @@ plt.show()
 
 
 # %% [markdown]
+# The diagram shows the model in its simplest form, drawn for `a b c -> c b a`: a one-directional
+# encoder whose last state is the context $c$, and a decoder that starts from $c$. The top row
+# holds the *targets* the decoder is trained to predict, not tokens it wrote; during training each
+# target is also its next input (red dashes: teacher forcing). The chapter's encoder
+# (exercise 3) reads the source in both directions and projects its two final states to $c$, and
+# the decoder of exercise 4 receives $c$ at every step as well.
+
+
+# %% [markdown]
 # ### Exercise 2 — the offset (2 points)
 #
 # Given a batch of target id lists (without special tokens), build the padded decoder input and
@@ -541,10 +570,12 @@ checks.run_checks("make_decoder_io", [("the table's example, with padding", _che
 # Hidden tests: other special ids, empty targets, a seeded grid of batches (the longest anywhere),
 # both tensors long, the targets left unchanged, and no call of the reference.
 ### BEGIN HIDDEN TESTS
+### BEGIN EXPECTED
 def _io_expected(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
-    n = max(map(len, targets))
-    return (torch.tensor([[sos_id, *row] + [pad_id] * (n - len(row)) for row in targets], dtype=torch.long),
-            torch.tensor([[*row, eos_id] + [pad_id] * (n - len(row)) for row in targets], dtype=torch.long))
+    _ref_n = max(map(len, targets))
+    return (torch.tensor([[sos_id, *row] + [pad_id] * (_ref_n - len(row)) for row in targets], dtype=torch.long),
+            torch.tensor([[*row, eos_id] + [pad_id] * (_ref_n - len(row)) for row in targets], dtype=torch.long))
+### END EXPECTED
 
 _g = torch.Generator().manual_seed(21)
 _cases = [([[4], [], [6, 6, 4, 5]], dict(sos_id=11, eos_id=12, pad_id=13)), ([[9, 8]], {}),
@@ -557,7 +588,9 @@ for _ in range(6):
                    dict(zip(("sos_id", "eos_id", "pad_id"), _ids))))
 for _i, (_targets, _kw) in enumerate(_cases):
     _copy = [list(t) for t in _targets]
+    ### BEGIN EXPECTED
     _want_in, _want_out = _io_expected(_targets, **_kw)
+    ### END EXPECTED
     with checks.forbid(data.shift_targets):
         _in, _out = checks.call(make_decoder_io, _targets, **_kw)
     checks.expect_dtype(_in, torch.long, f"decoder_input, case {_i}")
@@ -683,8 +716,10 @@ for _ in range(3):
 for _bi, _lengths, _S in _cases:
     _enc = _seeded(rnn.Encoder(vocab_size=15, emb_dim=7, hidden=5, bidirectional=_bi), _g)
     _src, _len = _padded_batch(_g, _lengths, _S, 15)
-    with torch.no_grad():
+    ### BEGIN EXPECTED
+    with torch.no_grad():  # the reference forward of the test's own seeded encoder
         _ws, _wc = _enc(_src, _len)
+    ### END EXPECTED
     with checks.forbid(rnn.Encoder.forward):
         _s, _c = checks.call(encode, _enc, _src, _len)
     _case = f"bidirectional={_bi}, lengths {_lengths}, src_len {_S}"
@@ -773,13 +808,17 @@ for _V, _E, _H, _B, _big in ((7, 5, 6, 2, False), (9, 6, 6, 3, False), (5, 4, 3,
         with torch.no_grad():
             _m.decoder.out.weight.mul_(100.0)
     _ctx = torch.randn(_B, _H, generator=_g)
-    _state = {"hidden": torch.randn(_B, _H, generator=_g), "context": _ctx}
-    _h = _state["hidden"]
+    _h = torch.randn(_B, _H, generator=_g)
+    ### BEGIN EXPECTED
+    _state = {"hidden": _h, "context": _ctx}  # the reference's chain of states
+    ### END EXPECTED
     for _step in range(3):
         _tok = torch.randint(0, _V, (_B,), generator=_g)
         _h_in, _ctx_in = _h.clone(), _ctx.clone()
         with torch.no_grad():
+            ### BEGIN EXPECTED
             _want, _state = _m.decode_step(_tok, _state)
+            ### END EXPECTED
             with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
                 _got, _h_new = checks.call(decoder_step, _m.decoder, _tok, _h, _ctx)
         _case = f"vocab {_V}, emb {_E}, hidden {_H}, batch {_B}{', large logits' if _big else ''}, step {_step}"
@@ -789,7 +828,9 @@ for _V, _E, _H, _B, _big in ((7, 5, 6, 2, False), (9, 6, 6, 3, False), (5, 4, 3,
         checks.expect_equal(_ctx, _ctx_in, f"the context passed in, after the call ({_case}: it must not change)")
         _h = _h_new
     with torch.no_grad():  # the same state and token, another context
-        _want, _ = _m.decode_step(_tok, {"hidden": _h, "context": -_ctx})
+        ### BEGIN EXPECTED
+        _want, _ = _m.decode_step(_tok, {"hidden": _state["hidden"], "context": -_ctx})
+        ### END EXPECTED
         with checks.forbid(rnn.Decoder.forward, rnn.Seq2Seq.decode_step):
             _got, _ = checks.call(decoder_step, _m.decoder, _tok, _h, -_ctx)
     checks.expect_close(_got, _want, f"log_probs with another context ({_case})")
@@ -832,7 +873,7 @@ if not GRADING:
 # %% [markdown]
 # After 300 steps of training (the time is printed above) most characters are right (the token
 # accuracy above), but most *dates* are not: exact match, the share of dates with every character
-# right, is about 0.4 (above), so six dates in ten have at least one wrong character.
+# right, is about <!-- q:out#s; test token accuracy -->0.4<!-- /q --> (above), so six dates in ten have at least one wrong character.
 # Look at which characters the model gets wrong: usually a digit of the day or of the year, the
 # parts it must copy rather than look up. 300 steps is a short budget, chosen so that the chapter
 # runs in a minute, and the loss is still falling: this model shows an encoder-decoder
@@ -852,6 +893,9 @@ _ = plots.plot_loss(histories)
 plt.show()
 
 # %% [markdown]
+# *Optional deep dive, to the end of section 4: what gradient clipping does under Adam. No exercise
+# depends on it; on a first reading, continue at section 5, greedy search.*
+#
 # The gradient norms measured during those two runs (before clipping), against the threshold
 # of 1 the loop clips to:
 
@@ -864,7 +908,7 @@ for label, h in histories.items():
 
 
 # %% [markdown]
-# Clipping acts at most steps here, yet it hardly changes them, because the optimiser is **Adam**
+# Clipping acts at most steps here, yet it does not shorten them, because the optimiser is **Adam**
 # (Kingma and Ba 2015). Adam divides each coordinate's running mean of the gradient, $m$, by the
 # square root of its running mean square, $v$: multiply every gradient by the same number and
 # $m/\sqrt{v}$, the step, does not change. Scaling ordinary gradients of norm about 2 down to 1 is
@@ -872,11 +916,13 @@ for label, h in histories.items():
 # plain SGD, whose step is the learning rate times the gradient, it would be). What clipping does
 # for Adam shows at a **spike**, one gradient far larger than the others. Unclipped, the spike
 # enters $v$ squared and stays there, decaying by $\beta_2 = 0.999$ per step, so Adam's
-# denominator $\sqrt{v}$ is inflated for hundreds of steps and shrinks every later step of an
-# ordinary gradient; and it enters $m$, which carries its direction into the next few dozen steps.
-# Clipped, the spike arrives with norm 1 like any other gradient. The measurement: two copies of
-# the trained model, 100 more steps of Adam each on the same batches, one step's loss multiplied
-# by 100 (a bad batch, or the $\rho > 1$ case of section 2), with and without clipping; for each
+# denominator $\sqrt{v}$ is inflated for hundreds of steps, which should shorten every later step
+# of an ordinary gradient (the measurement tests whether it does); and it enters $m$, which carries
+# its direction into the next few dozen steps. Clipped, the spike arrives with norm 1 like any
+# other gradient. The measurement: copies of the trained model, 100 more steps of Adam each on the
+# same batches, one step's loss multiplied by 100 (a bad batch, or the $\rho > 1$ case of
+# section 2), with and without clipping, and as a control the same 100 steps without the spike
+# and without clipping; for each
 # step the norm of the update $\|\Delta\theta\|$ and Adam's denominator $\sqrt{\hat v}$
 # (averaged over all weights):
 
@@ -907,11 +953,12 @@ def adam_with_a_spike(clip, spike_at=50, spike=100.0, steps=100):
 
 
 spike_runs = {clip: adam_with_a_spike(clip, steps=budget.pick(100, grading=60)) for clip in (False, True)}
+no_spike = adam_with_a_spike(False, spike=1.0, steps=budget.pick(100, grading=60))  # the control: no spike at all
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
-for clip, (u, d) in spike_runs.items():
-    label = "clipped to norm 1" if clip else "not clipped"
-    axes[0].semilogy(u, label=label)
-    axes[1].semilogy(d, label=label)
+for (u, d), label, style in ((spike_runs[False], "not clipped", "-"), (spike_runs[True], "clipped to norm 1", "-"),
+                             (no_spike, "not clipped, no spike (control)", ":")):
+    axes[0].semilogy(u, style, label=label)
+    axes[1].semilogy(d, style, label=label)
 for ax, what in zip(axes, (r"update norm $\|\Delta\theta\|$", r"Adam's denominator, mean $\sqrt{\hat v}$")):
     ax.axvline(50, color="grey", linestyle=":")
     ax.set_xlabel("Adam step (the loss x 100 at step 50)"); ax.set_ylabel(what); ax.legend()
@@ -922,7 +969,14 @@ if not GRADING:
         print(f"{'clipped' if clip else 'not clipped':>11}: update norm median {u[:50].median():.3f} in steps 0-49, "
               f"{u[50]:.3f} at the spike, median {u[51:71].median():.3f} in steps 51-70; "
               f"sqrt(v_hat) {d[49]:.4f} at step 49, {d[99]:.4f} at step 99")
-    (u0, d0), (u1, d1) = spike_runs[False], spike_runs[True]
+    (u0, d0), (u1, d1), (un, dn) = spike_runs[False], spike_runs[True], no_spike
+    print(f"{'no spike':>11}: update norm median {un[:50].median():.3f} in steps 0-49, median {un[51:71].median():.3f} "
+          f"in steps 51-70; sqrt(v_hat) {dn[49]:.4f} at step 49, {dn[99]:.4f} at step 99")
+    print(f"spike / no spike, both unclipped: sqrt(v_hat) at step 99 {d0[99] / dn[99]:.2f}x; median update norm "
+          f"in steps 71-99 {u0[71:].median() / un[71:].median():.2f}x")
+    print(f"clipped / unclipped median update norm in steps 0-49: {u1[:50].median() / u0[:50].median():.2f}x")
+    print(f"not clipped: update at the spike / median before {u0[50] / u0[:50].median():.1f}x; sqrt(v_hat) at "
+          f"step 99 / step 49 {d0[99] / d0[49]:.1f}x; clipped: sqrt(v_hat) at step 99 / step 49 {d1[99] / d1[49]:.2f}x")
     claims.check("ch01: under Adam, clipping does not shorten ordinary steps (median update norm, steps 0-49, "
                  "clipped / unclipped)", u1[:50].median() / u0[:50].median(), above=0.9, below=2)
     claims.check("ch01: Adam limits the unclipped spike's own step (update at the spike / median before)",
@@ -930,20 +984,41 @@ if not GRADING:
     claims.check("ch01: an unclipped spike inflates Adam's denominator for the rest of the run "
                  "(sqrt(v_hat) at step 99 / step 49)", d0[99] / d0[49], above=3)
     claims.check("ch01: a clipped spike does not (sqrt(v_hat) at step 99 / step 49)", d1[99] / d1[49], below=1.2)
+    claims.check("ch01: the unclipped spike leaves Adam's denominator larger than a run without it "
+                 "(sqrt(v_hat) at step 99, spike / no spike)", d0[99] / dn[99], above=2)
+    claims.check("ch01: yet the later ordinary updates are not much shorter than without the spike "
+                 "(median update norm, steps 71-99, spike / no spike)", u0[71:].median() / un[71:].median(), above=0.6)
 
 # %% [markdown]
 # Read the lines above. Before the spike, clipping shrinks the gradients (Adam's denominator
-# $\sqrt{\hat v}$ is less than half as large with clipping), and yet the updates are not shorter:
-# they are somewhat *longer* (median 1.3 times the unclipped one in the run shown; 1.15–1.5 times
-# over 5 seeds and PyTorch's portable CPU kernel), because clipping evens out the gradients that
-# Adam averages. The division undoes the scale. At the spike, the unclipped update is only a few
-# times longer than usual (4 times here; 3.8–4.6), not a hundred times: Adam's division already
-# limits it, where SGD would take the full step. The harm comes
-# after. The spike's direction, kept in $m$, drives the next few dozen updates (longer than usual,
-# in the direction of one bad batch), and $\sqrt{\hat v}$ stays several times larger to the end
-# of the run (5 times at step 99 here; 4.6–6.9 over the seeds and kernels), so every later ordinary gradient moves the weights less than it would have. The
-# clipped run does not notice the spike at all. This is clipping's job under Adam: keep one
-# extreme gradient out of the optimiser's statistics.
+# $\sqrt{\hat v}$ at step 49: <!-- q:out#    clipped: update norm -->0.0023<!-- /q --> with clipping
+# against <!-- q:out#not clipped: update norm -->0.0053<!-- /q --> without), and yet the updates are not
+# shorter: they are *longer*, median <!-- q:out#clipped / unclipped median update norm -->1.32<!-- /q -->
+# times the unclipped one in the run shown
+# (<!-- q:tools/claim_spread.md#ch01: under Adam, clipping does not shorten -->1.28–1.45<!-- /q --> over 5 seeds), because
+# clipping evens out the gradients that Adam averages. So clipping does change the ordinary steps,
+# but not the way it would under SGD: the division by $\sqrt{\hat v}$ undoes the scale, and what is
+# left is a different weighting of the batches. At the spike, the unclipped update is only a few
+# times longer than usual (<!-- q:out#update at the spike / median before -->4.2<!-- /q --> times
+# here; <!-- q:tools/claim_spread.md#ch01: Adam limits the unclipped spike -->4.0–4.4<!-- /q --> over the seeds), not a hundred
+# times: Adam's division already limits it, where SGD would take the full step. After the spike,
+# its direction, kept in $m$, drives the next few dozen updates
+# (median <!-- q:out#not clipped: update norm -->0.265<!-- /q --> in steps 51–70
+# against <!-- q:out#no spike: update norm -->0.124<!-- /q --> without the spike, in the direction of one bad
+# batch), and $\sqrt{\hat v}$ stays several times larger to the end of the
+# run: <!-- q:out#sqrt(v_hat) at step 99 / step 49 -->5.4<!-- /q --> times its value at step 49 here
+# (<!-- q:tools/claim_spread.md#ch01: an unclipped spike inflates -->4.4–5.9<!-- /q --> over the seeds),
+# and <!-- q:out#spike / no spike, both unclipped -->5.63<!-- /q --> times that of the same run without
+# the spike (the control, dotted; <!-- q:tools/claim_spread.md#ch01: the unclipped spike leaves -->5.1–6.3<!-- /q --> over
+# the seeds). Does the larger denominator then shorten every later ordinary update five-fold? The
+# control says no: over steps 71–99 the median update of the spiked run
+# is <!-- q:out#spike / no spike, both unclipped -->0.92<!-- /q --> times the control's here,
+# and <!-- q:tools/claim_spread.md#ch01: yet the later ordinary updates -->0.92–1.22<!-- /q --> times over
+# the seeds: a little shorter at most, in some seeds longer. A plausible reading, not measured
+# weight by weight here: the mean of $\sqrt{\hat v}$ is dominated by the few weights the spike hit
+# hardest, while an update's length comes from all of them. The clipped run does not notice the spike at all. This is clipping's job under
+# Adam: keep one extreme gradient out of the optimiser's statistics, where it would otherwise
+# sit for hundreds of steps.
 
 # %% [markdown]
 # ## 5. Decoding: greedy search
@@ -1105,7 +1180,9 @@ for _B, _V, _L, _ids, _dt in _cases:
     _logits[..., _eos] += torch.linspace(-4.0, 3.0, _L, dtype=_dt)[None, :, None] + torch.randn(_B, 1, 1, generator=_g, dtype=_dt)
     _tables = torch.log_softmax(_logits, dim=-1)
     _state = {"row": torch.arange(_B), "t": torch.zeros(_B, dtype=torch.long)}
+    ### BEGIN EXPECTED
     _want_tok, _want_sc = decoding.greedy_decode(_timed_step(_tables), _state, max_len=_L, **_ids)
+    ### END EXPECTED
     with checks.forbid(decoding.greedy_decode):
         _tok, _sc = checks.call(greedy_decode, _timed_step(_tables), _state, max_len=_L, **_ids)
     _case = f"batch {_B}, vocab {_V}, max_len {_L}, ids {_ids or 'default'}, {_dt}"
@@ -1246,20 +1323,29 @@ def _summed(table, tokens, sos_id=SOS_ID):  # a first-order table: the summed lo
         total += float(table[prev, t]); prev = t
     return total
 
-def _expect_hypotheses(got, want, case):
-    checks.expect_equal(len(got), len(want), f"number of hypotheses ({case})")
-    checks.expect_equal([list(h.tokens) for h in got], [h.tokens for h in want], f"tokens, best first ({case})")
-    checks.expect_equal([bool(h.finished) for h in got], [h.finished for h in want], f"finished ({case})")
+### BEGIN EXPECTED
+def _summary(hyps):  # what the checks compare: the number, tokens, finished flags, scores, normalized scores
+    return (len(hyps), [h.tokens for h in hyps], [h.finished for h in hyps],
+            torch.tensor([h.score for h in hyps], dtype=torch.float64),
+            torch.tensor([h.normalized for h in hyps], dtype=torch.float64))
+### END EXPECTED
+
+def _expect_hypotheses(got, want, case):  # want: the _summary of the reference's hypotheses
+    checks.expect_equal(len(got), want[0], f"number of hypotheses ({case})")
+    checks.expect_equal([list(h.tokens) for h in got], want[1], f"tokens, best first ({case})")
+    checks.expect_equal([bool(h.finished) for h in got], want[2], f"finished ({case})")
     checks.expect_close(torch.tensor([float(h.score) for h in got], dtype=torch.float64),
-                        torch.tensor([h.score for h in want], dtype=torch.float64), f"scores ({case})", atol=1e-4)
+                        want[3], f"scores ({case})", atol=1e-4)
     checks.expect_close(torch.tensor([float(h.normalized) for h in got], dtype=torch.float64),
-                        torch.tensor([h.normalized for h in want], dtype=torch.float64), f"normalized ({case})", atol=1e-4)
+                        want[4], f"normalized ({case})", atol=1e-4)
 
 _g = torch.Generator().manual_seed(1)
 for _alpha in (0.0, 0.6, 1.0):  # every sentence of up to 4 tokens fits in the beam: the exact best one
     _table = torch.log_softmax(torch.randn(5, 5, generator=_g) / 0.7, dim=-1)
+    ### BEGIN EXPECTED
     _best = max((list(_body) + [EOS_ID] for _L in range(1, 5) for _body in _it.product([0, 1, 3, 4], repeat=_L - 1)),
                 key=lambda seq: _summed(_table, seq) / len(seq) ** _alpha)
+    ### END EXPECTED
     with checks.forbid(decoding.beam_search):
         _hyps = checks.call(beam_search, markov_step(_table), {"t": torch.zeros(1)}, max_len=4, beam_size=625, alpha=_alpha)
     checks.expect_equal(list(_hyps[0].tokens), _best, f"a beam wide enough for every sentence (alpha={_alpha})")
@@ -1280,7 +1366,9 @@ for _beam, _L, _alpha, _eos_shift, _ids in _cases:  # _eos_shift: how much more 
     _logits[..., _eos] += _eos_shift
     _t2 = torch.log_softmax(_logits, dim=-1)
     _st = {"before": torch.tensor([_ids.get("sos_id", SOS_ID)])}
-    _want = decoding.beam_search(memory_step(_t2), _st, max_len=_L, beam_size=_beam, alpha=_alpha, **_ids)
+    ### BEGIN EXPECTED
+    _want = _summary(decoding.beam_search(memory_step(_t2), _st, max_len=_L, beam_size=_beam, alpha=_alpha, **_ids))
+    ### END EXPECTED
     with checks.forbid(decoding.beam_search):
         _got = checks.call(beam_search, memory_step(_t2), _st, max_len=_L, beam_size=_beam, alpha=_alpha, **_ids)
     _expect_hypotheses(_got, _want, f"a memory step, beam {_beam}, max_len {_L}, alpha {_alpha}, "
@@ -1292,7 +1380,9 @@ with torch.no_grad():
         _p.copy_(torch.randn(_p.shape, generator=_g) * 0.6)
     for _src, _beam in (([4, 5, 6, 7], 3), ([8, 3], 2), ([5], 4)):
         _st = _m.encode(torch.tensor([_src]), torch.tensor([len(_src)]))
-        _want = decoding.beam_search(_m.decode_step, _st, max_len=6, beam_size=_beam, alpha=1.0)
+        ### BEGIN EXPECTED
+        _want = _summary(decoding.beam_search(_m.decode_step, _st, max_len=6, beam_size=_beam, alpha=1.0))
+        ### END EXPECTED
         with checks.forbid(decoding.beam_search):
             _got = checks.call(beam_search, _m.decode_step, _st, max_len=6, beam_size=_beam, alpha=1.0)
         _expect_hypotheses(_got, _want, f"a GRU decoder, source {_src}, beam {_beam}")
@@ -1332,8 +1422,13 @@ for label, s in results.items():
 # %% [markdown]
 # Both models reverse short strings almost perfectly and fail on long ones, although every
 # length from 2 to 14 is in the training data. How much of each length did they see? The training
-# set holds about 900 strings of each length from 5 on (fewer short ones: there are few distinct
-# short strings), and 700 steps of 64 sentences are about four passes over it:
+# set holds about 900 strings of each length from 3 on, and far fewer of length 2: the data draw
+# every length equally often, but no test string may occur in training, and there are only 64
+# strings of length 2. The test set holds <!-- q:out#length 2: 64 possible -->88<!-- /q --> pairs of
+# length 2, <!-- q:out#length 2: 64 possible -->49<!-- /q --> distinct strings, none of them in training,
+# which leaves training <!-- q:out#length 2: 64 possible -->242<!-- /q --> pairs of the
+# other <!-- q:out#length 2: 64 possible -->15<!-- /q --> (the lines below count them). 700 steps of 64
+# sentences are about <!-- q:out#passes over -->4.0<!-- /q --> passes over the training set:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1341,13 +1436,19 @@ per_length = {L: sum(1 for s, _ in len_train if len(s) == L) for L in range(2, 1
 distinct = {L: len({tuple(s) for s, _ in len_train if len(s) == L}) for L in range(2, 15)}
 print("training pairs by length:   ", per_length)
 print("distinct sources by length: ", distinct)
+train_sources = {tuple(s) for s, _ in len_train}
+for L in (2, 3):
+    test_L = [tuple(s) for s, _ in len_test if len(s) == L]
+    print(f"length {L}: {8 ** L} possible strings; the test set holds {len(test_L)} pairs of {len(set(test_L))} "
+          f"distinct strings (in training: {len(set(test_L) & train_sources)}), training {per_length[L]} pairs "
+          f"of the other {distinct[L]}")
 steps, bs = lengthtask.LENGTH_TASK_BUDGET["steps"], lengthtask.LENGTH_TASK_BUDGET["batch_size"]
 print(f"{steps} steps x {bs} sentences = {steps * bs / len(len_train):.1f} passes over {len(len_train)} pairs")
 print(f"a string of 14 symbols from 8: {14 * math.log2(8):.0f} bits; the context vector: 64 floats")
 
 # %% [markdown]
 # Is the fall with length a **capacity** limit of the context vector? Not as such: 14 symbols of
-# an 8-letter alphabet are 42 bits, which 64 floating-point numbers can hold many times over. The
+# an 8-letter alphabet are <!-- q:out#a string of 14 symbols from 8 -->42<!-- /q --> bits, which 64 floating-point numbers can hold many times over. The
 # experiment shows what *this model learns with this budget*, and both loss curves above are
 # still falling at step 700. Two controls tell us more:
 #
@@ -1392,13 +1493,13 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 long_pairs = [(s, t) for s, t in len_test if len(s) >= 12]
 fig, ax = plt.subplots(figsize=(7, 3.5))
-position_errors = {}
+position_errors, position_preds = {}, {}
 for label, m in (("700 steps", models["context at every step"]), ("1400 steps", longer)):
     free = train.predict(m, [s for s, _ in long_pairs], len_vocab, len_vocab, max_len=19, decode=greedy_decode_used)
     forced = lengthtask.teacher_forced_predictions(m, long_pairs, len_vocab, len_vocab)
     for how, preds_ in (("free-running", free), ("teacher-forced", forced)):
         err = lengthtask.error_by_position(preds_, long_pairs)
-        position_errors[label, how] = err
+        position_errors[label, how], position_preds[label, how] = err, preds_
         ax.plot(err, marker="o", linestyle="-" if how == "free-running" else "--", label=f"{label}, {how}")
 ax.set_xlabel("output position (0 = the last input symbol)")
 ax.set_ylabel("share of wrong tokens")
@@ -1424,14 +1525,20 @@ if not GRADING:
 # model with a fresh Adam optimizer (hence the jump of the loss at step 700; within about a hundred
 # steps it is below where it stopped), and the loss is still falling at step 1400, so it shows
 # that doubling the budget moves the collapse by a length or two, not where a model trained to
-# convergence would end; a much longer run does not fit the chapter's minute. On the long strings
-# the errors are not spread evenly. The first output
-# positions — the *last* input symbols, which the forward encoder read most recently — are the
-# most often right; the errors grow along the output, towards the *first* input symbols, and they
-# do so with teacher forcing too, so this is not only errors compounding during free-running
-# decoding (free-running makes it worse). The backward half of the bidirectional encoder ends at
-# the first input symbol, yet the last output positions, which must write those first symbols,
-# are among the worst: being next to the summary does not make a symbol easy to read out of it.
+# convergence would end; a much longer run does not fit the chapter's minute.
+#
+# On the long strings the errors are not spread evenly. Pooled over the lengths 12–14 (the plot
+# above), the first output positions — the *last* input symbols, which the forward encoder read
+# most recently — are the most often right, and the errors grow along the output (the mean error
+# of the last four positions minus that of the first
+# two: <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, free-running -->0.43<!-- /q --> free-running
+# and <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, teacher-forced -->0.12<!-- /q --> teacher-forced
+# in the run shown; <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, free-running -->0.43–0.57<!-- /q -->
+# and <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, teacher-forced -->0.12–0.34<!-- /q --> over
+# 5 seeds). Free-running decoding makes it worse, since every mistake is fed back. But this pooled
+# curve is not yet a statement about positions: it mixes the position with the length (position
+# 13 exists only in the strings of 14 symbols, the hardest, while position 0 is averaged over all
+# three lengths) and with how often the decoder practised each position (below).
 #
 # In reversal, though, the output position and the input position move together (output $i$ is
 # input $n - 1 - i$), so this plot cannot say which of the two the errors follow. The **copy task**
@@ -1448,11 +1555,11 @@ copy_model, _ = lengthtask.train_on_length_task(
     copy_train, len_vocab, device=device, desc="copy task")
 copy_model.cpu()
 copy_long = [(s_, t_) for s_, t_ in copy_test if len(s_) >= 12]
-copy_errors = {
-    "free-running": lengthtask.error_by_position(train.predict(copy_model, [s_ for s_, _ in copy_long], len_vocab,
-                                                          len_vocab, max_len=19, decode=greedy_decode_used), copy_long),
-    "teacher-forced": lengthtask.error_by_position(lengthtask.teacher_forced_predictions(copy_model, copy_long, len_vocab,
-                                                                               len_vocab), copy_long)}
+copy_preds = {
+    "free-running": train.predict(copy_model, [s_ for s_, _ in copy_long], len_vocab, len_vocab, max_len=19,
+                                  decode=greedy_decode_used),
+    "teacher-forced": lengthtask.teacher_forced_predictions(copy_model, copy_long, len_vocab, len_vocab)}
+copy_errors = {how: lengthtask.error_by_position(p_, copy_long) for how, p_ in copy_preds.items()}
 print("copy task:", train.evaluate(copy_model, copy_test, len_vocab, len_vocab))
 print("share of wrong tokens by output position, sources of length 12-14 (700 steps)")
 for how in ("free-running", "teacher-forced"):
@@ -1464,17 +1571,75 @@ if not GRADING:
                      "positions minus the first 2)", sum(err[-4:]) / 4 - sum(err[:2]) / 2, above=0.1)
 
 # %% [markdown]
-# The errors of the copy task grow along the output as well, from the first output to the last
-# (mean error of the last four positions minus the first two: 0.48 free-running and 0.17
-# teacher-forced in the run shown; 0.43–0.54 and 0.15–0.23 over 5 seeds and the portable kernel),
-# although its first outputs are the first input symbols: the errors follow the **output
-# position**, not the input position, and they do so with teacher forcing too. What makes a symbol
-# hard to write is not how long ago the encoder read it but how many symbols the decoder has
-# already had to unpack from the same vector before it.
+# **One source length at a time.** The curves above pool the lengths 12, 13 and 14, and that
+# pooling alone can make the last positions look bad: position 13 exists only in the strings of
+# length 14, the hardest, while position 0 is averaged over all three. The same predictions, split
+# by a single source length (no new training, only the two models above evaluated again):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+single_lengths = (12, 13, 14)
+single_errors = {}
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.5), sharey=True)
+for ax, (task, preds_of, pairs_) in zip(axes, (
+        ("reverse", {how: position_preds["700 steps", how] for how in ("free-running", "teacher-forced")}, long_pairs),
+        ("copy", copy_preds, copy_long))):
+    for how in ("free-running", "teacher-forced"):
+        for L in single_lengths:
+            err = lengthtask.error_by_position(preds_of[how], pairs_, lengths=[L])
+            single_errors[task, how, L] = err
+            if how == "teacher-forced":
+                n_L = sum(len(s_) == L for s_, _ in pairs_)
+                ax.plot(err, marker="o", label=f"source length {L} ({n_L} test strings)")
+    ax.set_title(f"{task}, teacher-forced, 700 steps: one source length per line")
+    ax.set_xlabel("output position")
+axes[0].set_ylabel("share of wrong tokens")
+axes[0].legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+print("share of wrong tokens by output position, one source length at a time (700 steps)")
+for (task, how, L), err in single_errors.items():
+    peak = max(err)
+    print(f"{task:>7}, {how:>14}, length {L}: " + " ".join(f"{e:.2f}" for e in err)
+          + f"  (peak {peak:.2f} at position {err.index(peak)}, last {err[-1]:.2f})")
+in_targets = [sum(len(t_) > i for _, t_ in len_train) / len(len_train) for i in range(14)]
+print("share of the training targets that have output position i: "
+      + " ".join(f"{i}:{f:.2f}" for i, f in enumerate(in_targets)))
+# No claim here: over 5 seeds the last position was the worst at some lengths (tools/claim_spread.md).
+
+# %% [markdown]
+# **What the split shows.** Teacher-forced, in the run shown, the errors at each single length are
+# low at the first output positions, highest somewhere in the middle and lower again at the last
+# position, in reversal as in copying: in reversal at length 14 the peak
+# is <!-- q:out#reverse, teacher-forced, length 14 -->0.47<!-- /q --> (position 8) and the last
+# position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q -->, at length 12 <!-- q:out#reverse, teacher-forced, length 12 -->0.38<!-- /q -->
+# and <!-- q:out#reverse, teacher-forced, length 12 -->0.10<!-- /q -->; in copying at length 14 <!-- q:out#copy, teacher-forced, length 14 -->0.52<!-- /q -->
+# and <!-- q:out#copy, teacher-forced, length 14 -->0.39<!-- /q -->. That drop at the end is not stable over seeds: the largest
+# error minus the last position's ranged over <!-- q:tools/claim_spread.md#length 12: largest error -->0–0.28<!-- /q --> at
+# length 12 and <!-- q:tools/claim_spread.md#length 14: largest error -->0–0.23<!-- /q --> at length 14, and in two of
+# the five seeds the last position was the worst at both lengths (`tools/claim_spread.md` records
+# it). With the <!-- q:out#training and -->1000<!-- /q --> test strings spread over 13 lengths (about 75 per length), one position's error is uncertain by about ±0.05
+# (one standard error). Free-running, the errors keep growing to the end at every length, since
+# each mistake is fed back.
+#
+# So the rise of the pooled curve to the very end came partly from the pooling, and the split
+# does not single out the last positions either way: this model does not show that being next to
+# a final state of the encoder makes a symbol easy to read out, nor that it does not. Two more
+# cautions. The copy task rules out the raw *input index* as the reason why the first outputs are
+# easy: in copying they are the first input symbols, which the forward encoder read longest ago,
+# and they are as easy as in reversal. It does not rule out the distance to the nearer *end* of
+# the source: the two directions of the bidirectional encoder end at the two ends of the source,
+# and in both tasks the first outputs lie at one end. And the positions were not practised
+# equally: every training target has an output position 0, but
+# only <!-- q:out#share of the training targets -->8 %<!-- /q --> have a position 13 (the last line
+# above), so some of what looks like difficulty late in the output may be lack of practice. A
+# model trained on strings of a single length would separate the two; this chapter does not
+# train one.
 #
 # So the claim the evidence supports is this: **with this budget, and with twice it, a model that
 # must pass the whole source through one fixed vector learns short strings and fails on long
-# ones, and its errors grow along the output.** It is not a proof that 64 numbers cannot hold 14
+# ones; on a long string it gets the first few output symbols most often right and goes wrong
+# somewhere in the rest.** It is not a proof that 64 numbers cannot hold 14
 # symbols; it shows that this architecture makes holding and reading them out *hard to learn*.
 # Chapter 2 gives the decisive control: the same sizes, data and budget, plus attention, and the
 # long strings come out right.
@@ -1483,8 +1648,17 @@ if not GRADING:
 # decoder is reminded of the source at every step, but what it is reminded of is the same 64
 # numbers, computed before the first output is written. This is the **information bottleneck** of
 # the encoder-decoder. (The two overall exact matches at the top of this section come from one
-# run each and differ by a few hundredths, less than another seed can change them: the
-# measurement says "no large gain", not "no gain at all".)
+# run each: <!-- q:out#context at start only: token accuracy -->0.438<!-- /q --> with the context at the
+# start only and <!-- q:out#context at every step: token accuracy -->0.439<!-- /q --> with it at every
+# step. The chapter does not record their spread over seeds,
+# so it cannot say whether a difference between such runs is real. What it does record: over 5 seeds, exact
+# match at lengths 2–5 ranged
+# over <!-- q:tools/claim_spread.md#ch01: context at start only handles short inputs -->0.95–0.98<!-- /q --> with the context at the
+# start only and <!-- q:tools/claim_spread.md#ch01: context at every step handles short inputs -->0.94–0.99<!-- /q --> with it at
+# every step, and at lengths 12–14
+# over <!-- q:tools/claim_spread.md#ch01: context at start only fails on long inputs -->0.00–0.01<!-- /q -->
+# and <!-- q:tools/claim_spread.md#ch01: context at every step fails on long inputs -->0<!-- /q --> (every seed). The measurement says
+# "no large gain", not "no gain at all".)
 #
 # ### Does beam search help?
 #
@@ -1542,8 +1716,9 @@ if not GRADING:
 # which: if it is below the beam's best score, the model itself prefers a wrong output (a *model
 # error*) and a better search would only find that wrong output more reliably; if above, the
 # search missed a better sentence (a *search error*). The last line above counts them: the wrong
-# outputs are model errors (33 of 34 in the run shown; 97–100 % over 5 seeds and the portable
-# kernel). Length normalisation hardly matters here:
+# outputs are model errors (<!-- q:out#of the beam's -->28 of 29<!-- /q --> in the run
+# shown; <!-- q:tools/claim_spread.md#ch01: the beam's wrong outputs are model errors -->97–100 %<!-- /q --> over 5 seeds and the
+# portable kernel). Length normalisation hardly matters here:
 # without it ($\alpha = 0$) a search leans towards ending early, since every extra token lowers
 # the summed log-probability, but this model is confident about where a string ends, and the
 # mean output lengths above barely differ. Beam search pays off when
@@ -1564,13 +1739,14 @@ if not GRADING:
 # To reverse a string of n symbols the decoder must read n symbols, in order, out of c. Those
 # 64 floats could hold 14 symbols in principle (42 bits), but the encoder has to learn to pack
 # them and the decoder to unpack them through one vector, and with this budget (and twice it) it
-# learns that only for short strings. The per-position errors show where it fails: the first
-# outputs are mostly right and the errors grow towards the end of the output, even with teacher
-# forcing, so it is not only the decoder compounding its own mistakes (which free-running decoding
-# adds, and which make exact match fall faster still). The copy task shows that the errors follow
-# the output position, not the input position: copying, whose first outputs are the first input
-# symbols, shows the same growth. Each symbol is harder to read out of c the more symbols the
-# decoder has already unpacked from it.
+# learns that only for short strings. The per-position errors show how it fails on long strings:
+# the first outputs are the most often right; decoding free-running, the errors grow along the
+# output, since every mistake is fed back (which makes exact match fall faster still); with
+# teacher forcing, at a single source length, they rise from the first positions towards the
+# middle (reversal, length 14: peak <!-- q:out#reverse, teacher-forced, length 14 -->0.47<!-- /q -->, last
+# position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q --> in the run shown), and whether the last positions recover
+# varies with the seed. The difficulty is not one position but the number of symbols that must
+# all come out of one fixed vector.
 # A better architecture lets the decoder look at all encoder states h_1..h_n at every step and
 # choose (with weights computed from its current state) which to read, e.g. the state of the
 # symbol it must write now: attention (chapter 2).
@@ -1589,10 +1765,13 @@ if not GRADING:
 # Teacher-forced accuracy, the per-token accuracy when the correct previous tokens are given
 # (what the training loss measures), therefore overestimates free-running accuracy. In this
 # chapter's numbers: the teacher-forced token accuracy printed in section 7 is well above the
-# free-running token accuracy of greedy decoding, and on long strings the free-running errors
-# by position rise above the teacher-forced ones, more so towards the end of the output (errors
-# cluster after the first wrong token); exact match falls faster with length than token
-# accuracy. Remedies include scheduled sampling (Bengio et al. 2015: sometimes feeding the model's
+# free-running token accuracy of greedy decoding (<!-- q:out# 700 steps: token accuracy -->0.821<!-- /q -->
+# against <!-- q:out# 700 steps: token accuracy -->0.665<!-- /q --> after 700 steps), and on long strings
+# the free-running errors by position rise above the teacher-forced ones, more so towards the end
+# of the output (at the last position of the strings of 12-14
+# symbols: <!-- q:out# 700 steps,   free-running -->0.69<!-- /q -->
+# against <!-- q:out# 700 steps, teacher-forced -->0.23<!-- /q -->), because errors cluster after the first
+# wrong token; exact match falls faster with length than token accuracy. Remedies include scheduled sampling (Bengio et al. 2015: sometimes feeding the model's
 # own prediction during training) and sequence-level training.
 # ### END SOLUTION
 

@@ -21,12 +21,14 @@
 # Chapter 1's encoder-decoder reads the whole source sentence and hands the decoder **one**
 # vector of size `h`, the context. Whatever the decoder needs to write, all of it has to pass
 # through those `h` numbers, however long the input. On the length-graded reversal task the
-# price was plain: exact match near 1.0 for inputs of up to five symbols, falling below one
-# half at length 8 and to almost nothing from length 12 on (section 8 retrains that model and
-# prints its numbers), with the errors growing along the output position (in copying as in
-# reversal). Twice the training budget raised exact match at the middle lengths (7 to 10) and
-# moved the collapse by a length or two (chapter 1, section 7, prints the numbers), but left the
-# strings of 12 to 14 symbols almost all wrong.
+# price was plain: exact match near 1.0 for inputs of up to five symbols, falling with every
+# further symbol and to almost nothing from length 12 on (section 8 retrains that model and
+# prints its numbers). Within one long string it got the first output symbols most often right;
+# split by a single source length, its errors rose from there towards the middle of the output
+# and, in the run chapter 1 shows, fell again at the last position, in copying as in reversal
+# (over other seeds the last position was sometimes the worst: chapter 1, section 7). Twice the training budget raised exact match at the middle lengths and moved the
+# collapse by a length or two (chapter 1, section 7, prints the numbers), but left the strings of
+# 12 to 14 symbols almost all wrong.
 #
 # This chapter keeps every encoder state and lets the decoder look back at all of them while
 # it writes, choosing at each step where to look. Chapter 1's decoder sat a closed-book exam
@@ -85,8 +87,9 @@ device = train.get_device("cpu")
 # A worked example you can check by hand: query $s = (1, 0)$ and three encoder states
 # $h_1 = (1, 0)$, $h_2 = (0, 1)$, $h_3 = (1, 1)$, scored by the dot product $s^\top h_j$.
 # The scores are $(1, 0, 1)$. With $e = \exp(1)$ the weights are
-# $(e, 1, e) / (2e + 1) \approx (0.4223, 0.1554, 0.4223)$, and the context is
-# $0.4223\,(1,0) + 0.1554\,(0,1) + 0.4223\,(1,1) \approx (0.8446, 0.5777)$.
+# $(e, 1, e) / (2e + 1) \approx$ <!-- q:out#weights tensor([0. -->$(0.4223, 0.1554, 0.4223)$<!-- /q -->, and
+# the context is $0.4223\,(1,0) + 0.1554\,(0,1) + 0.4223\,(1,1)
+# \approx$ <!-- q:out#context tensor([0. -->$(0.8446, 0.5777)$<!-- /q -->.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -181,9 +184,11 @@ checks.run_checks("additive_score", [
 # Hidden tests: a seeded grid of sizes (n_a != n, batch 1, S 1, S equal to the batch size),
 # float32 and float64 (dtype kept), no call to the reference.
 ### BEGIN HIDDEN TESTS
+### BEGIN EXPECTED
 def _additive_expected(s, UH, W, v):  # the formula in float64, position by position
-    s, UH, W, v = s.double(), UH.double(), W.double(), v.double()
-    return torch.einsum("bja,a->bj", torch.tanh(torch.einsum("an,bn->ba", W, s)[:, None, :] + UH), v)
+    return torch.einsum("bja,a->bj", torch.tanh(torch.einsum("an,bn->ba", W.double(), s.double())[:, None, :]
+                                                + UH.double()), v.double())
+### END EXPECTED
 
 _g = torch.Generator().manual_seed(11)
 _grid = [(5, 7, 6, 4, torch.float32), (1, 4, 3, 5, torch.float64), (3, 3, 4, 2, torch.float32),
@@ -195,8 +200,11 @@ for _B, _S, _n, _na, _dt in _grid:
     with checks.forbid(course_utils.rnn_attention.additive_score, course_utils.rnn_attention.concat_score):
         _got = checks.call(additive_score, *_args)
     _case = f"batch {_B}, S {_S}, n {_n}, n_a {_na}, {_dt}"
+    ### BEGIN EXPECTED
+    _want = _additive_expected(*_args).to(_dt)
+    ### END EXPECTED
     checks.expect_dtype(_got, _dt, f"scores ({_case})")
-    checks.expect_close(_got, _additive_expected(*_args).to(_dt), f"scores ({_case})")
+    checks.expect_close(_got, _want, f"scores ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -308,8 +316,10 @@ _grid = [(3, 6, 5, 7, torch.float32), (1, 4, 3, 3, torch.float64), (2, 1, 4, 2, 
 for _B, _S, _dq, _dk, _dt in _grid:
     _q, _K = torch.randn(_B, _dq, generator=_gh, dtype=_dt), torch.randn(_B, _S, _dk, generator=_gh, dtype=_dt)
     _Wa, _q2 = torch.randn(_dq, _dk, generator=_gh, dtype=_dt), torch.randn(_B, _dk, generator=_gh, dtype=_dt)
+    ### BEGIN EXPECTED
     _want_dot = torch.einsum("bd,bjd->bj", _q2.double(), _K.double()).to(_dt)
     _want_gen = torch.einsum("bq,qk,bjk->bj", _q.double(), _Wa.double(), _K.double()).to(_dt)
+    ### END EXPECTED
     with checks.forbid(course_utils.rnn_attention.dot_score, course_utils.rnn_attention.general_score):
         _dot = checks.call(dot_score, _q2, _K)
         _gen = checks.call(general_score, _q, _K, _Wa)
@@ -350,7 +360,8 @@ assert torch.allclose(scores_by_kind["location"], by_formula, atol=1e-6), 'the l
 # That is the convention of `F.scaled_dot_product_attention` and of this course; beware that
 # `nn.MultiheadAttention` (`key_padding_mask`, `attn_mask`) and `nn.Transformer` use the
 # **opposite** one, True = *masked out*. Passing a mask of one convention to a function of the
-# other silently attends to the padding only.
+# other raises no error: it swaps the two, so every query attends to the padding only, and the
+# sentences without padding (the longest of the batch) get rows with no key at all.
 #
 # Two edge cases:
 #
@@ -360,9 +371,12 @@ assert torch.allclose(scores_by_kind["location"], by_formula, atol=1e-6), 'the l
 #   half precision $-10^9$ overflows to $-\infty$ anyway. Our convention (the same as
 #   `course_utils.attention.masked_softmax`): such a row gets **all-zero weights**, hence a
 #   zero context, and no NaN, forward or backward.
-# * Where do such rows come from? Here, from a local window (section 6) placed beyond the end of a
-#   short source; in chapter 3, from causal masks over left-padded batches. It is cheaper to make
-#   the softmax safe once than to prove in every model that it cannot happen.
+# * Where do such rows come from? A local window (section 6) placed beyond the end of a short
+#   source would give one; section 6 avoids it by clamping the window's centre to the last real
+#   position, so the models of this chapter never produce such a row, but the exercise's tests
+#   do. In chapter 3 they come from causal masks over left-padded batches, and from the swapped
+#   convention above. It is cheaper to make the softmax safe once than to prove in every model
+#   that it cannot happen.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -423,10 +437,12 @@ checks.run_checks("masked_softmax", [
 # rows, 1000 at real and padded positions, -1000 everywhere), float32 and float64 (dtype kept),
 # exact zeros at padding, gradients (no NaN, zero at padding), no reference.
 ### BEGIN HIDDEN TESTS
+### BEGIN EXPECTED
 def _masked_softmax_expected(scores, mask):  # float64: a softmax over the real positions, 0 elsewhere
-    m = mask.expand(scores.shape)
-    x = scores.double().masked_fill(~m, float("-inf"))
-    return torch.softmax(x.masked_fill(~m.any(-1, keepdim=True), 0.0), dim=-1) * m
+    _ref_m = mask.expand(scores.shape)
+    _ref_x = scores.double().masked_fill(~_ref_m, float("-inf"))
+    return torch.softmax(_ref_x.masked_fill(~_ref_m.any(-1, keepdim=True), 0.0), dim=-1) * _ref_m
+### END EXPECTED
 
 _g = torch.Generator().manual_seed(13)
 _cases = []
@@ -448,19 +464,24 @@ for _dt in (torch.float32, torch.float64):  # random masks (some rows empty), ra
     _sc = torch.randn(5, 3, 8, generator=_g, dtype=_dt) * torch.rand(5, 3, 1, generator=_g, dtype=_dt) * 20
     _cases.append((f"random masks, {_dt}", _sc, torch.rand(5, 3, 8, generator=_g) < 0.4))
 for _i, (_what, _sc, _mk) in enumerate(_cases):
+    ### BEGIN EXPECTED
     _want = _masked_softmax_expected(_sc, _mk)
+    ### END EXPECTED
     _x = _sc.clone().requires_grad_()
     with checks.forbid(course_utils.attention.masked_softmax, course_utils.rnn_attention.attend):
         _got = checks.call(masked_softmax, _x, _mk)
     _R = torch.randn(_sc.shape, generator=_g, dtype=torch.float64)
     (_gx,) = torch.autograd.grad((_got * _R.to(_got.dtype)).sum(), _x, allow_unused=True)
-    _want_grad = _want * (_R - (_want * _R).sum(-1, keepdim=True))   # the softmax's backward; 0 at padding
+    ### BEGIN EXPECTED
+    _want_grad = (_want * (_R - (_want * _R).sum(-1, keepdim=True))).to(_sc.dtype)  # softmax's backward; 0 at padding
+    _want, _zero = _want.to(_sc.dtype), 0.0
+    ### END EXPECTED
     _case = f"case {_i}: {_what}"
     checks.expect_dtype(_got, _sc.dtype, f"weights ({_case})")
-    checks.expect_close(_got, _want.to(_sc.dtype), f"weights ({_case})")
-    checks.expect_equal(_got.detach().masked_fill(_mk.expand(_sc.shape), 0.0).abs().sum().item(), 0.0,
+    checks.expect_close(_got, _want, f"weights ({_case})")
+    checks.expect_equal(_got.detach().masked_fill(_mk.expand(_sc.shape), 0.0).abs().sum().item(), _zero,
                         f"sum of the weights at padded positions ({_case}: each must be exactly 0)")
-    checks.expect_close(_gx if _gx is not None else torch.zeros_like(_x), _want_grad.to(_sc.dtype),
+    checks.expect_close(_gx if _gx is not None else torch.zeros_like(_x), _want_grad,
                         f"gradient of the weights with respect to the scores ({_case})")
 ### END HIDDEN TESTS
 
@@ -507,19 +528,22 @@ for _B, _S, _dv, _dt, _kind in _grid:
     if _kind == "any" and _B > 1:
         _w[-1] = 0.0                    # a sentence of all padding: zero weights
     _vals = torch.randn(_B, _S, _dv, generator=_g, dtype=_dt)
-    _want = torch.stack([sum(_w[b, j].double() * _vals[b, j].double() for j in range(_S)) for b in range(_B)])
+    ### BEGIN EXPECTED
+    _want = torch.stack([sum(_w[b, j].double() * _vals[b, j].double() for j in range(_S)) for b in range(_B)]).to(_dt)
+    ### END EXPECTED
     with checks.forbid(course_utils.rnn_attention.context_vector, course_utils.rnn_attention.attend,
                        (torch.nn.functional, "scaled_dot_product_attention")):
         _got = checks.call(context_vector, _w, _vals)
     _case = f"batch {_B}, S {_S}, d_v {_dv}, {_dt}, {'softmax weights' if _kind == 'softmax' else 'any weights'}"
     checks.expect_dtype(_got, _dt, f"context ({_case})")
-    checks.expect_close(_got, _want.to(_dt), f"context ({_case})")
+    checks.expect_close(_got, _want, f"context ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # Back to the worked example of section 1, now with $h_3$ as padding (a sentence of two
-# positions in a batch padded to three). The weights become $(e, 1, 0)/(e + 1) \approx (0.7311,
-# 0.2689, 0)$ and the context $\approx (0.7311, 0.2689)$. This cell uses your two functions when they
+# positions in a batch padded to three). The weights become $(e, 1, 0)/(e + 1)
+# \approx$ <!-- q:out#weights tensor([[0. -->$(0.7311, 0.2689, 0)$<!-- /q --> and the context
+# $\approx$ <!-- q:out#context tensor([[0. -->$(0.7311, 0.2689)$<!-- /q -->. This cell uses your two functions when they
 # work, and the `course_utils` references otherwise:
 
 # %%
@@ -595,7 +619,7 @@ print("encoder states", tuple(model_demo.encoder(torch.tensor([[4, 5, 6, 7]]), t
 # small network and multiplies the weights by a Gaussian centred on $p_t$ with standard deviation $D/2$. The window is a mask, so
 # local-m is global attention with one more mask. We clamp $p_t$ to the last real source position:
 # otherwise a target longer than its source would get windows of nothing but padding
-# (the all-padding rows of section 4).
+# (the all-padding rows of section 4, which the clamp keeps out of this chapter's models).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -648,9 +672,11 @@ checks.run_checks("local_m_mask", [
 # beyond the longest sentence, a seeded grid of batches whose sentences have their own t and
 # length, a batch of one; the mask is bool; no reference.
 ### BEGIN HIDDEN TESTS
+### BEGIN EXPECTED
 def _window_expected(t, lengths, D, src_len):  # the definition, position by position
     return torch.tensor([[abs(j - min(int(tb), int(lb) - 1)) <= D and j < int(lb) for j in range(src_len)]
                          for tb, lb in zip(t, lengths)], dtype=torch.bool).reshape(len(t), src_len)
+### END EXPECTED
 
 _cases = [(torch.full((4,), _tt), torch.tensor([7, 3, 1, 9]), _D, 9) for _D in (0, 2, 20) for _tt in range(11)]
 _cases.append((torch.tensor([2, 8]), torch.tensor([4, 9]), 1, 12))
@@ -664,8 +690,11 @@ for _t, _lengths, _D, _S in _cases:
     with checks.forbid(course_utils.rnn_attention.local_m_mask):
         _got = checks.call(local_m_mask, _t, _lengths, _D, _S)
     _case = f"t={_t.tolist()}, lengths={_lengths.tolist()}, D={_D}, src_len={_S}"
+    ### BEGIN EXPECTED
+    _want = _window_expected(_t, _lengths, _D, _S)
+    ### END EXPECTED
     checks.expect_dtype(_got, torch.bool, f"mask ({_case})")
-    checks.expect_equal(_got, _window_expected(_t, _lengths, _D, _S), f"mask ({_case})")
+    checks.expect_equal(_got, _want, f"mask ({_case})")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -758,17 +787,23 @@ for _V, _E, _H, _lengths in ((11, 5, 7, [5, 2, 3]), (9, 6, 6, [4, 1]), (8, 4, 5,
     _src[torch.arange(_S)[None, :] >= torch.tensor(_lengths)[:, None]] = 0
     _tgt = torch.randint(1, _V, (len(_lengths), 4), generator=_g)
     with torch.no_grad():
-        _ref = _m.encode(_src, torch.tensor(_lengths))
-        _s = _ref["hidden"]
+        _enc = _m.encode(_src, torch.tensor(_lengths))   # the inputs: memory, keys, mask and the first state
+        _s = _enc["hidden"]
+        ### BEGIN EXPECTED
+        _ref = _enc                                      # the reference's chain of states
+        ### END EXPECTED
         for _i in range(4):
+            ### BEGIN EXPECTED
             _want_logits, _ref = _m.bahdanau_step(_tgt[:, _i], _ref)
+            _want_w, _want_s = _ref["weights"], _ref["hidden"]
+            ### END EXPECTED
             with checks.forbid(ra.BahdanauSeq2Seq.bahdanau_step, ra.BahdanauSeq2Seq.decode_step,
                                ra.BahdanauSeq2Seq._bahdanau_recurrence, ra.BahdanauSeq2Seq.forward):
-                _lg, _s, _w = checks.call(attention_decoder_step, _m, _tgt[:, _i], _s, _ref["memory"], _ref["keys"],
-                                          _ref["mask"])
+                _lg, _s, _w = checks.call(attention_decoder_step, _m, _tgt[:, _i], _s, _enc["memory"], _enc["keys"],
+                                          _enc["mask"])
             _case = f"vocab {_V}, emb {_E}, hidden {_H}, lengths {_lengths}, step {_i}"
-            checks.expect_close(_w, _ref["weights"], f"weights ({_case})")
-            checks.expect_close(_s, _ref["hidden"], f"new state ({_case})")
+            checks.expect_close(_w, _want_w, f"weights ({_case})")
+            checks.expect_close(_s, _want_s, f"new state ({_case})")
             checks.expect_close(_lg, _want_logits, f"logits ({_case})")
 ### END HIDDEN TESTS
 
@@ -805,13 +840,15 @@ for kind in [dict(score="additive"), dict(score="general"), dict(score="general"
 # from exactly one input position, and that position sweeps the whole source as the output is
 # written. The order itself is not what makes it hard: the first output symbol is the last input
 # symbol, the one the forward encoder read most recently (reversing the source is what Sutskever
-# et al. did to *shorten* dependencies), and a bidirectional encoder puts both ends of the source
-# next to its summary. What a fixed-size summary failed at in chapter 1 was reading out many
-# symbols, one after another, from the same vector: its errors grow with the output position, in
-# copying (first output = first input) as in reversal (first output = last input), so they follow
-# how many symbols the decoder has already unpacked, not how long ago the encoder read the symbol
-# it writes. Attention lets the
-# decoder read each symbol's own encoder state when it writes it. We retrain chapter 1's model here
+# et al. did to *shorten* dependencies), and a bidirectional encoder puts *both* ends of the source
+# next to a final state (the forward GRU ends at the last symbol, the backward GRU at the first).
+# What a fixed-size summary failed at in chapter 1 was reading many symbols out of one vector:
+# beyond the first few output positions its errors were high, in copying (first output = first
+# input) as in reversal (first output = last input), peaking in the middle of the output in the
+# run shown and, in some seeds, at its end. Pooled over the lengths 12–14, the errors seem to
+# grow all along the output, partly because the last output positions exist only in the longest,
+# hardest strings (and, for the same reason, are the ones practised least in training). Attention lets the
+# decoder read each symbol's own encoder state when it writes it, wherever it lies. We retrain chapter 1's model here
 # with the same code and seed (`lengthtask.train_on_length_task`), and train Bahdanau's model beside it.
 
 # %%
@@ -831,12 +868,18 @@ for name, make in makers.items():
           f"{histories[name].seconds:5.1f} s, {results[name]}")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 _ = plots.plot_accuracy_by_length(results, ax=axes[0])
 _ = axes[0].set_title("reversal: exact match against input length")
 _ = plots.plot_loss(histories, ax=axes[1])
 plt.tight_layout()
 plt.show()
+for name, h in histories.items():   # a spike: a step's loss above twice the mean of the 20 steps before it
+    jumps = {i: h.loss[i] / (sum(h.loss[i - 20:i]) / 20) for i in range(100, len(h.loss))}
+    spikes = [i for i, r in jumps.items() if r > 2]
+    print(f"{name:25s} loss spikes (a step's loss > 2x the mean of the 20 before it, after step 100): "
+          f"{len(spikes)}, at steps {spikes[:6]}; largest such ratio {max(jumps.values(), default=0):.1f}")
 
 # %%
 lengths = sorted(results["ch1: no attention"].by_length)
@@ -862,31 +905,51 @@ if not GRADING:
     claims.check("ch02: chapter 1's model fails on long inputs (exact match, lengths 12-14)",
                  long_acc["ch1: no attention"], below=0.2)
     claims.check("ch02: attention keeps long inputs right (exact match, lengths 12-14)",
-                 long_acc["ch2: Bahdanau attention"], above=0.75)
+                 long_acc["ch2: Bahdanau attention"], above=0.6)
     claims.check("ch02: chapter 1's model with as many parameters as attention's still fails on long inputs "
                  "(exact match, lengths 12-14)", long_acc["ch1, state 72"], below=0.2)
     claims.check("ch02: attention's worst output position errs far less than chapter 1's (difference of the maxima)",
                  max(position_errors["ch1: no attention"]) - max(position_errors["ch2: Bahdanau attention"]),
-                 above=0.15)
+                 above=0.05)
 
 # %% [markdown]
 # **What the numbers say.** Chapter 1's model is nearly perfect on inputs of up to five symbols
-# and then collapses: from length 12 on it gets almost no sentence right, and its errors grow
-# along the output. With the same data, the same budget and the same sizes, the attention model
-# stays close to its short-input accuracy all the way to length 14, and its errors stay low at
-# every output position. These are one training run each. Over 5 seeds (data, initialisation
+# and then collapses: from length 12 on it gets almost no sentence right, and on those lengths
+# (pooled) <!-- q:out#ch1: no attention         0. -->0.14 to 0.38<!-- /q --> of its tokens are wrong
+# at each output position.
+# With the same data, the same budget and the same sizes, the attention model stays close to its
+# short-input accuracy up to length 13 and still
+# gets <!-- q:out#ch2: Bahdanau attention    1.00 -->0.81<!-- /q --> of the strings of length 14 right in this
+# run, and its share of wrong tokens stays at
+# most <!-- q:out#ch2: Bahdanau attention   0.00 -->0.11<!-- /q --> at every output position (the largest at the
+# last, in the longest strings). These are one training run each. Over 5 seeds (data, initialisation
 # and batches all drawn anew) and PyTorch's portable CPU kernel, the attention model's mean exact
-# match at lengths 12-14 ranged over 0.86-0.99 (this run's value is printed above) and chapter 1's
-# over 0.00-0.02, and the gap between the two models' worst output positions over 0.32-0.51
-# (`tools/claim_spread.py`); so the cell claims only a mean above 0.75 against below 0.2, and a gap
-# above 0.15, which every run met with room. It has about a fifth more parameters (printed above),
+# match at lengths 12-14 ranged
+# over <!-- q:tools/claim_spread.md#ch02: attention keeps long inputs right -->0.72–0.99<!-- /q --> (this run's value is printed
+# above) and chapter 1's over <!-- q:tools/claim_spread.md#ch02: chapter 1's model fails on long inputs -->0.00<!-- /q --> in every seed,
+# and the gap between the two models' worst output positions
+# over <!-- q:tools/claim_spread.md#ch02: attention's worst output position -->0.12–0.75<!-- /q -->
+# (`tools/claim_spread.py`); so the cell claims only a mean above 0.6 against below 0.2, and a gap
+# above 0.05, which every run met with room (the bounds were 0.75 and 0.15 until one of these
+# seeds gave <!-- q:tools/claim_spread.md#ch02: attention keeps long inputs right -->0.72<!-- /q -->
+# and <!-- q:tools/claim_spread.md#ch02: attention's worst output position -->0.12<!-- /q -->). It has about a fifth more parameters (printed above),
 # and the model "ch1, state 72" is the control for that: chapter 1's model with a state of 72
 # instead of 64, which gives it as many parameters as the attention model (within 2 %), trained
-# the same way. It fails on the long inputs like the 64-unit one (exact match at lengths 12-14:
-# 0.01 in the run shown; 0 to 0.01 over 5 seeds and the portable kernel), so the parameter count
+# the same way. It fails on the long inputs like the 64-unit one (exact match at lengths
+# 12-14: <!-- q:out#mean exact match at lengths 12-14 -->0.01<!-- /q --> in the run
+# shown; <!-- q:tools/claim_spread.md#ch02: chapter 1's model with as many parameters -->0–0.02<!-- /q --> over 5 seeds and the
+# portable kernel), so the parameter count
 # does not explain the gap: what changed is that the decoder no longer has to carry the whole
 # source in its state. Its loss
-# also falls faster and further. This is the shape of Bahdanau et al.'s Figure 2, where the
+# also falls faster and further, though not smoothly: its curve has many spikes, single steps
+# whose loss jumps far above that of the steps before (counted under the plot: after step
+# 100, <!-- q:out#ch2: Bahdanau attention   loss spikes -->70<!-- /q --> steps with a loss above twice the
+# mean of the 20 before them, the largest <!-- q:out#ch2: Bahdanau attention   loss spikes -->34.7<!-- /q -->
+# times that mean, against <!-- q:out#ch1: no attention         loss spikes -->0<!-- /q --> for chapter
+# 1's model). The training loop clips every gradient to norm 1, which bounds the step such a batch
+# causes but not its loss. Spikes like these are a plausible reason why the attention model's
+# exact match varies more over seeds than the other measurements of this section (the range
+# above), but the chapter does not test it. This is the shape of Bahdanau et al.'s Figure 2, where the
 # attention model's BLEU does not deteriorate on long sentences while the plain encoder-decoder's does.
 #
 # Your `attention_decoder_step` (exercise 6), run step by step on this trained model, should give
@@ -985,8 +1048,9 @@ if not GRADING:
 # attention; bottom: local-m, whose band of width $2D + 1 = 7$ can only slide along the diagonal.
 
 # %%
-examples = [data.format_date(datetime.date(1987, 11, 24), 6), data.format_date(datetime.date(2043, 7, 9), 7),
-            data.format_date(datetime.date(1962, 12, 30), 9)]
+# NBVAL_IGNORE_OUTPUT
+example_dates = [datetime.date(1987, 11, 24), datetime.date(2043, 7, 9), datetime.date(1962, 12, 30)]
+examples = [data.format_date(d, f) for d, f in zip(example_dates, (6, 7, 9))]
 batch = data.make_batch([(list(x), []) for x in examples], src_vocab, tgt_vocab)
 fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), gridspec_kw=dict(width_ratios=[len(x) for x in examples]),
                          layout="constrained")
@@ -996,6 +1060,9 @@ for row, (name, model) in zip(axes, date_models.items()):
         rows = ([tgt_vocab.itos[i] for i in toks] + ["<eos>"])[: w.shape[0]]   # one row per generated token
         _ = plots.plot_attention(w, rows, list(x), ax=ax, colorbar=False, vmax=1.0,
                                  title=f"{name}\n{x!r} -> {''.join(tgt_vocab.decode(toks))}")
+    for x, d, toks in zip(examples, example_dates, out_tokens):
+        written, expected = "".join(tgt_vocab.decode(toks)), d.isoformat()
+        print(f"{name:>13}: {x!r} -> {written} ({'right' if written == expected else 'wrong, expected ' + expected})")
 _ = fig.colorbar(axes[0, 0].images[0], ax=axes, fraction=0.02, pad=0.01, label="attention weight (0 to 1)")
 plt.show()
 
@@ -1107,14 +1174,19 @@ for L in (14, 50, 200):
 # formats the year comes at the end of the input ("the 24th of november, 1987": characters 22-25), so
 # the characters that must be copied are outside the window and the decoder has to guess them from
 # whatever the states inside the window contain; the longer the input, the farther the year and the
-# worse the guess. It still gets some right because a bidirectional encoder state $h_j$ summarises
+# worse the guess (exact match in section 9: <!-- q:out#local-m, D=3  exact match -->0.33<!-- /q --> on
+# inputs shorter than 20 characters and <!-- q:out#local-m, D=3  exact match -->0.1<!-- /q --> on the
+# longer ones, against <!-- q:out#global        exact match -->0.98<!-- /q -->
+# and <!-- q:out#global        exact match -->1.0<!-- /q --> for global attention). It still gets some right because a bidirectional encoder state $h_j$ summarises
 # the whole input (the backward GRU at position $j$ has read everything to its right), so the window
 # holds a compressed, fixed-size summary of the year: chapter 1's bottleneck again, good enough for
 # some inputs but not reliable. A format whose year comes first ("1962.12.30") aligns one to one
 # with the output, so there the window does hold the characters to copy; but that is necessary, not
-# sufficient: the figure of section 9 shows local-m (1962-12-12) and global attention (1962-12-03)
-# both writing that very input's day wrong after their 200 steps, so a window in the right place
-# does not by itself make the output right. Local-m should match global attention on (roughly) monotonic tasks,
+# sufficient: on that very input, after their 200 steps, both models wrote the day wrong (the lines
+# printed under the alignment maps of section 9: global
+# attention <!-- q:out#global: '1962.12.30' -->1962-12-03<!-- /q -->,
+# local-m <!-- q:out#local-m, D=3: '1962.12.30' -->1962-12-03<!-- /q -->, for 1962-12-30), so a window in the
+# right place does not by itself make the output right. Local-m should match global attention on (roughly) monotonic tasks,
 # where output $t$ comes from near input $t$ (copying, transliteration, translation between languages
 # with similar word order, as in Luong's English-German experiments); otherwise one needs local-p
 # (a predicted $p_t$) or global attention.

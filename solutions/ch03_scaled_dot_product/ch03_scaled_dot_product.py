@@ -199,9 +199,11 @@ show("output = weights V", output, 4)
 # %% [markdown]
 # The notes get $QK^\top$ and the scaled scores right, but then print the softmax's first
 # row as $[0.016, 0.984]$ and the output's first row as $[3.952, 2.984]$. The exact values
-# are $[0.007035, 0.992965]$ and $[3.979, 2.993]$. (Their second rows, $[0.000, 1.000]$
-# and $[4.000, 3.000]$, are right to three decimals: exactly they are
-# $[0.000102, 0.999898]$ and $[3.9997, 2.9999]$.) Where did the notes go wrong? Two facts
+# are <!-- q:out#weights = softmax(rows) -->$[0.007035, 0.992965]$<!-- /q -->
+# and <!-- q:out#output = weights V -->$[3.979, 2.993]$<!-- /q -->. (Their second rows, $[0.000, 1.000]$
+# and $[4.000, 3.000]$, are right to three decimals: exactly they
+# are <!-- q:out#weights = softmax(rows) -->$[0.000102, 0.999898]$<!-- /q -->
+# and <!-- q:out#output = weights V -->$[3.9997, 2.9999]$<!-- /q -->.) Where did the notes go wrong? Two facts
 # find the step:
 #
 # * a softmax over two entries depends only on their difference:
@@ -227,7 +229,7 @@ assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float6
 
 # %% [markdown]
 # Notice also how *peaked* the weights are: with only two numbers per token, the scores
-# already differ by 5 and one key takes 99.3 % of the weight. Section 5 shows what happens
+# already differ by 5 and one key takes <!-- q:out#weights = softmax(rows) -->99.3 %<!-- /q --> of the weight. Section 5 shows what happens
 # when $d_k$ grows to 64, the width of a head in real models (128 in LLaMA), and wider still, and why the
 # $\sqrt{d_k}$ is there.
 #
@@ -312,20 +314,22 @@ for _lead in [(), (3,), (2, 3)]:
         for _Lq, _Lk, _dk in [(4, 6, 8), (5, 2, 3), (1, 1, 1), (2, 7, 16)]:
             _q = torch.randn(*_lead, _Lq, _dk, generator=_g, dtype=_dtype)
             _k = torch.randn(*_lead, _Lk, _dk, generator=_g, dtype=_dtype)
-            _want = torch.einsum("...id,...jd->...ij", _q.double(), _k.double()) / math.sqrt(_dk)
-            _cases.append((f"{_lead} leading, L_q={_Lq}, L_k={_Lk}, d_k={_dk}, {_dtype}", _q, _k, _want))
-_inputs = [(q.clone(), k.clone()) for _, q, k, _ in _cases]
+            _cases.append((f"{_lead} leading, L_q={_Lq}, L_k={_Lk}, d_k={_dk}, {_dtype}", _q, _k))
+### BEGIN EXPECTED
+_want = [torch.einsum("...id,...jd->...ij", q.double(), k.double()) / math.sqrt(q.shape[-1]) for _, q, k in _cases]
+### END EXPECTED
+_inputs = [(q.clone(), k.clone()) for _, q, k in _cases]
 with checks.forbid(attention.attention_scores, attention.scaled_dot_product_attention,
                    (F, "scaled_dot_product_attention")):
-    _got = [checks.call(scaled_scores, q, k) for _, q, k, _ in _cases]
+    _got = [checks.call(scaled_scores, q, k) for _, q, k in _cases]
 checks.run_checks("scaled_scores (hidden)", [
-    (name, lambda i=i, name=name: checks.expect_close(_got[i], _cases[i][3], f"scores ({name})"))
+    (name, lambda i=i, name=name: checks.expect_close(_got[i], _want[i], f"scores ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
     (f"dtype ({name})", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"scores ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    ("q and k unchanged", lambda: [checks.expect_equal(t, t0, "an input after the call") for (_, q, k, _), (q0, k0)
+    ("q and k unchanged", lambda: [checks.expect_equal(t, t0, "an input after the call") for (_, q, k), (q0, k0)
                                    in zip(_cases, _inputs) for t, t0 in ((q, q0), (k, k0))]),
     ("no ready-made function", lambda: checks.expect_not_calling(
         scaled_scores, attention.attention_scores, attention.scaled_dot_product_attention, F.scaled_dot_product_attention)),
@@ -425,9 +429,11 @@ _cases.append(("very negative scores", torch.tensor([[-1000., -1001.], [-5000., 
 _cases.append(("large scores, rows far apart", torch.tensor([[1000., 1001., 1002.], [-1000., -1001., -1003.],
                                                               [0., float("-inf"), 88.]]), -1))
 _inputs = [x.clone() for _, x, _ in _cases]
-_want = [torch.softmax(x.double(), dim) for _, x, dim in _cases]
 _x3 = torch.randn(2, 3, 4, generator=_g, dtype=torch.float64) * 30
+### BEGIN EXPECTED
+_want = [torch.softmax(x.double(), dim) for _, x, dim in _cases]
 _want_default = torch.softmax(_x3, -1)
+### END EXPECTED
 with checks.forbid((torch, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax"),
                    attention.masked_softmax):
     _got = [checks.call(stable_softmax, x, dim=dim) for _, x, dim in _cases]
@@ -566,12 +572,23 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 
 
 # %% [markdown]
-# Read the table at $d_k = 1024$. Without the scale the largest of 16 weights averages
-# 0.97: the softmax is saturated. The gradient reaching the *scores* is several times
-# smaller than with the scale (0.033 against 0.281 in the run shown, 8.4 times, the ratio printed
-# under the table; 4.7 to 8.9 times over 5 seeds of 500 random draws each). But saturation does **not** mean that
+# Read the table first at $d_k = 64$, the width of a head in real models (512 / 8 heads in the
+# original Transformer; 128 in LLaMA). Without the scale the largest of 16 weights already
+# averages <!-- q:out#max weight, unscaled -->0.85<!-- /q --> (with
+# it <!-- q:out#max weight, scaled -->0.25<!-- /q -->), and the 14 keys outside the top two
+# get <!-- q:out#others' share, unscaled -->17 %<!-- /q --> of the key gradient
+# against <!-- q:out#others' share, scaled -->68 %<!-- /q -->: at a real head width an unscaled softmax
+# is well on its way to saturation. The extreme $d_k = 1024$ shows the trend in full: without
+# the scale the largest weight averages <!-- q:out#max weight, unscaled -->0.97<!-- /q -->, and
+# the gradient reaching the *scores* is several times smaller than with the scale
+# (<!-- q:out#grad of scores, unscaled -->0.033<!-- /q -->
+# against <!-- q:out#grad of scores, scaled -->0.281<!-- /q --> in the run
+# shown, <!-- q:out#at d_k = 1024 the gradient of the scores -->8.4<!-- /q --> times, the ratio printed
+# under the table; <!-- q:tools/claim_spread.md#ch03: less gradient reaches unscaled scores -->4.7 to 8.9<!-- /q --> times over
+# 5 seeds of 500 random draws each). But saturation does **not** mean that
 # no gradient reaches the queries and keys: the gradient reaching $q$ is *larger* without the
-# scale (1.07 against 0.28), because an unscaled score $s_j = q\cdot k_j$ hands its
+# scale (<!-- q:out#grad of q, unscaled -->1.07<!-- /q -->
+# against <!-- q:out#grad of q, scaled -->0.28<!-- /q -->), because an unscaled score $s_j = q\cdot k_j$ hands its
 # gradient to $q$ multiplied by $k_j$, whose length is about $\sqrt{d_k} = 32$, and the scale
 # divides exactly that by 32.
 #
@@ -579,12 +596,19 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # near 0, every entry $p_i(\delta_{ij} - p_j)$ of the Jacobian is small except those that
 # pair the winner with the few keys whose weights are not yet negligible; and since the
 # gradients of a softmax's scores sum to zero, what the winner's score receives its closest
-# rivals receive with the opposite sign. The 14 other keys get 7 % of the key gradient
-# without the scale, against 67 % with it, and 2 % of the rows are exactly one-hot
+# rivals receive with the opposite sign. At $d_k = 1024$ the 14 other keys
+# get <!-- q:out#others' share, unscaled -->7 %<!-- /q --> of the key gradient
+# without the scale, against <!-- q:out#others' share, scaled -->67 %<!-- /q --> with it,
+# and <!-- q:out#dead rows, unscaled -->2 %<!-- /q --> of the rows are exactly one-hot
 # in float32 and pass no gradient at all. A key that is not already winning gets almost no
 # signal telling it to do better, so the random preferences of the initialisation are
-# locked in. With the scale, every row of the table marked "scaled" stays where it is at
-# $d_k = 1$. The scale does not
+# locked in. With the scale, the rows of the table marked "scaled" are flat from $d_k = 4$ on
+# (the largest weight between <!-- q:out#max weight, scaled -->0.24 and 0.25<!-- /q -->, the
+# others' share between <!-- q:out#others' share, scaled -->0.67 and 0.68<!-- /q -->); they
+# differ at $d_k = 1$ (<!-- q:out#max weight, scaled -->0.209<!-- /q -->
+# and <!-- q:out#others' share, scaled -->0.717<!-- /q -->), because a score of one term, the product of
+# two Gaussian numbers, is not Gaussian itself: it has the same variance but heavier tails and more
+# values near 0, while a sum of 4 or more such terms is already close to a Gaussian. The scale does not
 # change what attention *can* express (the network could learn smaller $W_Q$, $W_K$); it
 # makes the starting point and the spread of the gradient over the keys independent of the
 # head width.
@@ -600,7 +624,7 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # $d_k$ terms of variance 1, so its variance is $d_k$ and its standard deviation
 # $\sqrt{d_k}$. Dividing by $\sqrt{d_k}$ is exactly what makes the standard deviation 1 for
 # every $d_k$ (the column std(q.k/sqrt(d_k)) of the table). Dividing by $d_k$ over-corrects: the standard
-# deviation becomes $1/\sqrt{d_k}$ (0.03 at $d_k = 1024$), so all scores of a row are
+# deviation becomes $1/\sqrt{d_k}$ (<!-- q:out#1024      995.3 -->0.03<!-- /q --> at $d_k = 1024$), so all scores of a row are
 # nearly equal and the softmax is nearly uniform: attention cannot prefer any key at
 # initialisation, every key gets a similar share of the gradient whatever it deserves, and
 # the gradient with respect to $q$ and $k$ is also scaled down by $1/d_k$.
@@ -740,14 +764,6 @@ checks.run_checks("sdp_attention", [
 _g = torch.Generator().manual_seed(103)
 
 
-def _ref_attention(q, k, v, mask):
-    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(mask.logical_not(), -math.inf)
-    w = torch.softmax(s, dim=-1).nan_to_num(0.0)          # a fully masked row: zero weights
-    return w @ v.double(), w
-
-
 def _mask(kind, lead, L_q, L_k):
     if kind == "none":
         return None
@@ -782,7 +798,17 @@ _k = torch.cat([torch.randn(3, 4, generator=_g), 150 * _q[:1].expand(2, 4) / _q[
 _cases.append(("masked keys with far larger scores", _q, _k, torch.randn(5, 2, generator=_g),
                torch.tensor([True, True, True, False, False])))
 _inputs = [tuple(None if t is None else t.clone() for t in c[1:]) for c in _cases]
+### BEGIN EXPECTED
+def _ref_attention(q, k, v, mask):
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -math.inf)
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)          # a fully masked row: zero weights
+    return w @ v.double(), w
+
+
 _want = [_ref_attention(q, k, v, m) for _, q, k, v, m in _cases]
+### END EXPECTED
 with checks.forbid(attention.scaled_dot_product_attention, attention.masked_softmax, attention.attention_scores,
                    (F, "scaled_dot_product_attention")):
     _got = [checks.call(sdp_attention, q, k, v, m) for _, q, k, v, m in _cases]
@@ -903,14 +929,17 @@ _sizes = [(a, b) for a in range(1, 7) for b in (None, *range(1, 7))] + [(9, 40),
 with checks.forbid(attention.causal_mask):
     _got = [checks.call(causal_mask, a) if b is None else checks.call(causal_mask, a, b) for a, b in _sizes]
     _got_kw = checks.call(causal_mask, 3, L_k=5)
+### BEGIN EXPECTED
 _want = [torch.ones(a, a if b is None else b).tril((a if b is None else b) - a).bool() for a, b in _sizes]
+_want_kw = torch.ones(3, 5).tril(2).bool()
+### END EXPECTED
 checks.run_checks("causal_mask (hidden)", [
-    (f"causal_mask{(a, b)}", lambda m=m, w=w, a=a, b=b: checks.expect_equal(m, w, f"causal_mask{(a, b)}"))
-    for m, w, (a, b) in zip(_got, _want, _sizes)
+    (f"causal_mask{(a, b)}", lambda i=i, a=a, b=b: checks.expect_equal(_got[i], _want[i], f"causal_mask{(a, b)}"))
+    for i, (a, b) in enumerate(_sizes)
 ] + [
     ("a bool tensor every time", lambda: [checks.expect_dtype(m, torch.bool, f"causal_mask{(a, b)}")
                                           for m, (a, b) in zip(_got, _sizes)]),
-    ("L_k given by keyword", lambda: checks.expect_equal(_got_kw, torch.ones(3, 5).tril(2).bool(), "causal_mask(3, L_k=5)")),
+    ("L_k given by keyword", lambda: checks.expect_equal(_got_kw, _want_kw, "causal_mask(3, L_k=5)")),
     ("no ready-made mask", lambda: checks.expect_not_calling(causal_mask, attention.causal_mask, _bias.causal_lower_right)),
 ])
 ### END HIDDEN TESTS
@@ -1090,17 +1119,6 @@ checks.run_checks("cross_attention", [
 # padding, some padding, a source of length 1; no fused function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
-
-
-def _direct(x_dec, x_enc, W_q, W_k, W_v, lengths):
-    x_dec, x_enc, W_q, W_k, W_v = (t.double() for t in (x_dec, x_enc, W_q, W_k, W_v))
-    s = torch.einsum("btd,bsd->bts", x_dec @ W_q, x_enc @ W_k) / math.sqrt(W_q.shape[1])
-    if lengths is not None:
-        s = s.masked_fill(torch.arange(x_enc.shape[1])[None, None, :] >= lengths[:, None, None], float("-inf"))
-    w = torch.softmax(s, -1)
-    return w @ (x_enc @ W_v), w
-
-
 _cases = []
 for _dtype in (torch.float32, torch.float64):
     for _B, _T, _S, _dd, _de, _dk, _dv, _lens in [
@@ -1111,7 +1129,18 @@ for _dtype in (torch.float32, torch.float64):
         _L = None if _lens is None else torch.tensor(_lens)
         _cases.append((f"batch {_B}, T={_T}, S={_S}, d_dec={_dd}, d_enc={_de}, d_k={_dk}, d_v={_dv}, "
                        f"lengths {_lens}, {_dtype}", _args, _L))
+### BEGIN EXPECTED
+def _direct(x_dec, x_enc, W_q, W_k, W_v, lengths):
+    x_dec, x_enc, W_q, W_k, W_v = (t.double() for t in (x_dec, x_enc, W_q, W_k, W_v))
+    s = torch.einsum("btd,bsd->bts", x_dec @ W_q, x_enc @ W_k) / math.sqrt(W_q.shape[1])
+    if lengths is not None:
+        s = s.masked_fill(torch.arange(x_enc.shape[1])[None, None, :] >= lengths[:, None, None], float("-inf"))
+    w = torch.softmax(s, -1)
+    return w @ (x_enc @ W_v), w
+
+
 _want = [_direct(*args, L) for _, args, L in _cases]
+### END EXPECTED
 with checks.forbid((F, "scaled_dot_product_attention")):
     _got = [checks.call(cross_attention, *args, L) for _, args, L in _cases]
 checks.run_checks("cross_attention (hidden)", [
@@ -1300,16 +1329,6 @@ def _fixed_weights(d):
     return sd
 
 
-def _direct(sd, x, mask):
-    x = x.double()
-    q, k, v = (x @ sd[f"{n}.weight"].double().T + sd[f"{n}.bias"].double() for n in ("q_proj", "k_proj", "v_proj"))
-    s = q @ k.mT / math.sqrt(x.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(mask.logical_not(), -math.inf)
-    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return (w @ v) @ sd["out_proj.weight"].double().T + sd["out_proj.bias"].double(), w
-
-
 _left = torch.tensor([[False, False, True, True, True, True]] * 3)[:, None, :] & attention.causal_mask(6)
 _masks6 = {"no mask": None, "causal (6, 6)": attention.causal_mask(6),
            "padding (3, 1, 6)": attention.padding_mask(torch.tensor([6, 4, 2]), 6),
@@ -1329,22 +1348,34 @@ for _dtype in (torch.float32, torch.float64):
         _m = _m.to(_dtype)
         _x = torch.randn(_B, _L, _d, generator=_g, dtype=_dtype)
         for _name, _mask in _masks.items():
-            _cases.append((f"d_model={_d}, batch {_B}, L={_L}, {_dtype}, {_name}", _m, _x, _mask, _direct(_sd, _x, _mask)))
+            _cases.append((f"d_model={_d}, batch {_B}, L={_L}, {_dtype}, {_name}", _m, _x, _mask, _sd))
         if _L == 6:      # padding whose inputs are 40 times larger: masked keys with far larger scores
             _x = _x.clone()
             _x[:, 4:] *= 40
             _pad4 = attention.padding_mask(torch.tensor([4, 4, 4]), 6)
-            _cases.append((f"d_model={_d}, {_dtype}, padded keys with far larger scores", _m, _x, _pad4,
-                           _direct(_sd, _x, _pad4)))
+            _cases.append((f"d_model={_d}, {_dtype}, padded keys with far larger scores", _m, _x, _pad4, _sd))
+### BEGIN EXPECTED
+def _direct(sd, x, mask):
+    x = x.double()
+    q, k, v = (x @ sd[f"{n}.weight"].double().T + sd[f"{n}.bias"].double() for n in ("q_proj", "k_proj", "v_proj"))
+    s = q @ k.mT / math.sqrt(x.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -math.inf)
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (w @ v) @ sd["out_proj.weight"].double().T + sd["out_proj.bias"].double(), w
+
+
+_want = [_direct(sd, x, mask) for _, _, x, mask, sd in _cases]
+### END EXPECTED
 with checks.forbid((F, "scaled_dot_product_attention"), nn.MultiheadAttention.forward,
                    multihead.MultiHeadAttention.forward, F.multi_head_attention_forward):
     with torch.no_grad():
         _got = [checks.call(m, x, mask, what="SelfAttention.forward") for _, m, x, mask, _ in _cases]
 checks.run_checks("SelfAttention (hidden)", [
-    (f"out, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _cases[i][4][0], f"out ({name})"))
+    (f"out, {name}", lambda i=i, name=name: checks.expect_close(_got[i][0], _want[i][0], f"out ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _cases[i][4][1], f"weights ({name})"))
+    (f"weights, {name}", lambda i=i, name=name: checks.expect_close(_got[i][1], _want[i][1], f"weights ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
     (f"dtypes, {name}", lambda i=i, name=name: [checks.expect_dtype(t, _cases[i][2].dtype, f"{n} ({name})")
@@ -1511,10 +1542,11 @@ if not GRADING:
 
 # %% [markdown]
 # Without positions the trained layer stays equivariant (reversing the input reverses its
-# predictions exactly), its token accuracy, 0.339, is the best equivariant guess
-# (0.342), above chance only because a symbol that is frequent in the string is a good
-# guess, and its exact match is 0.000. With learned positions the same layer
-# reaches an exact match of 1.000 on the test strings. What it learned is visible in its
+# predictions exactly), its token accuracy, <!-- q:out#without positions -->0.339<!-- /q -->, is the
+# best equivariant guess (<!-- q:out#best equivariant guess -->0.342<!-- /q -->), above chance only
+# because a symbol that is frequent in the string is a good guess, and its exact match
+# is <!-- q:out#without positions -->0.000<!-- /q -->. With learned positions the same layer
+# reaches an exact match of <!-- q:out#with positions -->1.000<!-- /q --> on the test strings. What it learned is visible in its
 # attention weights: query $i$ looks at key $7 - i$, the anti-diagonal.
 
 # %%
@@ -1541,9 +1573,11 @@ plt.show()
 # tokens around it (at position 0) must output `c`. An equivariant model gives `b` the same
 # output in both, so it cannot be right on both inputs. The measurement agrees: trained
 # without positions, the layer stays exactly equivariant and reaches only the token accuracy
-# of the best equivariant guess (0.339 against 0.342; chance is 0.125), with an exact
-# match of 0.000; the same layer with a learned vector per position added to the
-# inputs reaches an exact match of 1.000, attending from output $i$ to input $7-i$. So positional
+# of the best equivariant guess (<!-- q:out#without positions -->0.339<!-- /q -->
+# against <!-- q:out#best equivariant guess -->0.342<!-- /q -->; chance
+# is <!-- q:out#chance (1 of 8 symbols) -->0.125<!-- /q -->), with an exact
+# match of <!-- q:out#without positions -->0.000<!-- /q -->; the same layer with a learned vector per
+# position added to the inputs reaches an exact match of <!-- q:out#with positions -->1.000<!-- /q -->, attending from output $i$ to input $7-i$. So positional
 # information must be added: to the inputs (learned or sinusoidal positional encodings,
 # chapter 6) or to the scores (relative positions, chapter 5). A
 # causal mask also breaks the symmetry (it is how decoder-only models learn some order),
@@ -1670,7 +1704,7 @@ for name in times:
 #
 # * **naive and fused attention**: time grows with a fitted slope of about 2 (double $L$,
 #   four times the work; the table's first column). Over the last doubling the naive version
-#   is steeper (the second column: above 3 in every run made for this chapter), because its
+#   is steeper (the second column: <!-- q:out#naive attention -->3.19<!-- /q --> in the run shown), because its
 #   $L\times L$ matrix (64 MiB at $L = 4096$) no longer fits in the processor's caches and
 #   every pass over it goes to main memory. The fused kernel does the same $O(L^2 d)$
 #   arithmetic without writing that matrix out, and is several times faster at the longest
@@ -1686,14 +1720,16 @@ for name in times:
 # * **a window mask alone saves nothing**: with the mask, the fused call still computes
 #   every one of the $L^2$ scores, then throws most of them away; it is *slower* than without
 #   a mask (the last lines), and in this version of PyTorch on the CPU it keeps an
-#   $L\times L$ tensor for the backward pass (68.0 MiB against 4.0 MiB at
+#   $L\times L$ tensor for the backward pass (<!-- q:out#fused + window mask -->68.0<!-- /q --> MiB
+#   against <!-- q:out#fused attention -->4.0<!-- /q --> MiB at
 #   $L = 4096$). The mask changes the *result*, not the cost.
 #
 # Timings on your machine differ; `make bench` measures these ratios (eager against fused against banded, at one thread and at all threads) side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 # * **the banded computation** is what saves: time and memory grow linearly (fitted memory
-#   slope 0.95; time slope about 1 over the last doubling, lower over all lengths, because
-#   its 65 offsets cost a fixed number of small operations that dominate short sequences),
-#   and at the longest length it is the fastest of the five and keeps 5.3 MiB, close to the
+#   slope <!-- q:out#banded window -->0.95<!-- /q -->; time slope about 1 over the last doubling, lower over all
+#   lengths, because its 65 offsets cost a fixed number of small operations that dominate short
+#   sequences), and at the longest length it is the fastest of the five and
+#   keeps <!-- q:out#banded window -->5.3<!-- /q --> MiB, close to the
 #   fused kernel.
 #
 # The memory numbers are exact, and the next cell checks what follows from them: the
@@ -1732,7 +1768,9 @@ print("banded window equals the masked fused call:", torch.allclose(banded, mask
 #   rows (Linformer, Wang et al. 2020), or replace $\exp(q\cdot k)$ by a product of feature
 #   maps $\phi(q)\cdot\phi(k)$, so that $(\phi(Q)\phi(K)^\top)V = \phi(Q)\,(\phi(K)^\top V)$
 #   costs $O(L d^2)$ instead of $O(L^2 d)$ (Katharopoulos et al. 2020; the Performer,
-#   Choromanski et al. 2021). They approximate softmax attention.
+#   Choromanski et al. 2021). They are different attention functions, not approximations of
+#   softmax attention (except the Performer, whose random features estimate $\exp(q\cdot k)$
+#   without bias only in expectation), and they are trained as such.
 # * **exact, memory-saving kernels**: compute exactly softmax attention in blocks, with a
 #   running softmax, never storing the $L \times L$ matrix (Rabe and Staats 2021;
 #   FlashAttention, Dao et al. 2022): memory linear in $L$, time still $O(L^2 d)$ but with
@@ -1800,10 +1838,12 @@ claims.check("ch03: self-attention reaches 63 positions back about as well as 1 
 
 # %% [markdown]
 # In the recurrent layers the influence of an input fades with every step it must travel:
-# the gradient from 63 positions back, divided by the one from 1 position back, is
-# 0 (the gradient vanished entirely in float32) for the RNN and 9.1e-14 for the GRU at their random initialisation
+# the gradient from 63 positions back, divided by the one from 1 position back,
+# is <!-- q:out#RNN               1.14 -->0<!-- /q --> (the gradient vanished entirely in float32) for the RNN
+# and <!-- q:out#GRU               7.61 -->9.1e-14<!-- /q --> for the GRU at their random initialisation
 # (chapter 1 measured the same fading). In self-attention an input 63 positions back reaches
-# the last output about as strongly as the previous one (ratio 1.23): distance plays no
+# the last output about as strongly as the previous one
+# (ratio <!-- q:out#self-attention    2.12 -->1.23<!-- /q -->): distance plays no
 # role, which is the same fact as the permutation equivariance of section 10.
 #
 # ## 12. What is still missing

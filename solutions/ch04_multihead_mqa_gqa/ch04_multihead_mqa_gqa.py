@@ -24,9 +24,9 @@
 # **What you will build**: multi-head attention from weight matrices, equal to PyTorch's
 # `nn.MultiheadAttention`; `repeat_kv`, the one line that turns MHA into GQA or MQA; one step
 # of cached decoding; the size of a KV cache; the mean-pooling conversion of Ainslie et al.
-# The reference versions live in `course_utils.attention` (`MultiHeadAttention`, `KVCache`,
-# `repeat_kv`, `cached_attention`, `kv_cache_bytes`, `mean_pool_kv_heads`), so a learner stuck
-# here can still go on to chapter 5.
+# The reference versions live in `course_utils.multihead` (`MultiHeadAttention`, `repeat_kv`,
+# `cached_attention`, `mean_pool_kv_heads`) and `course_utils.kvcache` (`KVCache`, `kv_cache_bytes`),
+# so a learner stuck here can still go on to chapter 5.
 #
 # **Exercises** (graded by the test cells below each one): 1 `split_heads`/`merge_heads`
 # (2 points), 2 `multi_head_attention` (4), 3 `repeat_kv` (2), 4 `attend_with_cache` (4),
@@ -120,11 +120,15 @@ assert two_head_err < 1e-12, "two heads of width 4 must hit the target exactly"
 # of a single convolution, $K^2$ heads for a $K\times K$ kernel, and the output projection
 # sums them.)
 #
-# **Same cost as one wide head.** Because each head is $h$ times narrower, the projections
-# cost the same as one full-width head ($4\,n\,d_\text{model}^2$ multiply-adds for $Q$,
+# **The same matrix products as one wide head.** Because each head is $h$ times narrower, the
+# projections cost the same as one full-width head ($4\,n\,d_\text{model}^2$ multiply-adds for $Q$,
 # $K$, $V$ and $W^O$ over $n$ tokens), and so do the scores and the weighted sums:
-# $h \cdot n^2 d_\text{head} = n^2 d_\text{model}$ each. PyTorch's FLOP counter confirms it
-# on the course's `MultiHeadAttention` (one multiply-add = 2 FLOPs):
+# $h \cdot n^2 d_\text{head} = n^2 d_\text{model}$ each. PyTorch's FLOP counter, which counts
+# matrix products, confirms it on the course's `MultiHeadAttention` (one multiply-add = 2 FLOPs).
+# Not everything is the same, though: $h$ heads make $h$ matrices of $n \times n$ attention weights
+# where one head makes one, so the softmax ($h\,n^2$ exponentials) and the memory those weights take
+# (kept for the backward pass) grow $h$-fold; at $n = 128$ and 8 heads that is 8 matrices of
+# $128 \times 128$ per sequence instead of one.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -271,15 +275,18 @@ for _dtype in (torch.float32, torch.float64):
     for _b, _L, _h, _dh in [(3, 7, 3, 4), (1, 1, 2, 5), (2, 4, 4, 1), (2, 5, 1, 6), (2, 3, 6, 3), (4, 2, 2, 2)]:
         _x = torch.randn(_b, _L, _h * _dh, generator=_g, dtype=_dtype)
         _y = torch.randn(_b, _h, _L, _dh, generator=_g, dtype=_dtype)
-        _cases.append((f"batch {_b}, L={_L}, {_h} heads of {_dh}, {_dtype}", _x, _y, _h,
-                       _x.reshape(_b, _L, _h, _dh).permute(0, 2, 1, 3), _y.permute(0, 2, 1, 3).reshape(_b, _L, _h * _dh)))
-_split = [checks.call(split_heads, x, h) for _, x, _, h, _, _ in _cases]
-_merge = [checks.call(merge_heads, y) for _, _, y, _, _, _ in _cases]
+        _cases.append((f"batch {_b}, L={_L}, {_h} heads of {_dh}, {_dtype}", _x, _y, _h))
+### BEGIN EXPECTED
+_want_split = [x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 1, 3) for _, x, _, h in _cases]
+_want_merge = [y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1) for _, _, y, _ in _cases]
+### END EXPECTED
+_split = [checks.call(split_heads, x, h) for _, x, _, h in _cases]
+_merge = [checks.call(merge_heads, y) for _, _, y, _ in _cases]
 checks.run_checks("split_heads / merge_heads (hidden)", [
-    (f"split, {name}", lambda i=i, name=name: checks.expect_equal(_split[i], _cases[i][4], f"split_heads ({name})"))
+    (f"split, {name}", lambda i=i, name=name: checks.expect_equal(_split[i], _want_split[i], f"split_heads ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    (f"merge, {name}", lambda i=i, name=name: checks.expect_equal(_merge[i], _cases[i][5], f"merge_heads ({name})"))
+    (f"merge, {name}", lambda i=i, name=name: checks.expect_equal(_merge[i], _want_merge[i], f"merge_heads ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
     (f"round trips, {name}", lambda i=i, name=name: [
@@ -411,6 +418,7 @@ checks.run_checks("multi_head_attention", [
 _g = torch.Generator().manual_seed(102)
 
 
+### BEGIN EXPECTED
 def _direct_mha(x, context, W_q, W_k, W_v, W_o, n_heads, mask):
     x, context, W_q, W_k, W_v, W_o = (t.double() for t in (x, context, W_q, W_k, W_v, W_o))
     b, L_q, d = x.shape
@@ -421,6 +429,7 @@ def _direct_mha(x, context, W_q, W_k, W_v, W_o, n_heads, mask):
         s = s.masked_fill(~mask, float("-inf"))
     w = torch.softmax(s, dim=-1).nan_to_num(0.0)
     return (w @ v).permute(0, 2, 1, 3).reshape(b, L_q, d) @ W_o, w
+### END EXPECTED
 
 
 def _mha_mask(kind, b, h, L_q, L_k):
@@ -453,7 +462,9 @@ for _dtype in (torch.float32, torch.float64):
         _Ws = [torch.randn(_d, _d, generator=_g, dtype=_dtype) / math.sqrt(_d) for _ in range(4)]
         _cases.append((f"batch {_b}, L_q={_Lq}, L_k={_Lk}, d_model={_d}, {_h} heads, {_dtype}, mask: {_kind}",
                        (_xq, _ctx, *_Ws, _h, _mha_mask(_kind, _b, _h, _Lq, _Lk))))
+### BEGIN EXPECTED
 _want = [_direct_mha(*args) for _, args in _cases]
+### END EXPECTED
 with checks.forbid(multihead.MultiHeadAttention.forward, (F, "multi_head_attention_forward"),
                    nn.MultiheadAttention.forward):
     _got = [checks.call(multi_head_attention, *args) for _, args in _cases]
@@ -513,6 +524,13 @@ assert torch.allclose(out_fn, out_plain, atol=1e-5), 'the functional form must e
 
 # %% [markdown]
 # ## 5. Fewer keys and values: MQA and GQA as one family
+#
+# Why would anyone give heads fewer keys and values? Not to save parameters (the table below shows
+# how little that saves) and not for training speed, but for generation: a model that writes one
+# token at a time keeps the keys and values of every earlier token (the *cache* of section 6) and
+# reads all of them again at every step, so at long contexts decoding is limited by how many bytes
+# of keys and values it must read, not by arithmetic (section 7 measures it). Fewer key/value heads,
+# fewer bytes to read. With that motivation, the variants themselves.
 #
 # In multi-head attention every head has its own keys and values. **Multi-query attention**
 # (MQA, Shazeer 2019) keeps $h$ query heads but only *one* key head and one value head,
@@ -615,12 +633,15 @@ for _dtype in (torch.float32, torch.float64):
     for _b, _kvh, _T, _dh, _rep in [(2, 3, 5, 4, 2), (2, 1, 5, 4, 4), (2, 3, 5, 4, 1), (1, 2, 1, 3, 3),
                                     (3, 4, 2, 2, 2), (2, 2, 6, 3, 3)]:
         _x = torch.randn(_b, _kvh, _T, _dh, generator=_g, dtype=_dtype)
-        _want = torch.stack([_x[:, i // _rep] for i in range(_kvh * _rep)], dim=1)     # head i reads head i // n_rep
-        _cases.append((f"batch {_b}, {_kvh} kv heads, T={_T}, d_head={_dh}, n_rep={_rep}, {_dtype}", _x, _rep, _want))
-_inputs = [x.clone() for _, x, _, _ in _cases]
-_got = [checks.call(repeat_kv, x, r) for _, x, r, _ in _cases]
+        _cases.append((f"batch {_b}, {_kvh} kv heads, T={_T}, d_head={_dh}, n_rep={_rep}, {_dtype}", _x, _rep))
+### BEGIN EXPECTED
+_want = [torch.stack([x[:, i // r] for i in range(x.shape[1] * r)], dim=1)    # head i reads head i // n_rep
+         for _, x, r in _cases]
+### END EXPECTED
+_inputs = [x.clone() for _, x, _ in _cases]
+_got = [checks.call(repeat_kv, x, r) for _, x, r in _cases]
 checks.run_checks("repeat_kv (hidden)", [
-    (name, lambda i=i, name=name: checks.expect_equal(_got[i], _cases[i][3], f"repeat_kv ({name})"))
+    (name, lambda i=i, name=name: checks.expect_equal(_got[i], _want[i], f"repeat_kv ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
     (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"repeat_kv ({name})"))
@@ -681,8 +702,10 @@ assert torch.allclose(right, fused, atol=1e-6) and not torch.allclose(strided, f
 
 # %% [markdown]
 # Heads 0, 2, 5 and 7 happen to get the same partner in both orders; the other four read the
-# wrong keys and values, and the outputs differ by up to 1.59, several times their average
-# size of 0.23. A
+# wrong keys and values. The attention outputs (the heads' outputs, before $W_O$ mixes them)
+# differ by up to <!-- q:out#strided vs F.sdpa(enable_gqa=True) -->1.59<!-- /q --> in one entry, where an entry's average absolute
+# size is <!-- q:out#strided vs F.sdpa(enable_gqa=True) -->0.23<!-- /q --> (a largest difference against an average size: the point is only that the
+# difference is not rounding, it is of the size of the values themselves). A
 # checkpoint trained with one grouping cannot be loaded into code that uses the other without
 # permuting the query heads. Whenever you move GQA weights between libraries, check the
 # grouping, as this course's tests do against `F.scaled_dot_product_attention(..., enable_gqa=True)`.
@@ -794,6 +817,7 @@ checks.run_checks("attend_with_cache", [("one step from a cache of 5", _one_step
 _g = torch.Generator().manual_seed(104)
 
 
+### BEGIN EXPECTED
 def _full_causal(q, k, v):
     n_rep = q.shape[1] // k.shape[1]
     k, v = (t.double()[:, :, None].expand(-1, -1, n_rep, -1, -1).flatten(1, 2) for t in (k, v))
@@ -801,6 +825,7 @@ def _full_causal(q, k, v):
     s = (q.double() @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
         torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
+### END EXPECTED
 
 
 _cases = []
@@ -811,8 +836,11 @@ for _dtype in (torch.float32, torch.float64):
         _q = torch.randn(_b, _h, _T, _dh, generator=_g, dtype=_dtype)
         _k, _v = (torch.randn(_b, _kvh, _T, _dh, generator=_g, dtype=_dtype) for _ in range(2))
         _name = {_h: "MHA", 1: "MQA"}.get(_kvh, f"GQA-{_kvh}")
-        _cases.append((f"{_name}, batch {_b}, {_h} heads of {_dh}, chunks {_chunks}, {_dtype}", _q, _k, _v, _chunks,
-                       _full_causal(_q, _k, _v)))
+        _cases.append((f"{_name}, batch {_b}, {_h} heads of {_dh}, chunks {_chunks}, {_dtype}", _q, _k, _v, _chunks))
+### BEGIN EXPECTED
+_want = [_full_causal(q, k, v) for _, q, k, v, _ in _cases]
+_want_cache = [(k, v) for _, _, k, v, _ in _cases]          # the cache holds the keys and values un-repeated
+### END EXPECTED
 
 
 def _decode(q, k, v, chunks):
@@ -824,18 +852,19 @@ def _decode(q, k, v, chunks):
     return outs, cache
 
 
-_got = [_decode(q, k, v, chunks) for _, q, k, v, chunks, _ in _cases]
+_got = [_decode(q, k, v, chunks) for _, q, k, v, chunks in _cases]
 checks.run_checks("attend_with_cache (hidden)", [
     (f"outputs of every chunk, {name}", lambda i=i, name=name: checks.expect_close(
-        torch.cat(_got[i][0], dim=2), _cases[i][5], f"the chunks' outputs against full causal attention ({name})"))
+        torch.cat(_got[i][0], dim=2), _want[i], f"the chunks' outputs against full causal attention ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
     (f"cache after the last chunk, {name}", lambda i=i, name=name: [
-        checks.expect_close(_got[i][1][0], _cases[i][2], f"cached keys, un-repeated ({name})"),
-        checks.expect_close(_got[i][1][1], _cases[i][3], f"cached values, un-repeated ({name})")])
+        checks.expect_close(_got[i][1][0], _want_cache[i][0], f"cached keys, un-repeated ({name})"),
+        checks.expect_close(_got[i][1][1], _want_cache[i][1], f"cached values, un-repeated ({name})")])
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i][0][-1], _cases[i][1].dtype, f"output ({name})"))
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i][0][-1], _cases[i][1].dtype,
+                                                                 f"output ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ])
 ### END HIDDEN TESTS
@@ -945,27 +974,35 @@ checks.run_checks("kv_cache_bytes", [("one token of a 7B-sized MHA model", _one_
 # by position and by keyword, defaults left out; a Python int every time.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
-_cases = [((80, 8, 128, 4096), {"batch": 16}, 80 * 8 * 128 * 4096 * 16 * 4), ((1, 1, 1, 1, 3, 4), {}, 24),
-          ((95, 97, 255, 99_999_999, 63, 1), {}, 2 * 95 * 97 * 255 * 99_999_999 * 63)]         # past 2**53
+_cases = [((80, 8, 128, 4096), {"batch": 16}), ((1, 1, 1, 1, 3, 4), {}),
+          ((95, 97, 255, 99_999_999, 63, 1), {})]                                   # past 2**53
 for _i in range(12):
     _n = [int(v) for v in torch.randint(1, 97, (6,), generator=_g)]
     _bpv = (1, 2, 4)[_i % 3]
-    _want = 2 * _n[0] * _n[1] * _n[2] * _n[3] * _n[4] * _bpv
     if _i % 4 == 0:
-        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4], _bpv), {}, _want))
+        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4], _bpv), {}))
     elif _i % 4 == 1:
         _cases.append(((), {"n_layers": _n[0], "n_kv_heads": _n[1], "d_head": _n[2], "seq_len": _n[3],
-                            "batch": _n[4], "bytes_per_value": _bpv}, _want))
+                            "batch": _n[4], "bytes_per_value": _bpv}))
     elif _i % 4 == 2:
-        _cases.append(((_n[0], _n[1], _n[2], _n[3]), {"bytes_per_value": _bpv}, _want // _n[4]))   # batch left out
+        _cases.append(((_n[0], _n[1], _n[2], _n[3]), {"bytes_per_value": _bpv}))   # batch left out
     else:
-        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4]), {}, _want // _bpv * 2))              # 2 bytes by default
-_got = [checks.call(kv_cache_bytes, *a, **kw) for a, kw, _ in _cases]
+        _cases.append(((_n[0], _n[1], _n[2], _n[3], _n[4]), {}))                    # 2 bytes by default
+### BEGIN EXPECTED
+def _ref_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
+    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_value
+
+
+_want = [_ref_bytes(*a, **kw) for a, kw in _cases]
+_want_type = "int"
+### END EXPECTED
+_got = [checks.call(kv_cache_bytes, *a, **kw) for a, kw in _cases]
 checks.run_checks("kv_cache_bytes (hidden)", [
-    (f"kv_cache_bytes(*{a}, **{kw})", lambda i=i: checks.expect_equal(_got[i], _cases[i][2], "bytes"))
-    for i, (a, kw, _) in enumerate(_cases)
+    (f"kv_cache_bytes(*{a}, **{kw})", lambda i=i: checks.expect_equal(_got[i], _want[i], "bytes"))
+    for i, (a, kw) in enumerate(_cases)
 ] + [
-    ("a Python int every time", lambda: [checks.expect_equal(type(r).__name__, "int", "the type of the result") for r in _got]),
+    ("a Python int every time", lambda: [checks.expect_equal(type(r).__name__, _want_type, "the type of the result")
+                                         for r in _got]),
 ])
 ### END HIDDEN TESTS
 
@@ -1239,21 +1276,28 @@ for _dtype in (torch.float32, torch.float64):
     for _h, _grp, _dh, _dm in [(6, 3, 4, 5), (6, 1, 4, 5), (6, 6, 4, 5), (8, 2, 1, 3), (4, 2, 3, 7), (8, 4, 2, 2)]:
         for _shape in ((_h * _dh, _dm), (_h * _dh,)):
             _w = torch.randn(*_shape, generator=_g, dtype=_dtype)
-            _r = _h // _grp
-            _want = torch.cat([sum(_w[(j * _r + i) * _dh:(j * _r + i + 1) * _dh].double() for i in range(_r)) / _r
-                               for j in range(_grp)])
             _kind = "weight" if len(_shape) == 2 else "bias"
-            _cases.append((f"{_kind} {_shape}, {_h} heads into {_grp} groups, {_dtype}", _w, _h, _grp, _want))
+            _cases.append((f"{_kind} {_shape}, {_h} heads into {_grp} groups, {_dtype}", _w, _h, _grp))
+### BEGIN EXPECTED
+def _ref_pool(w, h, grp):
+    r, dh = h // grp, w.shape[0] // h
+    return torch.cat([sum(w[(j * r + i) * dh:(j * r + i + 1) * dh].double() for i in range(r)) / r for j in range(grp)])
+
+
+_want = [_ref_pool(w, h, grp) for _, w, h, grp in _cases]
+### END EXPECTED
 _inputs = [w.clone() for _, w, *_ in _cases]
-_got = [checks.call(mean_pool_heads, w, h, grp) for _, w, h, grp, _ in _cases]
+_got = [checks.call(mean_pool_heads, w, h, grp) for _, w, h, grp in _cases]
 checks.run_checks("mean_pool_heads (hidden)", [
-    (name, lambda i=i, name=name: checks.expect_close(_got[i], _cases[i][4], f"mean_pool_heads ({name})"))
+    (name, lambda i=i, name=name: checks.expect_close(_got[i], _want[i], f"mean_pool_heads ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype, f"mean_pool_heads ({name})"))
+    (f"dtype, {name}", lambda i=i, name=name: checks.expect_dtype(_got[i], _cases[i][1].dtype,
+                                                                 f"mean_pool_heads ({name})"))
     for i, (name, *_) in enumerate(_cases)
 ] + [
-    ("the input unchanged", lambda: [checks.expect_equal(c[1], w0, "weight after the call") for c, w0 in zip(_cases, _inputs)]),
+    ("the input unchanged", lambda: [checks.expect_equal(c[1], w0, "weight after the call")
+                                     for c, w0 in zip(_cases, _inputs)]),
 ])
 ### END HIDDEN TESTS
 
@@ -1410,6 +1454,13 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
     print(f"{b:>6} {L:>5} {d:>8} {t_ours * 1e3:>10.2f}ms {t_theirs * 1e3:>7.2f}ms {t_ours / t_theirs:>6.2f} {t_weights * 1e3:>17.2f}ms")
 
 # %% [markdown]
+# Reading it (the run stored here): without the weights, the module runs PyTorch's fused kernel and
+# takes about the time of `nn.MultiheadAttention`, which does the same (ratio <!-- q:out#8   128      256 -->1.02<!-- /q -->
+# and <!-- q:out#4   512      256 -->0.86<!-- /q -->). Asking for the weights sends it down the explicit path, which builds the
+# $L \times L$ probabilities of every head in memory: <!-- q:out#8   128      256 -->7.77<!-- /q --> ms against <!-- q:out#8   128      256 -->6.27<!-- /q --> ms at
+# $L = 128$, <!-- q:out#4   512      256 -->32.82<!-- /q --> ms against <!-- q:out#4   512      256 -->23.12<!-- /q --> ms at $L = 512$, the gap growing with $L$ as that matrix does.
+# Request the weights only where you look at them (a plot, a probe); training and decoding do not.
+#
 # > **The source notes, corrected in this chapter.**
 # > * The two-head worked example (seed 000): the softmax row is $[0.00703, 0.99297]$, not
 # >   $[0.016, 0.984]$, so the first output row is $[3.979, 2.993, 3.979, 2.993]$; the printed
@@ -1458,15 +1509,18 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q2_conversion", "locked": false, "points": 2, "schema_version": 3, "solution": true}
 # ### BEGIN SOLUTION
-# Mean pooling (or the first head) starts from keys and values that carry what the group's
-# trained heads computed (the projections of trained heads are correlated), so the query and
-# output projections, which were trained with them, still roughly fit: for GQA-2 the test loss
-# right after conversion is lower than with random heads in every seed, and uptraining only
-# adjusts; random key/value heads discard everything the attention layers learnt, and a few
-# percent of the steps are not enough to relearn it. (After uptraining, which of mean and first
-# is better this small experiment does not settle; with MQA, where one head must serve all
-# eight, even the gap to random changes with the seed.) GQA-8 on a 70B model (64 query heads) already
-# cuts the cache 8-fold (10 GiB -> 1.25 GiB per 4096-token sequence), so the cache is no
+# A start that keeps trained heads starts from keys and values built from what the group's trained
+# heads computed, so the query and output projections, which were trained with such keys and
+# values, still roughly fit. The first head of a group is exactly the key/value head that one of
+# its query heads was trained with; a mean of the group's heads fits to the extent that those heads
+# computed similar things, which section 8 leaves untested (there the first head beat mean pooling
+# right after conversion in 9 of 10 runs). Either way, for GQA-2 the test loss right after
+# conversion is lower than with random heads in every seed, and uptraining only adjusts; random
+# key/value heads discard everything the attention layers learnt, and a few percent of the steps
+# are not enough to relearn it. (After uptraining, which of mean and first is better this small
+# experiment does not settle; with MQA, where one head must serve all eight, even the gap to random
+# changes with the seed.) GQA-8 on a 70B model (64 query heads) already cuts the cache 8-fold
+# (<!-- q:out#  70B    MHA -->10<!-- /q --> GiB -> <!-- q:out#  70B  GQA-8 -->1.25<!-- /q --> GiB per 4096-token sequence, section 7's table), so the cache is no
 # longer the dominant cost; going to MQA saves another 1.1 GiB but shares one key/value head
 # among 64 query heads, which costs quality (Ainslie et al.: 46.6 vs 47.1 average for T5-XXL)
 # and is less stable to uptrain; with tensor parallelism over 8 devices, 8 key/value heads
