@@ -57,7 +57,10 @@ class BlockConfig:
     """The sizes and switches of a :class:`TransformerBlock` (and of every block of a stack).
 
     ``d_ff=None``: ``4 * d_model`` for ReLU/GELU, :func:`swiglu_hidden` for SwiGLU.
-    ``n_kv_heads=None``: ``n_heads`` (multi-head attention). ``attention_bias``: biases in the
+    ``n_kv_heads=None``: ``n_heads`` (multi-head attention). The fields keep what was given; the
+    widths a block is built with are the properties :attr:`ff_width` and :attr:`kv_heads`, derived
+    each time, so ``dataclasses.replace(cfg, d_model=128)`` or ``replace(cfg, ffn="swiglu")`` gets
+    the width of the new config, never the old one's. ``attention_bias``: biases in the
     attention's four projections (LLaMA has none; the feed-forward of ``"relu"``/``"gelu"`` always
     has them, SwiGLU never). ``rope``: rotate queries and keys in self-attention (chapter 8).
     ``eps``: the norms' epsilon.
@@ -90,11 +93,20 @@ class BlockConfig:
         if self.rope and self.cross_attention:
             raise ValueError("RoPE is applied in self-attention only: rope=True with cross_attention=True "
                              "is not a block this course builds")
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.d_ff is None:
-            self.d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
-        check_int(self.d_ff, "d_ff", 1)
+        check_int(self.ff_width, "d_ff", 1)
+        check_int(self.kv_heads, "n_kv_heads", 1)
+
+    @property
+    def ff_width(self) -> int:
+        """The feed-forward's hidden width: ``d_ff``, else the default of ``ffn`` for ``d_model``."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads: ``n_kv_heads``, else ``n_heads``."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
 
 # --- the parts --------------------------------------------------------------------------------
@@ -177,8 +189,8 @@ def make_norm(cfg: BlockConfig) -> nn.Module:
 
 def _make_ffn(cfg: BlockConfig) -> nn.Module:
     if cfg.ffn == "swiglu":
-        return SwiGLU(cfg.d_model, cfg.d_ff)
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, activation=cfg.ffn)
+        return SwiGLU(cfg.d_model, cfg.ff_width)
+    return FeedForward(cfg.d_model, cfg.ff_width, cfg.dropout, activation=cfg.ffn)
 
 
 # --- the block --------------------------------------------------------------------------------
@@ -218,9 +230,9 @@ class TransformerBlock(nn.Module):
             raise TypeError(f"cfg must be a BlockConfig, got {type(cfg).__name__}")
         self.cfg, self.norm_first = cfg, cfg.norm_first
         attn = dict(bias=cfg.attention_bias, dropout=cfg.dropout)
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, rope=cfg.rope,
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, rope=cfg.rope,
                                             rope_base=cfg.rope_base, **attn)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, **attn) \
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.kv_heads, **attn) \
             if cfg.cross_attention else None
         self.ff = _make_ffn(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
-from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack, swiglu_hidden
+from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack
 from course_utils.kvcache import KVCache, check_caches_match
 
 __all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
@@ -54,7 +54,7 @@ POSITIONS = ("rope", "learned", "sinusoidal", "none")
 class DecoderConfig:
     """Sizes of a :class:`ModernDecoder`, and the switches the ablations flip.
 
-    ``d_ff=None``: :func:`swiglu_hidden` for SwiGLU, ``4 * d_model`` for the ReLU FFN.
+    ``d_ff=None``: :func:`~course_utils.blocks.swiglu_hidden` for SwiGLU, ``4 * d_model`` for the ReLU FFN.
     """
 
     vocab_size: int = 256
@@ -75,10 +75,17 @@ class DecoderConfig:
         for name, allowed in (("norm", NORMS), ("ffn", FFNS), ("positions", POSITIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.d_ff is None:
-            self.d_ff = swiglu_hidden(self.d_model) if self.ffn == "swiglu" else 4 * self.d_model
+        self.block_config()   # checks the sizes (d_model by n_heads, the widths) as a block would
+
+    @property
+    def ff_width(self) -> int:
+        """The feed-forward's hidden width (``d_ff``, else the default of ``ffn``): :attr:`BlockConfig.ff_width`."""
+        return self.block_config().ff_width
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads (``n_kv_heads``, else ``n_heads``)."""
+        return self.block_config().kv_heads
 
 
     def block_config(self) -> BlockConfig:

@@ -311,8 +311,9 @@ def convert_to_gqa(mha: MultiHeadAttention, n_kv_heads: int, how: str = "mean",
     if how not in ("mean", "first", "random"):
         raise ValueError(f"how must be 'mean', 'first' or 'random', got {how!r}")
     has_bias = mha.q_proj.bias is not None
-    new = MultiHeadAttention(mha.d_model, mha.n_heads, n_kv_heads, bias=has_bias,
-                             dropout=mha.dropout).to(mha.q_proj.weight.device, mha.q_proj.weight.dtype)
+    new = MultiHeadAttention(mha.d_model, mha.n_heads, n_kv_heads, bias=has_bias, dropout=mha.dropout,
+                             rope=mha.rope, rope_base=mha.rope_base).to(mha.q_proj.weight.device,
+                                                                         mha.q_proj.weight.dtype)
     h, r, dh = mha.n_heads, mha.n_heads // n_kv_heads, mha.d_head
     with torch.no_grad():
         for name in ("q_proj", "out_proj"):

@@ -138,9 +138,11 @@ def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW's two groups: the weight matrices of ``nn.Linear`` and convolution layers decay by
     ``weight_decay``; biases, norms, embeddings (token, position, class token) do not (decaying
-    them pulls gains towards 0 and rare tokens' vectors towards the origin, and buys nothing: the
-    practice of BERT, GPT-2 and nanoGPT). A weight shared by an embedding and an output layer
-    counts as an embedding. Each parameter appears once, in ``model.parameters()`` order."""
+    them pulls gains towards 0 and rare tokens' vectors towards the origin). Practice differs:
+    minGPT excludes embeddings as here; BERT excludes only biases and LayerNorm weights; nanoGPT
+    decays every tensor of two or more dimensions, embeddings included. A weight shared by an
+    embedding and an output layer counts as an embedding. Each parameter appears once, in
+    ``model.parameters()`` order."""
     decayed = {id(m.weight) for m in model.modules()
                if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))}
     decayed -= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}

@@ -112,7 +112,7 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"positional must be one of {SEQ2SEQ_POSITIONAL}, got {positional!r}")
         cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_kv_heads=n_kv_heads, dropout=dropout,
                           norm_first=norm_first)
-        self.d_model, self.n_heads, self.n_layers, self.d_ff = d_model, n_heads, n_layers, cfg.d_ff
+        self.d_model, self.n_heads, self.n_layers, self.d_ff = d_model, n_heads, n_layers, cfg.ff_width
         self.norm_first, self.positional, self.share_layers = norm_first, positional, share_layers
         self.pad_id, self.use_cache = pad_id, use_cache
         # Both token tables are drawn before either is redrawn from N(0, 1/d_model) (times sqrt(d_model):

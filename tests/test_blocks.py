@@ -86,8 +86,8 @@ def test_block_says_what_is_wrong():
 
 def test_config_defaults_and_a_block_from_fields_or_config():
     cfg = blocks.BlockConfig(d_model=96, n_heads=4, ffn="swiglu")
-    assert cfg.d_ff == blocks.swiglu_hidden(96) and cfg.n_kv_heads == 4
-    assert blocks.BlockConfig(d_model=32, n_heads=4).d_ff == 128
+    assert cfg.ff_width == blocks.swiglu_hidden(96) and cfg.kv_heads == 4
+    assert blocks.BlockConfig(d_model=32, n_heads=4).ff_width == 128
     a = blocks.TransformerBlock(cfg)
     b = blocks.TransformerBlock(cfg, norm_first=True)
     assert not a.norm_first and b.norm_first and b.cfg.ffn == "swiglu"
@@ -192,3 +192,19 @@ def test_every_model_follows_the_decoding_protocol():
     assert all(isinstance(m, decoding.EncoderDecoder) for m in seq2seq)
     assert all(isinstance(m, decoding.PromptedDecoder) and not isinstance(m, decoding.EncoderDecoder)
                for m in prompted)
+
+
+def test_derived_widths_follow_the_config_they_belong_to():
+    """Issue 34: ``d_ff`` and ``n_kv_heads`` left to their defaults are derived each time, never frozen
+    into the config, so an override or ``dataclasses.replace`` gets the new config's widths."""
+    from dataclasses import replace
+
+    base = blocks.BlockConfig(d_model=64, n_heads=4)
+    block = blocks.TransformerBlock(base, n_heads=8)                   # multi-head: 8 key/value heads
+    assert block.self_attn.n_kv_heads == 8 and block.self_attn.k_proj.out_features == 64
+    assert replace(base, d_model=128).ff_width == 512
+    assert replace(base, ffn="swiglu").ff_width == blocks.swiglu_hidden(64)
+    assert isinstance(blocks.TransformerBlock(replace(base, ffn="swiglu")).ff, blocks.SwiGLU)
+    assert blocks.TransformerBlock(replace(base, d_model=128)).ff.linear1.out_features == 512
+    given = blocks.BlockConfig(d_model=64, n_heads=4, d_ff=100, n_kv_heads=2)
+    assert replace(given, d_model=128).ff_width == 100 and replace(given, n_heads=8).kv_heads == 2

@@ -157,7 +157,7 @@ def test_ablation_switches_build_the_chapter_6_parts():
     m = llama.ModernDecoder(cfg)
     assert isinstance(m.layers[0].norm1, torch.nn.LayerNorm) and isinstance(m.embed.positions, positional.LearnedPositions)
     assert m.layers[0].self_attn.n_kv_heads == 4 and not m.layers[0].self_attn.rope
-    assert cfg.d_ff == 4 * cfg.d_model
+    assert cfg.ff_width == 4 * cfg.d_model and cfg.kv_heads == 4
     with pytest.raises(ValueError, match="norm must be one of"):
         llama.DecoderConfig(norm="batch")
 

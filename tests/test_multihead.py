@@ -365,3 +365,14 @@ def test_weights_copied_to_and_from_torch_round_trip_and_refuse_what_torch_canno
         multihead.copy_to_torch(multihead.MultiHeadAttention(D, H, bias=False), theirs)
     with pytest.raises(TypeError, match="q_proj"):
         multihead.copy_to_torch(nn.Linear(D, D), theirs)
+
+
+def test_a_gqa_conversion_keeps_rope():
+    """Issue 34: ``convert_to_gqa`` of a RoPE attention is a RoPE attention with the same base."""
+    torch.manual_seed(0)
+    mha = multihead.MultiHeadAttention(16, 4, rope=True, rope_base=500.0)
+    gqa = multihead.convert_to_gqa(mha, 2, how="first")
+    assert gqa.rope and gqa.rope_base == 500.0
+    same = multihead.convert_to_gqa(mha, 4, how="first")          # no grouping: the very same attention
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(same(x)[0], mha(x)[0])

@@ -845,8 +845,8 @@ for temperature in (0.0, 0.6, 0.8, 1.0):
 if transformers is not None:
     cfg = model.cfg
     hf_trained = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads, max_position_embeddings=cfg.max_len,
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ff_width, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_len,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}, rms_norm_eps=cfg.eps)).eval()
     ours_state = model.state_dict()
     hf_trained.load_state_dict({k: ours_state[key_fn(k)] for k in hf_trained.state_dict()})
