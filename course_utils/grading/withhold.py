@@ -40,52 +40,42 @@ BLOCK = re.compile(r"^([ \t]*)### BEGIN EXPECTED[ \t]*\n(.*?)^[ \t]*### END EXPE
 _WITHHELD = '__import__("course_utils.checks", fromlist=["WITHHELD"]).WITHHELD'
 
 
+class _Bound(ast.NodeVisitor):
+    """The names a piece of code binds in the namespace it runs in (see :func:`bound_names`)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store):
+            self.names.append(node.id)
+
+    def visit_alias(self, node: ast.alias) -> None:
+        self.names.append((node.asname or node.name).split(".")[0])
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            self.names.append(node.name)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.AST) -> None:   # its name, not its locals
+        self.names.append(node.name)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.AST) -> None:       # a scope of its own: nothing bound here
+        pass
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+
 def bound_names(code: str) -> list[str]:
     """The names a block of code binds in the namespace it runs in: assignments, loop targets, defs,
-    classes, imports and ``with`` targets, also inside ``if``/``for``/``while``/``with``/``try``; never
-    the locals of a function or class it defines, nor a comprehension's variables."""
-    names: list[str] = []
-
-    def targets(node: ast.AST) -> None:
-        if isinstance(node, ast.Name):
-            names.append(node.id)
-        elif isinstance(node, (ast.Tuple, ast.List)):
-            for elt in node.elts:
-                targets(elt)
-        elif isinstance(node, ast.Starred):
-            targets(node.value)
-
-    def statements(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
-                continue
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    targets(t)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
-                targets(node.target)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.extend((a.asname or a.name).split(".")[0] for a in node.names)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        targets(item.optional_vars)
-            for sub in ast.iter_child_nodes(node):   # a walrus anywhere in the statement binds here too
-                for inner in ast.walk(sub):
-                    if isinstance(inner, ast.NamedExpr):
-                        targets(inner.target)
-                    if isinstance(inner, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        break
-            for field in ("body", "orelse", "finalbody"):
-                statements(getattr(node, field, None) or [])
-            for handler in getattr(node, "handlers", None) or []:
-                if handler.name:
-                    names.append(handler.name)
-                statements(handler.body)
-
-    statements(ast.parse(code).body)
-    return list(dict.fromkeys(n for n in names if n != "_"))
+    classes, imports and ``with``/``except`` targets, also inside ``if``/``for``/``with``/``try``;
+    never the locals of a function or class it defines, nor a comprehension's variables."""
+    visitor = _Bound()
+    visitor.visit(ast.parse(code))
+    return list(dict.fromkeys(n for n in visitor.names if n != "_"))
 
 
 def strip_expected(source: str) -> str:
