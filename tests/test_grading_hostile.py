@@ -274,12 +274,13 @@ LEAK64 = """import base64, gc, linecache
 _text = "\\n".join(["".join(v[2]) for v in linecache.cache.values() if len(v) > 2]
                     + [str(x) for x in get_ipython().user_ns.get("_ih", [])]
                     + [o for o in gc.get_objects() if isinstance(o, str) and "checks." in o][:2000])
+_text = "\\n".join(t for t in _text.split("\\n") if "checks." in t or "_want" in t)[:200_000]   # under the cell cap
 print("LEAK", base64.b64encode(_text.encode()).decode())
 """
 LEAK_ANSWER = """import base64, linecache, sys
 
 def stable_softmax(x, dim=-1):
-    code = "\\n".join("".join(v[2]) for v in linecache.cache.values() if len(v) > 2)
+    code = "\\n".join("".join(v[2]) for v in linecache.cache.values() if len(v) > 2)[:200_000]
     raise ValueError("LEAK " + base64.b64encode(code.encode()).decode())
 """
 # Data that costs the grader to parse: a 3 MiB repr and a record of 2 MiB, a 3 MiB Markdown table.
@@ -804,7 +805,8 @@ def test_nothing_the_kernel_says_after_the_hidden_tests_begin_reaches_feedback(h
     assert not re.search(r"LEAK [A-Za-z0-9+/=]{20,}", fb) and "output withheld" in fb, fb[-2000:]
     decoded = _decoded(fb)
     assert not [ln for ln in hidden if ln in decoded]
-    assert "LEAK" in _outputs(hostile, "h-leak64"), "the leak never ran: the test proves nothing"
+    leaked_in_kernel = [ln for ln in hidden if ln in _decoded(_outputs(hostile, "h-leak64"))]
+    assert leaked_in_kernel, "the leak found no hidden line in the kernel: the test proves nothing"
     second = _cell(hostile, "h-leak64", f"{hostile['exercises'][1]}-hidden")
     assert second.score == 0 and "LEAK" not in (second.error or "") and "ValueError" in (second.error or ""), second
 

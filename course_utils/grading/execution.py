@@ -299,16 +299,19 @@ class SandboxedExecute(Execute):
         if reference_checks is None:
             return "the test failed (the grader has no reference run for it)"
         records = self._records.get((0, index), [])
-        wrong = verdict.failing(records, reference_checks)
-        if wrong:
-            more = f"; and {len(wrong) - 8} more" if len(wrong) > 8 else ""
-            return f"{len(wrong)} of {len(reference_checks)} checks failed: {'; '.join(wrong[:8])}{more}"
         ename = str((errors[0] if errors else content).get("ename", ""))
         if ename == "NotImplementedYet":
             return "not implemented yet: replace `raise NotImplementedError()` with your code"
         raised = ename if ename in _SAFE_ENAMES else "an exception"
-        return (f"the test stopped with {raised} before its checks were done (the checks it made hold; "
-                "its own message is not shown after the hidden tests begin)")
+        wrong = verdict.failing(records, reference_checks)[:len(records)]   # of the checks that were made
+        named = f": {'; '.join(wrong[:8])}{f'; and {len(wrong) - 8} more' if len(wrong) > 8 else ''}" if wrong else ""
+        if len(records) < len(reference_checks):
+            return (f"the test stopped with {raised} after {len(records)} of its {len(reference_checks)} checks "
+                    f"(its own message is not shown after the hidden tests begin){'; failed' + named if wrong else ''}")
+        if wrong:
+            return f"{len(wrong)} of {len(reference_checks)} checks failed{named}"
+        return (f"the test raised {raised}: a check made inside the kernel failed, or your code raised (its own "
+                "message is not shown after the hidden tests begin)")
 
     def _finish(self, nb, why_not_run: str) -> None:
         tampered = {k.rsplit("-", 1)[0] for k in self._report["tampering"]}
