@@ -9,6 +9,7 @@ sandboxed kernel runs the same Python, and must not be able to find the course f
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -75,8 +76,7 @@ def _grader_memory(memory_mb: int | None):
     if memory_mb is None:
         return None
 
-    def cap() -> None:
-        import resource
+    def cap() -> None:   # runs in the forked child, which may come from a threaded parent: no import here
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         want = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))

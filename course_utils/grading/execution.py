@@ -13,8 +13,8 @@ Here the grader rewrites every test cell's outputs itself before nbgrader sees t
 passes only if the kernel's reply to *that* execute request says ``ok``, no error output
 arrived for it, and the values its checks sent out hold when the grader compares them itself
 against its own run of the solution (``verdict.py``, ``reference.py``); the cell then keeps
-only its stdout (none for a cell with hidden tests), and a failing cell gets exactly one error
-output. ``execute_result`` and display outputs of test cells are dropped, so a forged result
+only its stdout (none from the first hidden test on), and a failing cell gets exactly one error
+output (from the first hidden test on, one the grader wrote: ``_failure_note``). ``execute_result`` and display outputs of test cells are dropped, so a forged result
 cannot be read as a score; a test cell whose outputs were cleared, or that was skipped, fails.
 """
 
@@ -45,6 +45,7 @@ MESSAGE_BYTES = 64 * 2**20          # a bigger message cuts the kernel's output 
 RECORD_BYTES = 32 * 2**20           # what the checks' records of a notebook may hold; more are dropped
 ONE_RECORD_BYTES = 2**20            # one record (the course's largest is 0.2 MiB); a bigger one is kept as refused
 TEST_FAILED = "TestFailed"          # the ename of a test whose message the grader wrote (after the hidden tests begin)
+GUARD_ANSWER_CHARS = 100_000        # the tamper guard's answer (at most 50 findings of 300 characters)
 HIDDEN = "BEGIN HIDDEN TESTS"
 
 # The reference run makes each test cell a second time, with the answer cells' functions and
@@ -345,7 +346,10 @@ class SandboxedExecute(Execute):
             ename = str(r.get("ename")) if isinstance(r, dict) else ""
             return [f"the tamper guard failed: {ename if ename in _SAFE_ENAMES else 'it did not answer'}"]
         try:
-            found = json.loads(ast.literal_eval(r["data"]["text/plain"]))
+            text = r["data"]["text/plain"]
+            if not isinstance(text, str) or len(text) > GUARD_ANSWER_CHARS:   # the kernel's words: bounded first
+                raise ValueError("too long")
+            found = json.loads(ast.literal_eval(text))
             assert isinstance(found, list)
             return [str(f)[:300] for f in found[:50]]
         except (KeyError, ValueError, SyntaxError, AssertionError, TypeError):
