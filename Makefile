@@ -23,16 +23,18 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
 .PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-browser site site-serve grade release autograde sync execute bench clean \
-	hub-install hub-rehearsal mutants update instructor-lab
+	hub-install hub-rehearsal mutants update instructor-lab translations
 
 help:
 	@echo "make lab                  open JupyterLab on your own copy of the course (workspace/, never overwritten)"
+	@echo "make lab LANG=zh_CN       the course in Chinese (中文版): workspace-zh_CN/, JupyterLab in Chinese"
 	@echo "make update               bring new chapters and changes of the course into workspace/ (your edits kept)"
 	@echo "make instructor-lab       JupyterLab on the course root with nbgrader's formgrader"
 	@echo "make test                 run every test (unit, notebooks, release sync, grading)"
 	@echo "make unit                 the unit tests of course_utils only (no notebook, grader, site or benchmark)"
 	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
-	@echo "make release              regenerate notebooks/ from solutions/"
+	@echo "make release              regenerate notebooks/ from solutions/ (LANG=zh_CN: the Chinese notebooks-zh_CN/)"
+	@echo "make translations         bring the Chinese catalogues (locale/) up to date with the English sources"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
 	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
@@ -81,14 +83,26 @@ install: $(STAMP)
 # learner no formgrader, create-assignment or course list (lab/learner: page_config.json and the server
 # extensions); nbgrader's assignment list and Validate stay. `make instructor-lab` opens the course root
 # with all of nbgrader. LAB_ROOT and LAB_ARGS let the browser tests start this same server on a copy.
-WORKSPACE ?= workspace
+#
+# The course in Chinese: `make lab LANG=zh_CN` (also release, update and site) uses the Chinese release
+# notebooks-zh_CN/ (written from solutions/ and the catalogues in locale/ by `make release LANG=zh_CN`),
+# its own workspace (workspace-zh_CN/) and JupyterLab's Chinese interface (lab/zh_CN: the language
+# pack's locale). Only LANG=zh_CN given as such selects it: a system's LANG=zh_CN.UTF-8 does not, and
+# the value is not passed on as the locale of the programs started (which may not have it).
+ifeq ($(LANG),zh_CN)
+COURSE_LANG := zh_CN
+unexport LANG
+endif
+RELEASE := notebooks$(if $(COURSE_LANG),-$(COURSE_LANG))
+WORKSPACE ?= workspace$(if $(COURSE_LANG),-$(COURSE_LANG))
+LAB_CONFIG := $(if $(COURSE_LANG),$(CURDIR)/lab/$(COURSE_LANG):)$(CURDIR)/lab/learner:$(CURDIR)/lab
 LAB_ROOT ?= $(WORKSPACE)
 LAB_ARGS ?=
 update: $(STAMP)
-	$(BIN)/python -m course_utils.workspace update "$(WORKSPACE)" --release notebooks
+	$(BIN)/python -m course_utils.workspace update "$(WORKSPACE)" --release $(RELEASE)
 
 lab: update
-	cd "$(LAB_ROOT)" && JUPYTER_CONFIG_PATH="$(CURDIR)/lab/learner:$(CURDIR)/lab" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
+	cd "$(LAB_ROOT)" && JUPYTER_CONFIG_PATH="$(LAB_CONFIG)" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 instructor-lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
@@ -115,7 +129,9 @@ PORTABLE_KERNEL ?= default
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=$(PORTABLE_KERNEL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
 
-# The course site: site/prepare.py writes the learner's version of every executed chapter (nbgrader's
+# The course site, in English (site/_build/html) and Chinese (site/_build/html/zh_CN, from the catalogues
+# of locale/, with a language switch on every page; built apart, then copied in, since myst-nb writes its
+# notebook copies next to the output folder): site/prepare.py writes the learner's version of every executed chapter (nbgrader's
 # ClearSolutions and ClearHiddenTests, stored outputs kept, nothing executed) with the index and
 # the glossary to site/_build/src; Sphinx (site/conf.py, -W: a warning fails the build, a broken
 # glossary anchor included) writes site/_build/html. Its packages are the `site` extra, which
@@ -145,6 +161,9 @@ $(MATHJAX)/.version-$(MATHJAX_VERSION):
 site: $(SITE_STAMP) $(MATHJAX)/.version-$(MATHJAX_VERSION)
 	$(BIN)/python site/prepare.py
 	$(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/doctrees -c site site/_build/src site/_build/html
+	$(BIN)/python site/prepare.py --lang zh_CN
+	COURSE_SITE_LANG=zh_CN $(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/doctrees-zh_CN -c site site/_build/src-zh_CN site/_build/html-zh_CN
+	rm -rf site/_build/html/zh_CN && cp -r site/_build/html-zh_CN site/_build/html/zh_CN
 	@echo "site: site/_build/html/index.html (make site-serve, or python3 -m http.server -d site/_build/html)"
 
 site-serve:
@@ -173,7 +192,13 @@ grade: $(STAMP)
 	$(BIN)/python -m course_utils.grading grade "$(NB)"
 
 release: $(STAMP)
-	$(BIN)/python -m course_utils.grading release
+	$(BIN)/python -m course_utils.grading release $(if $(COURSE_LANG),--lang $(COURSE_LANG))
+
+# The translation catalogues (locale/zh_CN/LC_MESSAGES/*.po) brought up to date with the English sources:
+# new entries empty, changed ones fuzzy with the old English beside them (docs/translating.md). Then
+# `python -m course_utils.i18n check` lists what is left to translate.
+translations: $(STAMP)
+	$(BIN)/python -m course_utils.i18n update
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
 # (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.

@@ -28,12 +28,24 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
+from course_utils.i18n.catalogue import po_path, read, translations
+from course_utils.i18n.notebooks import anchors, titles, translate_markdown, translated_chapters
+from course_utils.i18n.segments import markdown_blocks
+from course_utils.i18n.sources import CAPTION
+from course_utils.i18n.terms import chinese_words
+
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 SOLUTION_BEGIN = "### BEGIN SOLUTION"
 # GLOSSARY.md links a term to a chapter section in the repository's student notebook
 # (notebooks/chNN_x/chNN_x.ipynb#anchor); on the site the same section is chapters/chNN_x.ipynb.
 REPO_LINK = re.compile(r"\]\((?:\./)?notebooks/(ch\d\d_\w+)/\1\.ipynb(#[^)\s]*)?\)")
+# The same link with its label, for the glossary in another language: [label](notebooks/chNN/chNN.ipynb#anchor).
+REPO_LINK_LABELLED = re.compile(r"\[[^\]\n]*\]\((?:\./)?notebooks/(ch\d\d_\w+)/\1\.ipynb(#[^)\s]*)?\)")
+# The Chinese site's search dictionary (site/conf.py hands it to jieba through html_search_options).
+SEARCH_TERMS = "_search_terms.txt"
+# How a link of the glossary names a chapter, by language.
+CHAPTER_LABEL = {"zh_CN": "第 {n} 章"}
 # The chapters point to the last `make bench` tables in the repository; the site carries them as a page.
 BENCH = Path("benchmarks") / "results" / "latest.md"
 BENCH_LINK = re.compile(r"\]\((?:\.\./\.\./)?benchmarks/results/latest\.md\)")
@@ -140,22 +152,67 @@ def doc_for_site(text: str, repo_path: str, pages: dict[str, str]) -> str:
     return "".join(part if part.startswith("```") else MD_LINK.sub(relink, part) for part in parts)
 
 
-def prepare(root: Path, out: Path) -> list[Path]:
-    """Write the site's source folder ``out`` from the course at ``root``; return the chapters."""
+def chapter_notebooks(root: Path, lang: str | None) -> dict[str, nbformat.NotebookNode]:
+    """The executed chapters, by name: as stored (English), or in ``lang`` from the catalogues
+    (their cells, outputs and links otherwise the same)."""
+    if lang:
+        return translated_chapters(root, lang, [src.stem for src in chapters(root)])
+    return {src.stem: nbformat.read(src, as_version=4) for src in chapters(root)}
+
+
+def glossary_in(lang: str, text: str, english: dict[str, nbformat.NotebookNode],
+                translated: dict[str, nbformat.NotebookNode], table: dict[str, str]) -> str:
+    """The glossary page in ``lang``: its introduction from the ``site`` catalogue, its terms as they are
+    (both languages), each link to a chapter section pointed at the translated section and named by it."""
+    intro_end = text.index("\n## ") + 1
+    # The introduction's Chinese summary for English readers goes: the translated introduction says it.
+    intro = "".join(b.text for b in markdown_blocks(text[:intro_end])
+                    if b.translatable or not re.search(r"[\u4e00-\u9fff]", b.text))
+    intro = translate_markdown(intro, table, [], lang=lang)
+    named = {ch: titles(nb, translated[ch]) for ch, nb in english.items()}
+    maps = {ch: anchors(nb, translated[ch]) for ch, nb in english.items()}
+
+    def relabel(m: re.Match) -> str:
+        ch, anchor = m.group(1), (m.group(2) or "#")[1:]
+        number = int(ch[2:4])
+        title = named.get(ch, {}).get(anchor)
+        new_anchor = maps.get(ch, {}).get(anchor, anchor)
+        label = CHAPTER_LABEL[lang].format(n=number) + (f" · {title}" if title else "")
+        return f"[{label}](chapters/{ch}.ipynb{'#' + new_anchor if anchor else ''})"
+    return intro + REPO_LINK_LABELLED.sub(relabel, text[intro_end:])
+
+
+def prepare(root: Path, out: Path, lang: str | None = None) -> list[Path]:
+    """Write the site's source folder ``out`` from the course at ``root`` (in ``lang`` where it is
+    given: chapters, front page and glossary translated, documentation pages in English); return the
+    chapters."""
     if out.exists():
         shutil.rmtree(out)
     (out / "chapters").mkdir(parents=True)
     written = []
-    for src in chapters(root):
-        nb = learner_version(nbformat.read(src, as_version=4))
+    notebooks = chapter_notebooks(root, lang)
+    for name, nb in notebooks.items():
+        nb = learner_version(nb)
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = BENCH_LINK.sub("](../benchmarks.md)", cell.source)
-        target = out / "chapters" / src.name
+        target = out / "chapters" / f"{name}.ipynb"
         nbformat.write(nb, target)
         written.append(target)
-    shutil.copy(root / "site" / "index.md", out / "index.md")
-    (out / "glossary.md").write_text(glossary_for_site((root / "GLOSSARY.md").read_text()))
+    index = (root / "site" / "index.md").read_text(encoding="utf-8")
+    glossary = (root / "GLOSSARY.md").read_text(encoding="utf-8")
+    if lang:
+        # The glossary's terms as words of the search index (jieba would cut 多头注意力 into 多头 and 注意力).
+        (out / SEARCH_TERMS).write_text("".join(f"{w} 100000 n\n" for w in chinese_words()), encoding="utf-8")
+        table = translations(read(po_path(root, lang, "site")))
+        index = translate_markdown(index, table, [], lang=lang)
+        index = CAPTION.sub(lambda m: f":caption: {table.get(m.group(1), m.group(1))}", index)
+        english = chapter_notebooks(root, None)
+        glossary = glossary_in(lang, glossary, english, notebooks, table)
+    else:
+        glossary = glossary_for_site(glossary)
+    (out / "index.md").write_text(index, encoding="utf-8")
+    (out / "glossary.md").write_text(glossary, encoding="utf-8")
     shutil.copy(root / BENCH, out / "benchmarks.md")
     pages = site_pages(root)
     for repo_path, site_path in pages.items():
@@ -171,10 +228,14 @@ def main() -> None:
     """Command line: see the module's docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT)
-    parser.add_argument("--out", type=Path, default=ROOT / "site" / "_build" / "src")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: site/_build/src, or site/_build/src-LANG")
+    parser.add_argument("--lang", default=None, help="a language of locale/ (zh_CN): the site in it")
     args = parser.parse_args()
-    written = prepare(args.root.resolve(), args.out.resolve())
-    print(f"site/prepare.py: {len(written)} chapters (learner's version, stored outputs) -> {args.out}")
+    out = args.out or ROOT / "site" / "_build" / ("src" + (f"-{args.lang}" if args.lang else ""))
+    written = prepare(args.root.resolve(), out.resolve(), args.lang)
+    print(f"site/prepare.py: {len(written)} chapters (learner's version, stored outputs"
+          f"{', ' + args.lang if args.lang else ''}) -> {out}")
 
 
 if __name__ == "__main__":

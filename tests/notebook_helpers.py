@@ -26,19 +26,12 @@ def lean(nb_path: Path):
 
 
 def heading_slugs(headings) -> set[str]:
-    """The anchors of markdown headings (their text, without the ``#``), slugged as GitHub and MyST do:
-    lower case, every character but letters, digits, ``_``, ``-`` and spaces dropped, spaces turned
-    into ``-``; a repeated slug gets ``-1``, ``-2`` ..."""
-    import re
+    """The anchors of markdown headings (their text, without the ``#``), slugged as GitHub and MyST do
+    (``course_utils.i18n.notebooks.slugs``: lower case, punctuation dropped, spaces turned into ``-``, a
+    repeated slug numbered ``-1``, ``-2`` ...)."""
+    from course_utils.i18n.notebooks import slugs
 
-    seen: dict[str, int] = {}
-    out = set()
-    for heading in headings:
-        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
+    return set(slugs(headings))
 
 
 def chapter_slugs(source: str) -> set[str]:

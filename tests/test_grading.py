@@ -14,6 +14,8 @@ For every chapter four notebooks are submitted and autograded:
 * ``ci-correct``: the solution with every exercise answered by its first correct alternative of
   ``tests/correct_answers/<chapter>.py`` -> full marks (the real grader, records and reference run
   included; ``tests/test_answers.py`` grades every alternative in-process, in a fraction of the time);
+* ``ci-zh-wrong``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers -> the same score,
+  cell by cell, as ``ci-wrong`` (the translation changes prose, never what is graded);
 * ``ci-hidden-only`` (for a chapter whose ``tests/wrong_answers/<chapter>.py`` defines
   ``HIDDEN_ONLY = {exercise: source}``): the solution with every listed exercise answered by a
   wrong answer that passes its visible tests -> each listed exercise keeps its visible points
@@ -127,10 +129,28 @@ def graded(request, tmp_path_factory):
     correct = _correct_set(chapter)
     if correct:
         subs["ci-correct"] = _make_wrong(src, correct, None, tmp / "correct.ipynb")
+    zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
+    subs["ci-zh-wrong"] = _answered(zh_course / "notebooks" / chapter / src.name, src, {exercise: wrong_source},
+                                    tmp / "zh_wrong.ipynb")
     results = grading.autograde_in(course, chapter, subs, feedback=True)
     yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results, "subs": subs,
-           "hidden_only": hidden_only, "more_wrong": more_wrong, "correct": correct}
+           "hidden_only": hidden_only, "more_wrong": more_wrong, "correct": correct, "zh_course": zh_course}
     shutil.rmtree(course, ignore_errors=True)
+    shutil.rmtree(zh_course, ignore_errors=True)
+
+
+def _answered(release: Path, solution: Path, override: dict[str, str], dest: Path) -> Path:
+    """The ``release`` notebook (in any language) with every answer cell, code and written, taken from
+    ``solution`` by grade id, and ``override``'s answers instead where given: a learner's submission."""
+    nb = nbformat.read(release, as_version=4)
+    answers = {_meta(c)["grade_id"]: c.source for c in nbformat.read(solution, as_version=4).cells
+               if _meta(c).get("solution")}
+    answers.update(override)
+    for cell in nb.cells:
+        if _meta(cell).get("solution"):
+            cell.source = answers[_meta(cell)["grade_id"]]
+    nbformat.write(nb, dest)
+    return dest
 
 
 def _normalise(path: Path) -> dict:
@@ -146,6 +166,30 @@ def test_release_is_in_sync(graded):
     assert committed.exists(), f"notebooks/{ch}/{src.name} is missing: run `make release`"
     assert _normalise(committed) == _normalise(fresh), (
         f"notebooks/{ch} differs from a fresh release of solutions/{ch}: run `make release`")
+
+
+def test_chinese_release_is_in_sync(graded):
+    """notebooks-zh_CN/ equals a fresh Chinese release (make release LANG=zh_CN) of the same sources."""
+    ch, src = graded["chapter"], graded["src"]
+    committed = REPO / "notebooks-zh_CN" / ch / src.name
+    assert committed.exists(), f"notebooks-zh_CN/{ch}/{src.name} is missing: run `make release LANG=zh_CN`"
+    fresh = graded["zh_course"] / "notebooks" / ch / src.name
+    assert _normalise(committed) == _normalise(fresh), (
+        f"notebooks-zh_CN/{ch} differs from a fresh Chinese release of solutions/{ch} and "
+        f"locale/zh_CN/LC_MESSAGES/{ch}.po: run `make release LANG=zh_CN`")
+    text = committed.read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS"):
+        assert marker not in text
+
+
+def test_a_chinese_submission_gets_the_same_grade_as_the_english_one(graded):
+    """The Chinese release with the same answers (one of them wrong) as ``ci-wrong``: the same score for
+    every graded cell, hidden tests included, and the same errors."""
+    en, zh = graded["results"]["ci-wrong"], graded["results"]["ci-zh-wrong"]
+    assert zh.auto_max == en.auto_max > 0
+    assert {c.grade_id: (c.score, c.max_score) for c in zh.cells} == {c.grade_id: (c.score, c.max_score) for c in en.cells}
+    assert zh.auto_score == en.auto_score < en.auto_max
+    assert zh.errors == en.errors
 
 
 def test_release_has_no_solutions_or_hidden_tests(graded):

@@ -104,7 +104,11 @@ def test_browser_tests_are_out_of_make_test():
 
 def test_make_lab_ships_its_jupyterlab_defaults():
     rule = _makefile_rule("lab")
-    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab/learner:$(CURDIR)/lab"' in rule, rule
+    assert 'JUPYTER_CONFIG_PATH="$(LAB_CONFIG)"' in rule, rule
+    makefile = (ROOT / "Makefile").read_text()
+    assert "LAB_CONFIG := $(if $(COURSE_LANG),$(CURDIR)/lab/$(COURSE_LANG):)$(CURDIR)/lab/learner:$(CURDIR)/lab" in makefile
+    chinese = json.loads((ROOT / "lab/zh_CN/labconfig/default_setting_overrides.json").read_text())
+    assert chinese["@jupyterlab/translation-extension:plugin"]["locale"] == "zh_CN"
     assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab"' in _makefile_rule("instructor-lab")
     overrides = json.loads((ROOT / "lab/labconfig/default_setting_overrides.json").read_text())
     news = overrides["@jupyterlab/apputils-extension:notification"]

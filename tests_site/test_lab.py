@@ -13,6 +13,7 @@ Screenshots: site/_build/screenshots/lab_*.png.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -59,14 +60,14 @@ def _solution_source() -> str:
                      if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory, chromium_path):
-    """`make lab` on a temporary copy of the chapter's release: (base URL, token, folder)."""
+@contextlib.contextmanager
+def running_lab(tmp: Path, release: Path, make_args: tuple[str, ...] = ()):
+    """`make lab` (with ``make_args``, e.g. ``LANG=zh_CN``) on a temporary copy of the chapter from
+    ``release``: yields (base URL, token, folder); the server and its kernels are stopped after."""
     if not (ROOT / ".venv" / "bin" / "jupyter").exists():
         pytest.skip("no .venv/bin/jupyter: run `make install` first")
-    tmp = tmp_path_factory.mktemp("lab")
     work = tmp / "course"
-    shutil.copytree(ROOT / "notebooks" / CHAPTER, work / CHAPTER)
+    shutil.copytree(release / CHAPTER, work / CHAPTER)
     port, token = _free_port(), secrets.token_hex(16)
     # Fresh user settings, workspaces and config: what the learner sees comes from the shipped
     # setting (lab/labconfig), not from a previous session on this machine.
@@ -77,7 +78,7 @@ def lab(tmp_path_factory, chromium_path):
     args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
             f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
     log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab", f"WORKSPACE={work}",
+    proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab", *make_args, f"WORKSPACE={work}",
                              f"LAB_ROOT={work}", f"LAB_ARGS={args}"],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}/"
@@ -100,6 +101,13 @@ def lab(tmp_path_factory, chromium_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_path):
+    """`make lab` on a temporary copy of the chapter's release: (base URL, token, folder)."""
+    with running_lab(tmp_path_factory.mktemp("lab"), ROOT / "notebooks") as running:
+        yield running
 
 
 def _wait_idle(page, timeout_s: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 import sys
+import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -114,9 +115,14 @@ def test_every_chapter_has_a_page_linked_from_the_index(site_html):
     assert "glossary.html" in index.links, "the index does not link the glossary"
 
 
+# The site's languages: English at the root, Chinese under zh_CN/ (make site builds both).
+LANGS = ["", "zh_CN"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_no_solution_and_no_hidden_test_reaches_a_page(site_html, chapter):
-    page = site_html / "chapters" / f"{chapter}.html"
+def test_no_solution_and_no_hidden_test_reaches_a_page(site_html, chapter, lang):
+    page = site_html / lang / "chapters" / f"{chapter}.html"
     text = page.read_text(encoding="utf-8")
     for marker in MARKERS:
         assert marker not in text, f"{page}: nbgrader's marker {marker!r} is on the page"
@@ -130,11 +136,12 @@ def test_no_solution_and_no_hidden_test_reaches_a_page(site_html, chapter):
 SOLVED_OUTPUTS = ("checks passed", "use your implementation")
 
 
+@pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_no_page_shows_an_output_the_stub_could_not_have_produced(site_html, chapter):
+def test_no_page_shows_an_output_the_stub_could_not_have_produced(site_html, chapter, lang):
     """Under an empty exercise stub, no test cell says its checks passed and no experiment says it
     uses the learner's implementation (site/prepare.py drops or rewrites those outputs)."""
-    page = site_html / "chapters" / f"{chapter}.html"
+    page = site_html / lang / "chapters" / f"{chapter}.html"
     text = html.unescape(page.read_text(encoding="utf-8"))
     found = [phrase for phrase in SOLVED_OUTPUTS if phrase in text]
     assert not found, f"{page} shows {found}: an output of the solution run, not of the stub"
@@ -170,8 +177,11 @@ def test_glossary_has_the_notes_terms_and_both_languages():
         assert "](notebooks/" in entry, f"{title}: no link to a chapter section"
 
 
-def test_every_glossary_link_reaches_a_heading(site_html):
-    """Each link of the glossary page goes to a chapter page and an id that a heading there has."""
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_glossary_link_reaches_a_heading(site_html, lang):
+    """Each link of the glossary page goes to a chapter page and an id that a heading there has
+    (in Chinese: the translated heading, which the link names)."""
+    site_html = site_html / lang
     glossary = parse(site_html / "glossary.html")
     # The navigation links chapters without an anchor; the glossary's own links all have one.
     targets = [h for h in glossary.links if h.startswith("chapters/") and "#" in h]
@@ -185,6 +195,7 @@ def test_every_glossary_link_reaches_a_heading(site_html):
     bad = []
     for href in targets:
         page, _, anchor = href.partition("#")
+        anchor = urllib.parse.unquote(anchor)
         if page not in pages:
             markup = (site_html / page).read_text(encoding="utf-8")
             # A heading's ids: the <section id="..."> around it and the MyST slug (<span id>)

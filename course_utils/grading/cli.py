@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one notebook with the hidden tests")
     g.add_argument("notebook", type=Path)
-    sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    r = sub.add_parser("release", help="regenerate notebooks/ from solutions/ (--lang zh_CN: notebooks-zh_CN/)")
+    r.add_argument("--lang", default=None, help="a language of locale/ (zh_CN): the release from its catalogues")
     a = sub.add_parser("autograde", help="grade submitted/, write feedback and grades.csv")
     a.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
     a.add_argument("--jobs", "-j", default=None,
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{sandbox.Limits.from_env().describe()}) ...", flush=True)
         print(grade(args.notebook, root).table())
     elif args.command == "release":
-        for p in release(root):
+        for p in release(root, lang=args.lang):
             print(f"wrote {p.relative_to(root)}")
     elif args.command == "autograde":
         instructor_autograde(root, force=args.force, jobs=args.jobs)

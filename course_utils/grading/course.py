@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import nbformat
+
 ORIGIN = ".grading-origin"   # in a throwaway course: the course root it was made from
 
 
@@ -106,28 +108,41 @@ def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str
     return proc
 
 
-def new_course(chapter_names: list[str], root: Path | None = None) -> Path:
-    """A temporary course directory with the config and the given chapters' sources."""
+def new_course(chapter_names: list[str], root: Path | None = None, lang: str | None = None) -> Path:
+    """A temporary course directory with the config and the given chapters' sources (in ``lang``,
+    from the translation catalogues, where it is given)."""
     root = course_root(root)
     course = Path(tempfile.mkdtemp(prefix="nbgrader-course-"))
     shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
     (course / ORIGIN).write_text(str(origin(root)))
+    translated = {}
+    if lang:
+        from course_utils.i18n.notebooks import translated_chapters   # babel: only a translated release needs it
+        translated = translated_chapters(root, lang, chapter_names)
     for ch in chapter_names:
         shutil.copytree(root / "solutions" / ch, course / "solutions" / ch,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        if ch in translated:
+            nbformat.write(translated[ch], course / "solutions" / ch / f"{ch}.ipynb")
         nbgrader("generate_assignment", ch, "--force", course=course)
     return course
 
 
-def release(root: Path | None = None, chapter_names: list[str] | None = None) -> list[Path]:
-    """Regenerate ``notebooks/<chapter>/`` from ``solutions/<chapter>/`` for every chapter."""
+def release_dir(lang: str | None = None) -> str:
+    """Where the release of ``lang`` goes: ``notebooks`` (English), ``notebooks-zh_CN`` (Chinese)."""
+    return "notebooks" if not lang else f"notebooks-{lang}"
+
+
+def release(root: Path | None = None, chapter_names: list[str] | None = None, lang: str | None = None) -> list[Path]:
+    """Regenerate ``notebooks/<chapter>/`` from ``solutions/<chapter>/`` for every chapter; with
+    ``lang``, ``notebooks-<lang>/<chapter>/`` from the same sources and the translation catalogues."""
     root = course_root(root)
     written = []
     names = chapter_names or chapters(root)
-    course = new_course(names, root)
+    course = new_course(names, root, lang)
     try:
         for ch in names:
-            target = root / "notebooks" / ch
+            target = root / release_dir(lang) / ch
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(course / "notebooks" / ch, target)
             written.extend(sorted(target.glob("*.ipynb")))

@@ -35,7 +35,7 @@
 # and answer two written questions (graded by your instructor). If you get stuck, skip an
 # exercise: every experiment below falls back to the reference in `course_utils` and says so.
 #
-# **On a first reading** you may skip the three parts marked *optional deep dive*: why gradients
+# **On a first reading** you may skip the two parts marked *optional deep dive*: why gradients
 # vanish and explode in an RNN (with the GRU and LSTM equations, a sweep of the spectral radius
 # and a counterexample; section 2, after exercise 1) and what gradient clipping does under Adam
 # (section 4, after the models are trained). No exercise depends on them; each begins with a note

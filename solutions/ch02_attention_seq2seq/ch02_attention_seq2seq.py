@@ -729,7 +729,7 @@ for _t, _lengths, _D, _S in _cases:
 # context) and `model.out` (the output layer, reading the new state followed by the context).
 # `UH` holds $U_a h_j$ for every source position, `memory` the encoder states (keys and values),
 # `mask` `(batch, S)` the real positions. Which state scores the encoder states, and does the
-# context enter the recurrent step or only the output? The diagram above answers both.
+# context enter the recurrent step or only the output? Section 3's diagram answers both.
 #
 # Return `(logits (batch, V), s (batch, h), weights (batch, S))`. You may use your own functions
 # of exercises 1, 3 and 4 or their references `ra.additive_score`, `attention.masked_softmax`

@@ -1570,8 +1570,8 @@ for label, (model, hist, sc) in share_runs.items():
 # layer three times beat applying it once in 4 of 5 seeds after 100 steps (shared minus 1
 # layer <!-- q:tools/spread_ch06.md#| 100 | 1 | 0.44 -->-0.04<!-- /q --> to <!-- q:tools/spread_ch06.md#| 100 | 0 | 0.40 -->+0.22<!-- /q -->), but after 300 steps the comparison went both ways
 # (<!-- q:tools/spread_ch06.md#| 300 | 1 | 0.91 -->-0.03<!-- /q --> to <!-- q:tools/spread_ch06.md#| 300 | 4 | 0.94 -->+0.11<!-- /q -->): the extra applications sped up early training; that they buy a
-# better model, this experiment does not show. What sharing does save is parameters: a third of them
-# here, so the memory for the weights and the optimizer's state. It saves no time: the shared model
+# better model, this experiment does not show. What sharing does save is parameters: about two thirds
+# of them here (the shared model keeps a third), so the memory for the weights and the optimizer's state. It saves no time: the shared model
 # does exactly the computation of the unshared one, three layer applications per stack.
 
 # %% [markdown]

@@ -1294,8 +1294,8 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # tiled CPU kernel, was the fastest: <!-- q:out#explicit / tiled -->2.4<!-- /q -->x faster than the tiled version and <!-- q:out#explicit / tiled -->4.4<!-- /q -->x faster than the
 # explicit one. **What a real kernel adds** is that speed, and more:
 # FlashAttention runs the whole loop inside one fused GPU kernel, keeps each tile of $q$, $k$, $v$
-# and scores in on-chip SRAM (registers and shared memory, about 200 KB per streaming
-# multiprocessor: 192 KB on an A100, 228 KB on an H100; an order of magnitude faster than the GPU's
+# and scores in on-chip SRAM (each streaming multiprocessor's shared memory, up to 164 KB on an A100
+# and 228 KB on an H100, beside its 256 KB of registers; an order of magnitude faster than the GPU's
 # main memory, HBM, by the FlashAttention paper's estimate), and writes only
 # the output and the log-sum-exp back. Attention is limited by memory traffic, not arithmetic, so
 # reading and writing the $L \times L$ matrix to HBM costs more than recomputing it: the paper
