@@ -117,7 +117,8 @@ def new_course(chapter_names: list[str], root: Path | None = None, lang: str | N
     (course / ORIGIN).write_text(str(origin(root)))
     translated = {}
     if lang:
-        from course_utils.i18n.notebooks import translated_chapters   # babel: only a translated release needs it
+        # babel: only a translated release needs it
+        from course_utils.i18n.notebooks import translated_chapters
         translated = translated_chapters(root, lang, chapter_names)
     for ch in chapter_names:
         shutil.copytree(root / "solutions" / ch, course / "solutions" / ch,
