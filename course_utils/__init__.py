@@ -19,6 +19,7 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.lengthtask` -- the length-graded comparison of chapters 1, 2 and 6 (budget, training, metrics)
 - :mod:`course_utils.plots` -- loss curves, accuracy against length, attention heat maps
 - :mod:`course_utils.checks` -- the learner-facing checks of the exercises
+- :mod:`course_utils.records` -- what a check sends the grader while a notebook is autograded (the record format)
 - :mod:`course_utils.budget` -- smaller experiments while nbgrader grades a notebook
 - :mod:`course_utils.claims` -- an experiment's result stated with a bound from its spread over seeds and CPUs
 - :mod:`course_utils.families` -- attention patterns (bidirectional, causal, prefix-LM), MLM corruption, encoder-only and decoder-only models (chapter 7; prompts and sampling with temperature, top-k, top-p are in decoding)

@@ -4,24 +4,37 @@ Each check raises ``AssertionError`` with a message that says what is wrong (a s
 dtype, the first wrong value and where it is, an exercise not done yet) and prints a
 one-line success otherwise. Hidden tests use the same helpers.
 
+While a notebook is autograded, every value check also sends the grader what it compared, as a
+record (:mod:`course_utils.records`: the format, and the grader's switch to recording only).
+
 >>> import torch
 >>> expect_close(torch.ones(2), torch.ones(2), "ones")
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import functools
 import math
-import os
 import traceback
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+from course_utils import records
+
+# The record format's names, re-exported where hidden tests and older code find them.
+from course_utils.records import (
+    RECORD_FLAG,
+    RECORD_MAX_VALUES,
+    RECORD_MIME,
+    WITHHELD,
+    Withheld,
+    encode_value,
+)
 
 __all__ = [
     "RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "call", "CheckFailed", "encode_value",
@@ -42,91 +55,6 @@ class CheckFailed(AssertionError):
         return [f"{type(self).__name__}: {self}"]
 
 
-# --- what the grader sees -------------------------------------------------------------------------
-# While a notebook is autograded, every value check below also sends what it compared (the
-# learner's value, the expected value, the tolerance) out of the kernel as plain data: a display
-# message of this MIME type, tensors as float64 bytes (never pickle). The grader, outside the
-# learner's kernel, compares them again and against its own run of the solution
-# (course_utils/grading/verdict.py); a test passes only if both agree. Nothing is sent otherwise.
-RECORD_MIME = "application/vnd.course-check+json"
-RECORD_FLAG = "COURSE_GRADING_RECORDS"
-RECORD_MAX_VALUES = 2**20   # a bigger tensor is sent as its shape and dtype only (and cannot pass)
-_record_only = False        # the grader's reference run sets it while it probes what depends on the answer
-
-
-class Withheld:
-    """An expected value the grader keeps out of the learner's kernel.
-
-    A hidden test computes its expected values between ``### BEGIN EXPECTED`` and ``### END EXPECTED``.
-    When the grader runs a submission, it sends the kernel that cell with each such block replaced by
-    ``name = WITHHELD`` for every name the block binds: the learner's kernel never computes, holds or
-    sees an expected value, so no code in it can copy one into a learner's result. A check given a
-    withheld value (``expect_close(got, _want[i], ...)``) sends the learner's value alone, and the
-    grader compares it, outside the kernel, with its own run of the solution. Indexing, attributes,
-    calls and arithmetic on a withheld value give it back; anything that would need its content
-    (``len``, ``bool``, iterating) is an error that says so.
-    """
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<an expected value withheld by the grader>"
-
-    def _same(self, *args, **kwargs) -> Withheld:
-        return self
-
-    __getitem__ = __call__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
-    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __neg__ = __pow__ = _same
-
-    def __getattr__(self, name: str) -> Withheld:
-        if name.startswith("__"):   # protocols (__array__, __torch_function__, ...) are not pretended
-            raise AttributeError(name)
-        return self
-
-    def _needs_content(self, *args, **kwargs):
-        raise TypeError("an expected value withheld by the grader has no content in the kernel: a hidden "
-                        "test may only index it and pass it to a check (course_utils.checks.Withheld)")
-
-    __iter__ = __len__ = __bool__ = __float__ = __int__ = __index__ = _needs_content
-
-
-WITHHELD = Withheld()
-
-
-def encode_value(v: Any) -> dict:
-    """``v`` as JSON-able plain data: a tensor as dtype, shape and float64 bytes; anything else by ``repr``."""
-    try:
-        return _encode(v)
-    except Exception as err:  # noqa: BLE001 (a value that cannot be sent cannot pass outside)
-        return {"py": f"<{type(v).__name__} that could not be encoded: {type(err).__name__}>"}
-
-
-def _encode(v: Any) -> dict:
-    if isinstance(v, torch.Tensor):
-        t = _plain(v, None)
-        out = {"dtype": str(t.dtype), "shape": list(t.shape)}
-        with torch._C.DisableTorchFunction():
-            if t.numel() <= RECORD_MAX_VALUES:
-                data = torch.view_as_real(t) if t.is_complex() else t
-                out["f64"] = base64.b64encode(data.to(torch.float64).contiguous().numpy().tobytes()).decode()
-        return out
-    if isinstance(v, torch.dtype):
-        return {"py": str(v)}
-    return {"py": repr(v)}
-
-
-def _record(kind: str, what: str, actual: Any, expected: Any, atol: float | None = None,
-            rtol: float | None = None) -> None:
-    if os.environ.get(RECORD_FLAG) != "1":
-        return
-    from IPython.display import publish_display_data
-
-    record = {"kind": kind, "what": str(what), "atol": atol, "rtol": rtol, "actual": encode_value(actual)}
-    if not isinstance(expected, Withheld):
-        record["expected"] = encode_value(expected)
-    publish_display_data({RECORD_MIME: record})
-
-
 def _fmt_shape(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
@@ -134,16 +62,16 @@ def _fmt_shape(shape) -> str:
 def expect_shape(t: Any, shape: Sequence[int], what: str) -> None:
     """Fail unless ``t`` is a tensor of exactly ``shape``."""
     withheld = isinstance(shape, Withheld)
-    _record("shape", what, list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__,
+    records.send("shape", what, list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__,
             shape if withheld else [int(s) for s in shape])
-    if _record_only or withheld:
+    if records.is_record_only() or withheld:
         return
     _shape_holds(t, shape, what)
 
 
 def _shape_holds(t: Any, shape: Sequence[int], what: str) -> None:
     """:func:`expect_shape` without a record: the value checks' own records already carry the shape."""
-    if _record_only:
+    if records.is_record_only():
         return
     if not isinstance(t, torch.Tensor):
         raise CheckFailed(f"{what}: expected a torch.Tensor of shape {_fmt_shape(shape)}, got {type(t).__name__}")
@@ -153,19 +81,11 @@ def _shape_holds(t: Any, shape: Sequence[int], what: str) -> None:
 
 def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     """Fail unless ``t`` has ``dtype``."""
-    _record("dtype", what, getattr(t, "dtype", type(t).__name__), dtype)
-    if _record_only or isinstance(dtype, Withheld):
+    records.send("dtype", what, getattr(t, "dtype", type(t).__name__), dtype)
+    if records.is_record_only() or isinstance(dtype, Withheld):
         return
     if t.dtype != dtype:
         raise CheckFailed(f"{what}: expected dtype {dtype}, got {t.dtype}")
-
-
-def _plain(t: torch.Tensor, dtype: torch.dtype | None = torch.float64) -> torch.Tensor:
-    """A plain ``torch.Tensor`` copy of ``t`` on the CPU: a tensor subclass's overrides, and any
-    ``TorchFunctionMode`` in force, play no part in the comparison that follows."""
-    with torch._C.DisableTorchFunction():
-        t = torch.Tensor.as_subclass(t, torch.Tensor).detach()
-        return (t.to("cpu", dtype) if dtype is not None else t.to("cpu")).clone()
 
 
 def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1e-5,
@@ -173,18 +93,18 @@ def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1
     """Fail unless ``actual`` has ``expected``'s shape and values (within tolerance).
 
     The message names the first position that differs and both values there. Both sides are
-    compared as plain tensors (:func:`_plain`), whatever subclass ``actual`` is.
+    compared as plain tensors (:func:`course_utils.records.plain`), whatever subclass ``actual`` is.
     """
     if isinstance(expected, Withheld):   # the grader compares it, outside the kernel
-        _record("close", what, actual, expected, atol, rtol)
+        records.send("close", what, actual, expected, atol, rtol)
         return
     expected = torch.as_tensor(expected)
-    _record("close", what, actual, expected, atol, rtol)
+    records.send("close", what, actual, expected, atol, rtol)
     _shape_holds(actual, expected.shape, what)
-    if _record_only:
+    if records.is_record_only():
         return
-    a = _plain(actual)
-    e = _plain(expected)
+    a = records.plain(actual)
+    e = records.plain(expected)
     with torch._C.DisableTorchFunction():
         _compare_close(a, e, what, atol, rtol)
 
@@ -202,21 +122,21 @@ def _compare_close(a: torch.Tensor, e: torch.Tensor, what: str, atol: float, rto
 
 def expect_equal(actual: Any, expected: Any, what: str) -> None:
     """Fail unless ``actual == expected`` (tensors: same shape and every element equal)."""
-    _record("equal", what, actual, expected)
+    records.send("equal", what, actual, expected)
     if isinstance(expected, Withheld):
         return
     if isinstance(expected, torch.Tensor):
         _shape_holds(actual, expected.shape, what)
-        if _record_only:
+        if records.is_record_only():
             return
-        actual, expected = _plain(actual, None), _plain(expected, None)
+        actual, expected = records.plain(actual, None), records.plain(expected, None)
         with torch._C.DisableTorchFunction():
             bad = actual != expected
             if bad.any():
                 idx = tuple(int(i) for i in torch.nonzero(bad)[0])
                 raise CheckFailed(f"{what}: wrong value at index {idx}: got {actual[idx].item()}, "
                                   f"expected {expected[idx].item()}")
-    elif not _record_only and actual != expected:
+    elif not records.is_record_only() and actual != expected:
         raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
 
 
@@ -273,7 +193,7 @@ def same_result(got: Any, want: Any, atol: float = 1e-4, rtol: float = 1e-4) -> 
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
             return False
-        got, want = _plain(got, None), _plain(want, None)
+        got, want = records.plain(got, None), records.plain(want, None)
         with torch._C.DisableTorchFunction():
             if want.dtype == torch.bool or not want.is_floating_point():
                 return bool(torch.equal(got, want))

@@ -75,22 +75,34 @@ def merge_notebook(base, ours, theirs):
     merged = []
     for i, cell in enumerate(theirs.cells):
         k = _key(cell, i)
-        mine, old = o.get(k), b.get(k)
-        if mine is None:
-            if old is None or _locked(cell) or cell.source != old.source:
-                merged.append(copy.deepcopy(cell))   # new in the release, or changed there: take it
-            continue                                  # the learner deleted an unchanged cell
-        if _locked(cell):
-            merged.append(copy.deepcopy(cell))
-        elif old is not None and mine.source == old.source:       # untouched by the learner
-            new = copy.deepcopy(cell)
-            if cell.cell_type == "code" and mine.get("cell_type") == "code" and cell.source == mine.source:
-                new.outputs, new.execution_count = copy.deepcopy(mine.outputs), mine.get("execution_count")
+        new = _merged_cell(cell, o.get(k), b.get(k))
+        if new is not None:
             merged.append(new)
-        else:
-            merged.append(copy.deepcopy(mine))       # the learner's edit wins
-    # Cells only the learner has: their own, or ones the release dropped that they edited. Each goes
-    # after the cell that precedes it in the learner's notebook (its anchor).
+    out = copy.deepcopy(theirs)
+    out.cells = _with_learner_cells(merged, ours, theirs, b)
+    return out
+
+
+def _merged_cell(cell, mine, old):
+    """One cell of the release (``cell``) merged with the learner's (``mine``) since the base (``old``);
+    ``None`` where the learner deleted a cell the release did not change."""
+    if mine is None:
+        if old is None or _locked(cell) or cell.source != old.source:
+            return copy.deepcopy(cell)   # new in the release, or changed there: take it
+        return None                      # the learner deleted an unchanged cell
+    if _locked(cell):
+        return copy.deepcopy(cell)
+    if old is not None and mine.source == old.source:       # untouched by the learner
+        new = copy.deepcopy(cell)
+        if cell.cell_type == "code" and mine.get("cell_type") == "code" and cell.source == mine.source:
+            new.outputs, new.execution_count = copy.deepcopy(mine.outputs), mine.get("execution_count")
+        return new
+    return copy.deepcopy(mine)       # the learner's edit wins
+
+
+def _with_learner_cells(merged: list, ours, theirs, b: dict) -> list:
+    """``merged`` with the cells only the learner has: their own, or ones the release dropped that they
+    edited. Each goes after the cell that precedes it in the learner's notebook (its anchor)."""
     placed = {_key(c, i) for i, c in enumerate(theirs.cells)}
     extras: dict[str | None, list] = {}
     anchor = None
@@ -107,10 +119,7 @@ def merge_notebook(base, ours, theirs):
     for i, cell in enumerate(merged):
         cells.append(cell)
         cells += extras.get(_key(cell, i), [])
-    merged = cells
-    out = copy.deepcopy(theirs)
-    out.cells = merged
-    return out
+    return cells
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -92,123 +92,18 @@ for p in {paths!r}:
 
 
 def test_the_exchange_loop(tmp_path):
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
-    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
-    base[exchange.EXCHANGE_VARIABLE] = str(tmp_path / "exchange")
-    base.update(LIMITS.to_env())
-    if not SANDBOXED:   # trusted notebooks only; the box's part of the test is skipped below
-        base["GRADING_UNSANDBOXED"] = "1"
+    base = _class_env(tmp_path)
     course = grading.new_course([CHAPTER], REPO)
     try:
         teacher = {**base, "HOME": str(tmp_path / "home" / "teacher")}
         _nbgrader("release_assignment", CHAPTER, "--force", cwd=course, env=teacher)
-
-        solution = _lean(grading.chapter_notebook(CHAPTER, course))
-        wrong_ex, wrong_src = _wrong()
-        homes, envs = {}, {}
-        for student in ("alice", "bob"):
-            home = homes[student] = tmp_path / "home" / student
-            exchange.write_student_config(home, tmp_path / "exchange")
-            envs[student] = {**base, "HOME": str(home), "JUPYTERHUB_USER": student}
-            _nbgrader("fetch_assignment", CHAPTER, cwd=home, env=envs[student])
-
+        homes, envs = _fetch(tmp_path, base)
         inbound = tmp_path / "exchange" / exchange.COURSE_ID / "inbound"
-        for student in ("alice", "bob"):
-            home = homes[student]
-            if student == "bob":   # the chapter falls due between the two submissions: bob is late
-                due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
-                _nbgrader("db", "assignment", "add", CHAPTER, f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
-                          cwd=course, env=teacher)
-                time.sleep(2)
-            fetched = home / CHAPTER / f"{CHAPTER}.ipynb"
-            nb = _answers_from(solution, _lean(fetched))
-            if student == "bob":
-                _set_answer(nb, wrong_ex, wrong_src)
-                others = sorted(inbound.iterdir())   # alice's submission, already in the exchange
-                assert others, "alice's submission is not in the exchange"
-                paths = [str(tmp_path / "exchange"), str(inbound), str(others[0]),
-                         str(next(others[0].glob("*.ipynb"))), str(course / "gradebook.db"),
-                         str(course / "submitted"), str(homes["alice"])]
-                nb.cells.append(nbformat.v4.new_code_cell(SNOOP.format(paths=paths)))
-            nb.cells.append(nbformat.v4.new_markdown_cell(f"Submitted by {student}-sentinel."))
-            nbformat.write(nb, fetched)
-            _nbgrader("submit", CHAPTER, cwd=home, env=envs[student])
-
-        # Collect takes a submission only from the account of the student it names
-        # (course_utils/grading/collect.py). Here every student is this one account: as root, give each
-        # student's inbound folder an account of its own and tell collect whose it is; otherwise trust
-        # the names, as a hub with an authenticated exchange would.
-        if os.geteuid() == 0:
-            uids = {"alice": 2001, "bob": 2002}
-            for entry in inbound.iterdir():
-                uid = uids[entry.name.split("+")[0]]
-                for p in (entry, *entry.rglob("*")):
-                    os.chown(p, uid, uid)
-            with open(course / "nbgrader_config.py", "a") as f:
-                f.write(f"\nc.CourseCollect.owner_map = {{{', '.join(f'{str(u)!r}: {s!r}' for s, u in uids.items())}}}\n")
-        else:
-            with open(course / "nbgrader_config.py", "a") as f:
-                f.write("\nc.CourseCollect.trust_names = True\n")
-        _nbgrader("collect", CHAPTER, cwd=course, env=teacher)
-        # The hub's user names, not the Unix account's (root here, or whoever runs the tests).
-        collected = sorted(p.name for p in (course / "submitted").iterdir())
-        assert collected == ["alice", "bob"], collected
-        assert (course / "submitted" / "alice" / CHAPTER / "timestamp.txt").exists()
-
-        out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", "--jobs", "2",
-                   cwd=course, env=teacher).stdout
-        assert "2 at a time" in out, out
-        grades = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
-        assert set(grades) == {"alice", "bob"}, grades
-        assert float(grades["alice"][4]) > float(grades["bob"][4]) > 0, grades
-        assert not grades["alice"][6] and not grades["bob"][6], grades
-
-        graded_bob = nbformat.read(course / "autograded" / "bob" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
-        seen = "\n".join(str(o.get("text", "")) for c in graded_bob.cells if c.cell_type == "code" for o in c.outputs)
-        if SANDBOXED:
-            assert not re.search(r"^READ ", seen, re.M) and len(re.findall(r"^ABSENT ", seen, re.M)) == len(paths), seen
-
-        # The late policy (nbgrader_config.py): 10 % of the earned score per started day late.
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-            late = {st: gb.find_submission(CHAPTER, st).late_submission_penalty or 0.0 for st in ("alice", "bob")}
-            earned = gb.find_submission(CHAPTER, "bob").code_score
-        assert late["alice"] == 0 and late["bob"] == pytest.approx(0.1 * earned), late
-        assert float(grades["bob"][7]) == pytest.approx(late["bob"]), grades
-
-        # formgrader's Autograde button (nbgrader's own API, no reference run prepared by the course's
-        # commands) grades alice exactly as the course's grader did.
-        before = _scores(course, "alice")
-        _run(sys.executable, "-c", API_AUTOGRADE.format(chapter=CHAPTER, student="alice"), cwd=course, env=teacher)
-        assert _scores(course, "alice") == before, "nbgrader's API and make autograde disagree"
-
-        # A grader marks alice's written answers in formgrader; the next run of the course's grader
-        # (nothing resubmitted) puts the marks and the comment into her feedback and the exports.
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-            sub = gb.find_submission_notebook(CHAPTER, CHAPTER, "alice")
-            answers = [g for g in sub.grades if g.cell_type == "markdown"]
-            assert answers, "the chapter has no written answer to mark"
-            for g in answers:
-                g.manual_score = g.max_score / 2
-                gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"Marked by hand: {g.name}-remark"
-            written = [(g.name, g.max_score) for g in answers]
-            gb.db.commit()
-        marked = sum(mx / 2 for _, mx in written)
-        _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", cwd=course, env=teacher)
-        regraded = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
-        assert float(regraded["alice"][2]) == pytest.approx(float(grades["alice"][2]) + marked), regraded
-        feedback = (course / "feedback" / "alice" / CHAPTER / f"{CHAPTER}.html").read_text()
-        for name, _ in written:
-            assert f"{name}-remark" in feedback, f"alice's feedback lacks the comment on {name}"
-        assert "ex1_scores: visible tests" in feedback and ">Test cell<" not in feedback, \
-            "the feedback's contents list does not name the exercises"
-        by_exercise = list(csv.DictReader((course / "grades_by_exercise.csv").open()))
-        mine = {r["exercise"]: r for r in by_exercise if r["student_id"] == "alice"}
-        assert float(mine[written[0][0]]["score"]) == written[0][1] / 2, mine
-        assert mine["ex1_scores"]["kind"] == "autograded" and float(mine["ex1_scores"]["score"]) > 0, mine
-        lms = list(csv.DictReader((course / "grades_lms.csv").open()))
-        assert [r["student_id"] for r in lms] == ["alice", "bob"], lms
-        assert float(lms[0][next(k for k in lms[0] if k.startswith(CHAPTER))]) == float(regraded["alice"][2])
-
+        paths = _submit(tmp_path, course, teacher, homes, envs)
+        _collect(course, inbound, teacher)
+        grades = _autograde_the_class(course, teacher, paths)
+        _formgrader_grades_as_the_course_does(course, teacher)
+        _written_marks_reach_feedback_and_exports(course, teacher, grades)
         _nbgrader("release_feedback", CHAPTER, cwd=course, env=teacher)
         for student, other in (("alice", "bob"), ("bob", "alice")):
             _nbgrader("fetch_feedback", CHAPTER, cwd=homes[student], env=envs[student])
@@ -218,6 +113,148 @@ def test_the_exchange_loop(tmp_path):
             assert f"{student}-sentinel" in text and f"{other}-sentinel" not in text, student
     finally:
         shutil.rmtree(course, ignore_errors=True)
+
+
+def _class_env(tmp_path: Path) -> dict:
+    """The environment every account of the class runs nbgrader in (no Jupyter or nbgrader variables
+    of the caller's), with the temporary exchange and the grading limits."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base[exchange.EXCHANGE_VARIABLE] = str(tmp_path / "exchange")
+    base.update(LIMITS.to_env())
+    if not SANDBOXED:   # trusted notebooks only; the box's part of the test is skipped below
+        base["GRADING_UNSANDBOXED"] = "1"
+    return base
+
+
+def _fetch(tmp_path: Path, base: dict) -> tuple[dict, dict]:
+    """Each student's home (with its exchange configuration) and environment; each fetches the chapter."""
+    homes, envs = {}, {}
+    for student in ("alice", "bob"):
+        home = homes[student] = tmp_path / "home" / student
+        exchange.write_student_config(home, tmp_path / "exchange")
+        envs[student] = {**base, "HOME": str(home), "JUPYTERHUB_USER": student}
+        _nbgrader("fetch_assignment", CHAPTER, cwd=home, env=envs[student])
+    return homes, envs
+
+
+def _submit(tmp_path: Path, course: Path, teacher: dict, homes: dict, envs: dict) -> list[str]:
+    """alice submits the solution's answers; the chapter falls due; bob submits late, with a wrong
+    answer and a cell that looks for other students' work. Returns the paths bob's cell looks for."""
+    solution = _lean(grading.chapter_notebook(CHAPTER, course))
+    wrong_ex, wrong_src = _wrong()
+    inbound = tmp_path / "exchange" / exchange.COURSE_ID / "inbound"
+    paths = []
+    for student in ("alice", "bob"):
+        home = homes[student]
+        if student == "bob":   # the chapter falls due between the two submissions: bob is late
+            due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+            _nbgrader("db", "assignment", "add", CHAPTER, f"--duedate={due:%Y-%m-%d %H:%M:%S} UTC",
+                      cwd=course, env=teacher)
+            time.sleep(2)
+        fetched = home / CHAPTER / f"{CHAPTER}.ipynb"
+        nb = _answers_from(solution, _lean(fetched))
+        if student == "bob":
+            _set_answer(nb, wrong_ex, wrong_src)
+            others = sorted(inbound.iterdir())   # alice's submission, already in the exchange
+            assert others, "alice's submission is not in the exchange"
+            paths = [str(tmp_path / "exchange"), str(inbound), str(others[0]),
+                     str(next(others[0].glob("*.ipynb"))), str(course / "gradebook.db"),
+                     str(course / "submitted"), str(homes["alice"])]
+            nb.cells.append(nbformat.v4.new_code_cell(SNOOP.format(paths=paths)))
+        nb.cells.append(nbformat.v4.new_markdown_cell(f"Submitted by {student}-sentinel."))
+        nbformat.write(nb, fetched)
+        _nbgrader("submit", CHAPTER, cwd=home, env=envs[student])
+    return paths
+
+
+def _collect(course: Path, inbound: Path, teacher: dict) -> None:
+    """Collect both submissions, named after the hub's users.
+
+    Collect takes a submission only from the account of the student it names
+    (course_utils/grading/collect.py). Here every student is this one account: as root, give each
+    student's inbound folder an account of its own and tell collect whose it is; otherwise trust
+    the names, as a hub with an authenticated exchange would.
+    """
+    if os.geteuid() == 0:
+        uids = {"alice": 2001, "bob": 2002}
+        for entry in inbound.iterdir():
+            uid = uids[entry.name.split("+")[0]]
+            for p in (entry, *entry.rglob("*")):
+                os.chown(p, uid, uid)
+        with open(course / "nbgrader_config.py", "a") as f:
+            f.write(f"\nc.CourseCollect.owner_map = {{{', '.join(f'{str(u)!r}: {s!r}' for s, u in uids.items())}}}\n")
+    else:
+        with open(course / "nbgrader_config.py", "a") as f:
+            f.write("\nc.CourseCollect.trust_names = True\n")
+    _nbgrader("collect", CHAPTER, cwd=course, env=teacher)
+    # The hub's user names, not the Unix account's (root here, or whoever runs the tests).
+    collected = sorted(p.name for p in (course / "submitted").iterdir())
+    assert collected == ["alice", "bob"], collected
+    assert (course / "submitted" / "alice" / CHAPTER / "timestamp.txt").exists()
+
+
+def _autograde_the_class(course: Path, teacher: dict, paths: list[str]) -> dict[str, list[str]]:
+    """The course's grader, two at a time: alice above bob, bob's box without the paths he looked
+    for, bob's late penalty as the course sets it. Returns ``grades.csv``'s rows by student."""
+    out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", "--jobs", "2",
+               cwd=course, env=teacher).stdout
+    assert "2 at a time" in out, out
+    grades = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
+    assert set(grades) == {"alice", "bob"}, grades
+    assert float(grades["alice"][4]) > float(grades["bob"][4]) > 0, grades
+    assert not grades["alice"][6] and not grades["bob"][6], grades
+
+    graded_bob = nbformat.read(course / "autograded" / "bob" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    seen = "\n".join(str(o.get("text", "")) for c in graded_bob.cells if c.cell_type == "code" for o in c.outputs)
+    if SANDBOXED:
+        assert not re.search(r"^READ ", seen, re.M) and len(re.findall(r"^ABSENT ", seen, re.M)) == len(paths), seen
+
+    # The late policy (nbgrader_config.py): 10 % of the earned score per started day late.
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        late = {st: gb.find_submission(CHAPTER, st).late_submission_penalty or 0.0 for st in ("alice", "bob")}
+        earned = gb.find_submission(CHAPTER, "bob").code_score
+    assert late["alice"] == 0 and late["bob"] == pytest.approx(0.1 * earned), late
+    assert float(grades["bob"][7]) == pytest.approx(late["bob"]), grades
+    return grades
+
+
+def _formgrader_grades_as_the_course_does(course: Path, teacher: dict) -> None:
+    """formgrader's Autograde button (nbgrader's own API, no reference run prepared by the course's
+    commands) grades alice exactly as the course's grader did."""
+    before = _scores(course, "alice")
+    _run(sys.executable, "-c", API_AUTOGRADE.format(chapter=CHAPTER, student="alice"), cwd=course, env=teacher)
+    assert _scores(course, "alice") == before, "nbgrader's API and make autograde disagree"
+
+
+def _written_marks_reach_feedback_and_exports(course: Path, teacher: dict, grades: dict[str, list[str]]) -> None:
+    """A grader marks alice's written answers in formgrader; the next run of the course's grader
+    (nothing resubmitted) puts the marks and the comment into her feedback and the exports."""
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission_notebook(CHAPTER, CHAPTER, "alice")
+        answers = [g for g in sub.grades if g.cell_type == "markdown"]
+        assert answers, "the chapter has no written answer to mark"
+        for g in answers:
+            g.manual_score = g.max_score / 2
+            gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"Marked by hand: {g.name}-remark"
+        written = [(g.name, g.max_score) for g in answers]
+        gb.db.commit()
+    marked = sum(mx / 2 for _, mx in written)
+    _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", cwd=course, env=teacher)
+    regraded = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
+    assert float(regraded["alice"][2]) == pytest.approx(float(grades["alice"][2]) + marked), regraded
+    feedback = (course / "feedback" / "alice" / CHAPTER / f"{CHAPTER}.html").read_text()
+    for name, _ in written:
+        assert f"{name}-remark" in feedback, f"alice's feedback lacks the comment on {name}"
+    assert "ex1_scores: visible tests" in feedback and ">Test cell<" not in feedback, \
+        "the feedback's contents list does not name the exercises"
+    by_exercise = list(csv.DictReader((course / "grades_by_exercise.csv").open()))
+    mine = {r["exercise"]: r for r in by_exercise if r["student_id"] == "alice"}
+    assert float(mine[written[0][0]]["score"]) == written[0][1] / 2, mine
+    assert mine["ex1_scores"]["kind"] == "autograded" and float(mine["ex1_scores"]["score"]) > 0, mine
+    lms = list(csv.DictReader((course / "grades_lms.csv").open()))
+    assert [r["student_id"] for r in lms] == ["alice", "bob"], lms
+    assert float(lms[0][next(k for k in lms[0] if k.startswith(CHAPTER))]) == float(regraded["alice"][2])
 
 
 # What formgrader's Autograde button runs: nbgrader's own API, configured from the course's

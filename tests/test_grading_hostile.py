@@ -329,12 +329,7 @@ def hostile(tmp_path_factory, request):
     request.addfinalizer(mp.undo)
     for k, v in LIMITS.to_env().items():
         mp.setenv(k, v)
-    # A foreign kernelspec named python3 must not be used for grading.
-    fake = tmp_path_factory.mktemp("kernels")
-    (fake / "kernels" / "python3").mkdir(parents=True)
-    (fake / "kernels" / "python3" / "kernel.json").write_text(
-        '{"argv": ["/bin/false", "{connection_file}"], "display_name": "not the course", "language": "python"}')
-    mp.setenv("JUPYTER_PATH", str(fake))
+    mp.setenv("JUPYTER_PATH", str(_foreign_kernelspec(tmp_path_factory)))
 
     before = _fingerprint_repo()
     course = grading.new_course([CHAPTER], REPO)
@@ -347,33 +342,94 @@ def hostile(tmp_path_factory, request):
     other = next((ch for ch in grading.chapters(REPO) if ch != CHAPTER), None)
     release_before = release.read_bytes()
 
-    def lean_solution():
-        return _lean(src)
+    subs = _faulty_submissions(course, src, release, exercises, (wrong_ex, wrong_src))
+    subs.update(_tricked_submissions(src, release, solution, exercises, (wrong_ex, wrong_src)))
+    # The class's exchange (issue 22), with another student's submission waiting in inbound/.
+    exchange_root = course / "exchange"
+    inbound = exchange_root / exchange.COURSE_ID / "inbound"
+    waiting = inbound / f"h-other+{CHAPTER}+2026-01-01 00:00:00.000000 UTC+abc"
+    waiting.mkdir(parents=True)
+    shutil.copy(release, waiting / release.name)
+    mp.setenv(exchange.EXCHANGE_VARIABLE, str(exchange_root))
+    subs.update(_box_submissions(course, src, release, exercises, inbound, waiting))
+    _submit_all(course, src, subs, solution, other)
 
+    # Two at a time (issue 22): a hostile submission graded beside another changes nothing of it.
+    # The class has a probe secret (issue 31): its hidden tests draw other inputs than the public ones.
+    mp.setenv("COURSE_PROBE_SECRET", "hostile-suite-" + os.urandom(4).hex())
+    results = grading.instructor_autograde(root=course, force=False, jobs=2)
+    yield {"inbound": [str(inbound), str(waiting / release.name)], "course": course, "results": {s: r for (s, ch), r in results.items()}, "src": src,
+           "exercises": exercises, "solution": solution, "wrong": wrong_ex, "before": before,
+           "release": release, "release_before": release_before, "other": other}
+
+
+def _foreign_kernelspec(tmp_path_factory) -> Path:
+    """A folder for ``JUPYTER_PATH`` with a foreign kernelspec named python3: it must not be used for grading."""
+    fake = tmp_path_factory.mktemp("kernels")
+    (fake / "kernels" / "python3").mkdir(parents=True)
+    (fake / "kernels" / "python3" / "kernel.json").write_text(
+        '{"argv": ["/bin/false", "{connection_file}"], "display_name": "not the course", "language": "python"}')
+    return fake
+
+
+def _faulty_submissions(course: Path, src: Path, release: Path, exercises: list[str], wrong) -> dict:
+    """Submissions that hang, run out of memory, die, fork, vandalise, tamper with what the tests rely
+    on, or lose and retype cells; and a wrong answer graded after them all (``zz-after``)."""
+    wrong_ex, wrong_src = wrong
     subs = {
-        "h-hang": _after(lean_solution(), f"{exercises[1]}-hidden", HANG),
-        "h-memory": _after(lean_solution(), f"{exercises[1]}-hidden", MEMORY),
-        "h-dead": _after(lean_solution(), f"{exercises[1]}-hidden", DEAD),
-        "h-fork": _after(lean_solution(), f"{exercises[1]}-hidden", FORK),
-        "h-vandal": _after(lean_solution(), f"{exercises[0]}-hidden", VANDAL.format(targets=[
+        "h-hang": _after(_lean(src), f"{exercises[1]}-hidden", HANG),
+        "h-memory": _after(_lean(src), f"{exercises[1]}-hidden", MEMORY),
+        "h-dead": _after(_lean(src), f"{exercises[1]}-hidden", DEAD),
+        "h-fork": _after(_lean(src), f"{exercises[1]}-hidden", FORK),
+        "h-vandal": _after(_lean(src), f"{exercises[0]}-hidden", VANDAL.format(targets=[
             str(REPO / "course_utils" / "checks.py"), str(REPO / "solutions"), str(course / "gradebook.db"),
             str(course / "submitted")])),
         "h-tamper-checks": _answer(_lean(release), exercises[0], TAMPER_CHECKS),
-        "h-tamper-torch": _answer(lean_solution(), wrong_ex, wrong_src + "\n" + TAMPER_TORCH),
+        "h-tamper-torch": _answer(_lean(src), wrong_ex, wrong_src + "\n" + TAMPER_TORCH),
         "h-tamper-ipython": _answer(_lean(release), exercises[0], TAMPER_IPYTHON),
-        "zz-after": _answer(lean_solution(), wrong_ex, wrong_src),
+        "zz-after": _answer(_lean(src), wrong_ex, wrong_src),
     }
-    lost = lean_solution()
+    lost = _lean(src)
     lost_ids = {f"{exercises[1]}-visible", f"{exercises[1]}-hidden", exercises[2]}
     lost.cells = [c for c in lost.cells if _meta(c).get("grade_id") not in lost_ids]
     for gid in (f"{exercises[0]}-hidden", exercises[3]):   # and two cells retyped to markdown
         cell = lost.cells[_index(lost, gid)]
         lost.cells[_index(lost, gid)] = nbformat.v4.new_markdown_cell(cell.source, metadata=cell.metadata)
     subs["h-lost"] = lost
+    return subs
 
-    # A blank notebook with every trick on its cells: skip-execution tags, stored outputs that look
-    # like full marks, metadata nbgrader crashes on, a duplicated test cell, schema_version 99, and
-    # answers that print a fake result through the display hook, then raise.
+
+def _tricked_submissions(src: Path, release: Path, solution, exercises: list[str], wrong) -> dict:
+    """Submissions that trick nbgrader (tags, stored outputs, metadata, duplicated cells), IPython (AST
+    transformers, the shell's class) or the comparisons (lying tensors, checks switched off)."""
+    wrong_ex, wrong_src = wrong
+    subs = {"h-tricks": _all_the_tricks(release, solution, exercises)}
+    # The same poison on the full solution: graded like the solution, the poison ignored.
+    poisoned = _lean(src)
+    poisoned.cells.insert(1, nbformat.v4.new_code_cell("y = 2", metadata={"nbgrader": "x"}))
+    dup = _index(poisoned, f"{exercises[0]}-visible")
+    poisoned.cells.insert(dup + 1, nbformat.v4.new_code_cell(poisoned.cells[dup].source,
+                                                             metadata=dict(poisoned.cells[dup].metadata)))
+    poisoned.cells[_index(poisoned, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
+    poisoned.cells[_index(poisoned, f"{exercises[2]}-visible")].metadata["tags"] = ["skip-execution"]
+    poisoned.cells.append(nbformat.v4.new_code_cell("# ### BEGIN HIDDEN TESTS (a learner's copy)\nz = 3"))
+    subs["h-poisoned"] = poisoned
+    # A blank notebook that wraps every later cell in try (a new AST transformer list, a new shell class).
+    kernel_tricks = _answer(_lean(release), exercises[0], AST_TRY)
+    subs["h-kernel-tricks"] = _answer(kernel_tricks, exercises[1], CLASS_SWAP)
+    # Wrong answers whose comparisons lie: a tensor subclass (exercise 1), a global TorchFunctionMode.
+    subs["h-lies"] = _answer(_answer(_lean(src), exercises[0], LIAR), wrong_ex, wrong_src + "\n" + FUNCTION_MODE)
+    # Wrong answers that pass inside the kernel: comparisons switched off, checks skipped, the
+    # expected value poisoned, each undone before the tamper guard looks.
+    subs["h-sly"] = _answer(_answer(_lean(src), exercises[0], SLY_COMPARE), exercises[1], SLY_SKIP)
+    subs["h-sly-expected"] = _answer(_lean(src), exercises[3], SLY_EXPECTED)
+    return subs
+
+
+def _all_the_tricks(release: Path, solution, exercises: list[str]):
+    """A blank notebook with every trick on its cells: skip-execution tags, stored outputs that look
+    like full marks, metadata nbgrader crashes on, a duplicated test cell, schema_version 99, and
+    answers that print a fake result through the display hook, then raise."""
     tricks = _lean(release)
     for ex, name in _answer_names(solution).items():
         _answer(tricks, ex, f"import sys\n\ndef {name}(*a, **k):\n    sys.displayhook(1000)\n"
@@ -387,62 +443,48 @@ def hostile(tmp_path_factory, request):
     tricks.cells.insert(dup + 1, nbformat.v4.new_code_cell(tricks.cells[dup].source,
                                                            metadata=dict(tricks.cells[dup].metadata)))
     tricks.cells[_index(tricks, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
-    subs["h-tricks"] = tricks
-    # The same poison on the full solution: graded like the solution, the poison ignored.
-    poisoned = lean_solution()
-    poisoned.cells.insert(1, nbformat.v4.new_code_cell("y = 2", metadata={"nbgrader": "x"}))
-    dup = _index(poisoned, f"{exercises[0]}-visible")
-    poisoned.cells.insert(dup + 1, nbformat.v4.new_code_cell(poisoned.cells[dup].source,
-                                                             metadata=dict(poisoned.cells[dup].metadata)))
-    poisoned.cells[_index(poisoned, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
-    poisoned.cells[_index(poisoned, f"{exercises[2]}-visible")].metadata["tags"] = ["skip-execution"]
-    poisoned.cells.append(nbformat.v4.new_code_cell("# ### BEGIN HIDDEN TESTS (a learner's copy)\nz = 3"))
-    subs["h-poisoned"] = poisoned
-    # A blank notebook that wraps every later cell in try (a new AST transformer list, a new shell class).
-    kernel_tricks = _answer(_lean(release), exercises[0], AST_TRY)
-    subs["h-kernel-tricks"] = _answer(kernel_tricks, exercises[1], CLASS_SWAP)
-    # Wrong answers whose comparisons lie: a tensor subclass (exercise 1), a global TorchFunctionMode.
-    subs["h-lies"] = _answer(_answer(lean_solution(), exercises[0], LIAR), wrong_ex, wrong_src + "\n" + FUNCTION_MODE)
-    # Wrong answers that pass inside the kernel: comparisons switched off, checks skipped, the
-    # expected value poisoned, each undone before the tamper guard looks.
-    subs["h-sly"] = _answer(_answer(lean_solution(), exercises[0], SLY_COMPARE), exercises[1], SLY_SKIP)
-    subs["h-sly-expected"] = _answer(lean_solution(), exercises[3], SLY_EXPECTED)
-    # Looking around the box and leaving things behind, then 64 MiB of output and scripts in HTML.
-    # The class's exchange (issue 22), with another student's submission waiting in inbound/.
-    exchange_root = course / "exchange"
-    inbound = exchange_root / exchange.COURSE_ID / "inbound"
-    waiting = inbound / f"h-other+{CHAPTER}+2026-01-01 00:00:00.000000 UTC+abc"
-    waiting.mkdir(parents=True)
-    shutil.copy(release, waiting / release.name)
-    mp.setenv(exchange.EXCHANGE_VARIABLE, str(exchange_root))
+    return tricks
+
+
+def _box_submissions(course: Path, src: Path, release: Path, exercises: list[str], inbound: Path,
+                     waiting: Path) -> dict:
+    """Submissions that look around the box and leave things behind, then print 64 MiB and scripts in
+    HTML; hold memory in forked children; send one message too big; forge records, leak hidden tests
+    encoded, cost the grader (issue 31); or come fat with outputs."""
     snoop_paths = [str(REPO / "solutions"), str(course / "solutions"), str(course / "gradebook.db"),
                    str(course / "submitted"), str(Path(tempfile.gettempdir()) / "attention-course-exchange"),
                    str(REPO / "course_utils" / "grading"), str(inbound), str(waiting / release.name)]
-    box = lean_solution()
+    box = _lean(src)
     for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS,
                             ESCAPE]):
         _after(box, f"{exercises[0]}-hidden", source)
     box.cells.append(nbformat.v4.new_markdown_cell('<script>alert("md")</script><img src=x onerror="alert(3)">'))
-    subs["h-box"] = box
-    subs["h-box2-shm"] = _after(lean_solution(), f"{exercises[0]}-hidden", SHM.format(flags="0o666"))
+    subs = {"h-box": box}
+    subs["h-box2-shm"] = _after(_lean(src), f"{exercises[0]}-hidden", SHM.format(flags="0o666"))
     # Memory held by forked children counts for the whole box.
-    subs["h-memory-forked"] = _after(lean_solution(), f"{exercises[1]}-hidden", FORK_HOLD)
+    subs["h-memory-forked"] = _after(_lean(src), f"{exercises[1]}-hidden", FORK_HOLD)
     # One message bigger than the grader takes: the notebook stops there, the grader's memory stays bounded.
-    subs["h-one-message"] = _after(lean_solution(), f"{exercises[1]}-hidden", ONE_MESSAGE)
+    subs["h-one-message"] = _after(_lean(src), f"{exercises[1]}-hidden", ONE_MESSAGE)
     # Issue 31: a forged record stream, encoded leaks, costly data, escapes, a notebook fat with outputs.
-    subs["h-forge"] = _after(_answer(lean_solution(), exercises[0], wrong_scores()), f"{exercises[0]}", FORGE)
-    leak = _answer(lean_solution(), exercises[1], LEAK_ANSWER)
+    subs["h-forge"] = _after(_answer(_lean(src), exercises[0], wrong_scores()), f"{exercises[0]}", FORGE)
+    leak = _answer(_lean(src), exercises[1], LEAK_ANSWER)
     subs["h-leak64"] = _after(leak, f"{exercises[0]}-hidden", LEAK64)
-    costly = _answer(lean_solution(), exercises[0], COSTLY)
+    costly = _answer(_lean(src), exercises[0], COSTLY)
     costly.cells.append(nbformat.v4.new_markdown_cell(TABLE))
     subs["h-costly"] = costly
-    fat = lean_solution()
+    fat = _lean(src)
     fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (40 * 2**20))] \
         if fat.cells[-1].cell_type == "code" else []
     if not fat.cells[-1].get("outputs"):
         fat.cells.append(nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
             "stream", name="stdout", text="z" * (40 * 2**20))]))
     subs["h-fat"] = fat
+    return subs
+
+
+def _submit_all(course: Path, src: Path, subs: dict, solution, other: str | None) -> None:
+    """Put ``subs`` into ``submitted/``, beside files that are no notebook: invalid JSON, another
+    chapter's notebook, a FIFO, links (to a notebook, to a folder), a folder that is no chapter."""
     for student, nb in subs.items():
         d = course / "submitted" / student / CHAPTER
         d.mkdir(parents=True)
@@ -461,14 +503,6 @@ def hostile(tmp_path_factory, request):
     os.symlink(REPO / "solutions" / CHAPTER, course / "submitted" / "h-linked-folder" / CHAPTER)
     (course / "submitted" / "h-not-a-chapter" / "ch99_nothing").mkdir(parents=True)
     nbformat.write(solution, course / "submitted" / "h-not-a-chapter" / "ch99_nothing" / "x.ipynb")
-
-    # Two at a time (issue 22): a hostile submission graded beside another changes nothing of it.
-    # The class has a probe secret (issue 31): its hidden tests draw other inputs than the public ones.
-    mp.setenv("COURSE_PROBE_SECRET", "hostile-suite-" + os.urandom(4).hex())
-    results = grading.instructor_autograde(root=course, force=False, jobs=2)
-    yield {"inbound": [str(inbound), str(waiting / release.name)], "course": course, "results": {s: r for (s, ch), r in results.items()}, "src": src,
-           "exercises": exercises, "solution": solution, "wrong": wrong_ex, "before": before,
-           "release": release, "release_before": release_before, "other": other}
 
 
 def _points(h, exercises) -> float:

@@ -177,34 +177,83 @@ def test_one_block_one_stack_and_no_hidden_hooks():
         assert "return_attention" not in text, f"{name} still has return_attention (the flag is need_weights)"
 
 
-def test_the_import_graph_of_the_package_has_no_cycle():
+def _module_name(path: Path) -> str:
+    """The dotted name of a module of the package (a package's ``__init__.py`` is the package)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node, importer: str, is_package: bool, modules) -> set[str]:
+    """The modules of ``modules`` an import statement imports, relative imports resolved:
+    ``from X import y`` imports the module ``X.y`` where there is one, else the name ``y`` of ``X``."""
     import ast
-    graph = {}
-    for path in (ROOT / "course_utils").glob("*.py"):
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1 and node.module:
-                    deps.add(node.module.split(".")[0])
-                elif node.level == 1:
-                    deps.update(a.name for a in node.names)
-                elif node.module and node.module.startswith("course_utils."):
-                    deps.add(node.module.split(".")[1])
-                elif node.module == "course_utils":
-                    deps.update(a.name for a in node.names)
-        graph[path.stem] = {d for d in deps if (ROOT / "course_utils" / f"{d}.py").exists()}
-    done = set()
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names} & set(modules)
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        package = importer.split(".")[:len(importer.split(".")) - node.level + is_package]
+        base = ".".join(package + ([base] if base else []))
+    found = {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return found & set(modules)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """``{module: the package's modules it imports}`` for every module of ``course_utils`` and its
+    subpackages; an import inside a function counts as much as one at the top."""
+    import ast
+    modules = {_module_name(p): p for p in sorted((ROOT / "course_utils").rglob("*.py"))}
+    return {name: {m for node in ast.walk(ast.parse(path.read_text()))
+                   for m in _imported(node, name, path.name == "__init__.py", modules)} - {name}
+            for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first again at the end), or ``None``."""
+    done: set[str] = set()
 
     def visit(node, path):
-        assert node not in path, f"import cycle: {' -> '.join(path + [node])}"
+        if node in path:
+            return path[path.index(node):] + [node]
         if node in done:
-            return
-        for dep in graph.get(node, ()):
-            visit(dep, path + [node])
+            return None
+        for dep in sorted(graph.get(node, ())):
+            found = visit(dep, path + [node])
+            if found:
+                return found
         done.add(node)
+        return None
 
-    for node in graph:
-        visit(node, [])
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
+def test_the_import_graph_of_the_package_has_no_cycle():
+    """No module of the package, subpackages included (``grading``, ``data``, ``i18n``), imports one
+    that imports it back, even from inside a function."""
+    graph = _import_graph()
+    assert {"course_utils.checks", "course_utils.grading.execution", "course_utils.data.vocab",
+            "course_utils.i18n"} <= set(graph)
+    assert "course_utils.i18n.notebooks" in graph["course_utils.grading.course"]   # imported inside a function
+    assert "course_utils.grading.sandbox" in graph["course_utils.grading.execution"]
+    cycle = _cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_function_of_the_package_is_longer_than_60_lines():
+    """Issue 34: a function of ``course_utils`` (subpackages, methods and nested functions included)
+    is at most 60 lines from its ``def`` to its last line, docstring included; a longer one is split
+    into helpers with one idea each (ruff's C901 bounds how much one of them branches)."""
+    import ast
+    long = []
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 60 lines: " + "; ".join(long)
 
 
 def test_one_training_loop():

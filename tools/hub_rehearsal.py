@@ -209,6 +209,68 @@ def answered(fetched: dict, solution_path: Path, student: str) -> dict:
     return {**fetched, "cells": cells}
 
 
+def _start_servers(hub: Hub) -> None:
+    """Every student's notebook server, started through the hub, then waited for."""
+    for s in STUDENTS:
+        hub.start_server(s)
+    for s in STUDENTS:
+        hub.wait_ready(s)
+
+
+def _collected(course: Path) -> list[str]:
+    """The names of the submissions in ``submitted/``, which must be the hub's users (not the Unix account)."""
+    collected = sorted(p.name for p in (course / "submitted").iterdir())
+    if collected != sorted(STUDENTS):
+        raise RehearsalFailed(f"the exchange named the submissions {collected}, not after the hub's users "
+                              f"{sorted(STUDENTS)} (the servers' Unix account is {pwd.getpwuid(os.geteuid()).pw_name})")
+    return collected
+
+
+def _grades(course: Path) -> dict[str, float]:
+    """``grades.csv``'s score by student: alice (the solution) above bob (a wrong answer) above 0."""
+    rows = (course / "grades.csv").read_text().splitlines()
+    grades = {r.split(",")[1]: float(r.split(",")[4]) for r in rows[1:]}
+    if not grades.get("alice", 0) > grades.get("bob", 0) > 0:
+        raise RehearsalFailed(f"unexpected grades: {grades}")
+    return grades
+
+
+def _submit_through_the_hub(hub: Hub, s: str, course: Path) -> None:
+    """Student ``s``, through the hub's nbgrader extension: sees the chapter among the released
+    assignments, fetches it, answers it (in the notebook server) and submits it."""
+    listed = hub.as_user(s, "GET", "/assignments", params={"course_id": exchange.COURSE_ID}).json()
+    names = [a.get("assignment_id") for a in listed.get("value", [])]
+    if CHAPTER not in names:
+        raise RehearsalFailed(f"{s} does not see {CHAPTER} among the released assignments: {listed}")
+    hub.as_user(s, "POST", "/assignments/fetch",
+                data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
+    path = f"/api/contents/{CHAPTER}/{CHAPTER}.ipynb"
+    nb = hub.as_user(s, "GET", path, params={"content": 1}).json()["content"]
+    hub.as_user(s, "PUT", path, json={"type": "notebook", "format": "json",
+                                      "content": answered(nb, grading.chapter_notebook(CHAPTER, course), s)})
+    hub.as_user(s, "POST", "/assignments/submit",
+                data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
+
+
+def _own_feedback(hub: Hub, s: str) -> str:
+    """Student ``s`` fetches their feedback through the hub; the one page they get must be theirs
+    alone (no other student's sentinel). Returns its path in their server."""
+    hub.as_user(s, "POST", "/assignments/fetch_feedback",
+                data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
+    listing = hub.as_user(s, "GET", f"/api/contents/{CHAPTER}/feedback").json()["content"]
+    files = []
+    for folder_entry in listing:
+        inner = hub.as_user(s, "GET", f"/api/contents/{folder_entry['path']}").json()["content"]
+        files += [f["path"] for f in inner if f["name"].endswith(".html")]
+    if len(files) != 1:
+        raise RehearsalFailed(f"{s} fetched {len(files)} feedback files, not their one: {files}")
+    text = hub.as_user(s, "GET", f"/api/contents/{files[0]}", params={"content": 1}).json()["content"]
+    others = [o for o in STUDENTS if o != s and f"{o}-sentinel" in text]
+    if f"{s}-sentinel" not in text or others:
+        raise RehearsalFailed(f"{s}'s feedback is not theirs alone (it shows {others or 'not ' + s})")
+    return files[0]
+
+
 def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
     """Run the whole rehearsal in ``folder``; return the summary (also written to summary.json)."""
     why = missing()
@@ -243,10 +305,7 @@ def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
         t0 = time.monotonic()
         log(f"starting JupyterHub in {folder} ...")
         hub = Hub(folder, log)
-        for s in STUDENTS:
-            hub.start_server(s)
-        for s in STUDENTS:
-            hub.wait_ready(s)
+        _start_servers(hub)
         step("hub and two servers up", t0)
 
         t0 = time.monotonic()
@@ -255,18 +314,7 @@ def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
 
         t0 = time.monotonic()
         for s in STUDENTS:
-            listed = hub.as_user(s, "GET", "/assignments", params={"course_id": exchange.COURSE_ID}).json()
-            names = [a.get("assignment_id") for a in listed.get("value", [])]
-            if CHAPTER not in names:
-                raise RehearsalFailed(f"{s} does not see {CHAPTER} among the released assignments: {listed}")
-            hub.as_user(s, "POST", "/assignments/fetch",
-                        data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
-            path = f"/api/contents/{CHAPTER}/{CHAPTER}.ipynb"
-            nb = hub.as_user(s, "GET", path, params={"content": 1}).json()["content"]
-            hub.as_user(s, "PUT", path, json={"type": "notebook", "format": "json",
-                                              "content": answered(nb, grading.chapter_notebook(CHAPTER, course), s)})
-            hub.as_user(s, "POST", "/assignments/submit",
-                        data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
+            _submit_through_the_hub(hub, s, course)
         step("students: list, fetch, answer, submit (through the hub)", t0)
 
         t0 = time.monotonic()
@@ -274,10 +322,7 @@ def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
         # the course's collect would refuse all of them (docs/jupyterhub.md); the rehearsal trusts the
         # names the hub's users submitted under, as only an authenticated exchange may.
         instructor(*nbgrader, "collect", CHAPTER, "--CourseCollect.trust_names=True")
-        collected = sorted(p.name for p in (course / "submitted").iterdir())
-        if collected != sorted(STUDENTS):
-            raise RehearsalFailed(f"the exchange named the submissions {collected}, not after the hub's users "
-                                  f"{sorted(STUDENTS)} (the servers' Unix account is {pwd.getpwuid(os.geteuid()).pw_name})")
+        collected = _collected(course)
         step("instructor: collect", t0)
 
         t0 = time.monotonic()
@@ -291,28 +336,10 @@ def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
         step("instructor: release_feedback", t0)
 
         t0 = time.monotonic()
-        feedback = {}
-        for s in STUDENTS:
-            hub.as_user(s, "POST", "/assignments/fetch_feedback",
-                        data={"course_id": exchange.COURSE_ID, "assignment_id": CHAPTER})
-            listing = hub.as_user(s, "GET", f"/api/contents/{CHAPTER}/feedback").json()["content"]
-            files = []
-            for folder_entry in listing:
-                inner = hub.as_user(s, "GET", f"/api/contents/{folder_entry['path']}").json()["content"]
-                files += [f["path"] for f in inner if f["name"].endswith(".html")]
-            if len(files) != 1:
-                raise RehearsalFailed(f"{s} fetched {len(files)} feedback files, not their one: {files}")
-            text = hub.as_user(s, "GET", f"/api/contents/{files[0]}", params={"content": 1}).json()["content"]
-            others = [o for o in STUDENTS if o != s and f"{o}-sentinel" in text]
-            if f"{s}-sentinel" not in text or others:
-                raise RehearsalFailed(f"{s}'s feedback is not theirs alone (it shows {others or 'not ' + s})")
-            feedback[s] = files[0]
+        feedback = {s: _own_feedback(hub, s) for s in STUDENTS}
         step("students: fetch_feedback, each their own only", t0)
 
-        rows = (course / "grades.csv").read_text().splitlines()
-        grades = {r.split(",")[1]: float(r.split(",")[4]) for r in rows[1:]}
-        if not grades.get("alice", 0) > grades.get("bob", 0) > 0:
-            raise RehearsalFailed(f"unexpected grades: {grades}")
+        grades = _grades(course)
         summary = {"ok": True, "students": list(STUDENTS), "collected": collected, "grades": grades,
                    "feedback": feedback, "seconds": times, "total_s": round(time.monotonic() - start, 1),
                    "unix_uid": os.geteuid(), "jobs": jobs}

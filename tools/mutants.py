@@ -112,47 +112,82 @@ def _exists(value: ast.AST, attr: str) -> bool:
 
 def _node_mutations(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(operator name, replacement node) for every mutation of ``node`` itself."""
-    if isinstance(node, ast.BinOp):
-        for new in BINOP_SWAPS.get(type(node.op), []):
-            yield "operator", ast.BinOp(node.left, new(), node.right)
-        if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-            yield "drop operand", node.left
-        if isinstance(node.op, (ast.Add, ast.Mult)):
-            yield "drop operand", node.right
-    elif isinstance(node, ast.AugAssign):
-        for new in BINOP_SWAPS.get(type(node.op), []):
-            yield "operator", ast.AugAssign(node.target, new(), node.value)
-    elif isinstance(node, ast.Compare):
-        for i, op in enumerate(node.ops):
-            for new in CMP_SWAPS.get(type(op), []):
-                ops = list(node.ops)
-                ops[i] = new()
-                yield "comparison", ast.Compare(node.left, ops, node.comparators)
-    elif isinstance(node, ast.BoolOp):
-        yield "and/or", ast.BoolOp(ast.Or() if isinstance(node.op, ast.And) else ast.And(), node.values)
-        for v in node.values:
-            yield "drop operand", v
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
+    for kind, mutations in _MUTATIONS_BY_KIND:
+        if isinstance(node, kind):
+            yield from mutations(node)
+            return
+
+
+def _binop(node: ast.BinOp) -> Iterator[tuple[str, ast.AST]]:
+    """Another arithmetic operator; the operation dropped for one of its operands."""
+    for new in BINOP_SWAPS.get(type(node.op), []):
+        yield "operator", ast.BinOp(node.left, new(), node.right)
+    if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        yield "drop operand", node.left
+    if isinstance(node.op, (ast.Add, ast.Mult)):
+        yield "drop operand", node.right
+
+
+def _augassign(node: ast.AugAssign) -> Iterator[tuple[str, ast.AST]]:
+    """Another arithmetic operator in ``x op= y``."""
+    for new in BINOP_SWAPS.get(type(node.op), []):
+        yield "operator", ast.AugAssign(node.target, new(), node.value)
+
+
+def _compare(node: ast.Compare) -> Iterator[tuple[str, ast.AST]]:
+    """Each comparison of a chain swapped for its neighbours (``<`` for ``<=``, ...)."""
+    for i, op in enumerate(node.ops):
+        for new in CMP_SWAPS.get(type(op), []):
+            ops = list(node.ops)
+            ops[i] = new()
+            yield "comparison", ast.Compare(node.left, ops, node.comparators)
+
+
+def _boolop(node: ast.BoolOp) -> Iterator[tuple[str, ast.AST]]:
+    """``and`` for ``or`` and back; each operand alone."""
+    yield "and/or", ast.BoolOp(ast.Or() if isinstance(node.op, ast.And) else ast.And(), node.values)
+    for v in node.values:
+        yield "drop operand", v
+
+
+def _unary(node: ast.UnaryOp) -> Iterator[tuple[str, ast.AST]]:
+    """``-x``, ``not x``, ``~x`` without the operator."""
+    if isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
         yield "drop unary", node.operand
-    elif isinstance(node, ast.Constant) and not isinstance(node.value, str) and node.value is not None:
+
+
+def _constant_or_infinity(node: ast.Constant) -> Iterator[tuple[str, ast.AST]]:
+    """A number or a boolean changed (:func:`_constant`); ``"-inf"`` for ``"inf"`` and back."""
+    if not isinstance(node.value, str) and node.value is not None:
         yield from _constant(node)
-    elif isinstance(node, ast.Constant) and node.value in ("-inf", "inf", "+inf"):
+    elif node.value in ("-inf", "inf", "+inf"):
         yield "constant", ast.Constant("inf" if node.value.startswith("-") else "-inf")
-    elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
-        yield "negate condition", _replace_field(node, "test", ast.UnaryOp(ast.Not(), node.test))
-    elif isinstance(node, ast.Slice):
-        for field in ("lower", "upper"):
-            e = getattr(node, field)
-            if e is not None and not isinstance(e, (ast.Constant, ast.UnaryOp)):
-                for op in (ast.Add, ast.Sub):
-                    yield "off by one", _replace_field(node, field, ast.BinOp(e, op(), ast.Constant(1)))
-    elif isinstance(node, ast.Attribute) and node.attr in NAME_SWAPS and _exists(node.value, NAME_SWAPS[node.attr]):
+
+
+def _negate(node: ast.If | ast.While | ast.IfExp) -> Iterator[tuple[str, ast.AST]]:
+    """The condition of an ``if``, a ``while`` or a conditional expression negated."""
+    yield "negate condition", _replace_field(node, "test", ast.UnaryOp(ast.Not(), node.test))
+
+
+def _slice(node: ast.Slice) -> Iterator[tuple[str, ast.AST]]:
+    """A computed bound of a slice moved by one."""
+    for field in ("lower", "upper"):
+        e = getattr(node, field)
+        if e is not None and not isinstance(e, (ast.Constant, ast.UnaryOp)):
+            for op in (ast.Add, ast.Sub):
+                yield "off by one", _replace_field(node, field, ast.BinOp(e, op(), ast.Constant(1)))
+
+
+def _attribute(node: ast.Attribute) -> Iterator[tuple[str, ast.AST]]:
+    """``mod.max`` for ``mod.min`` and so on, where the module has the other name."""
+    if node.attr in NAME_SWAPS and _exists(node.value, NAME_SWAPS[node.attr]):
         yield "swap name", ast.Attribute(node.value, NAME_SWAPS[node.attr], node.ctx)
-    elif (isinstance(node, ast.Name) and node.id in NAME_SWAPS and hasattr(builtins, node.id)
-          and hasattr(builtins, NAME_SWAPS[node.id])):
+
+
+def _name(node: ast.Name) -> Iterator[tuple[str, ast.AST]]:
+    """A builtin swapped for its counterpart (``max`` for ``min``, ...)."""
+    if node.id in NAME_SWAPS and hasattr(builtins, node.id) and hasattr(builtins, NAME_SWAPS[node.id]):
         yield "swap name", ast.Name(NAME_SWAPS[node.id], node.ctx)
-    if isinstance(node, ast.Call):
-        yield from _call(node)
 
 
 def _constant(node: ast.Constant) -> Iterator[tuple[str, ast.AST]]:
@@ -170,28 +205,57 @@ def _constant(node: ast.Constant) -> Iterator[tuple[str, ast.AST]]:
 
 
 def _call(node: ast.Call) -> Iterator[tuple[str, ast.AST]]:
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if len(node.args) >= 2 and name not in SYMMETRIC and ast.dump(node.args[0]) != ast.dump(node.args[1]):
-        args = [node.args[1], node.args[0], *node.args[2:]]
-        yield "swap args", ast.Call(func, args, node.keywords)
+    """A call's mutations: its first two arguments swapped, a keyword dropped, a range bound moved by
+    one, a copy dropped, an operation made in place or not."""
+    yield from _swapped_args(node)
     for i in range(len(node.keywords)):
         if node.keywords[i].arg is not None:
-            yield "drop keyword", ast.Call(func, node.args, node.keywords[:i] + node.keywords[i + 1:])
-    if name in RANGE_FUNCS:
-        for i, a in enumerate(node.args):
-            if not isinstance(a, (ast.Constant, ast.UnaryOp)):
-                for op in (ast.Add, ast.Sub):
-                    args = list(node.args)
-                    args[i] = ast.BinOp(a, op(), ast.Constant(1))
-                    yield "off by one", ast.Call(func, args, node.keywords)
-    if isinstance(func, ast.Attribute):
-        if func.attr == "clone" and not node.args:
-            yield "drop clone", func.value
-        elif func.attr in INPLACE and _exists(func.value, func.attr + "_") and _module_of(func.value) is None:
-            yield "in place", ast.Call(ast.Attribute(func.value, func.attr + "_", func.ctx), node.args, node.keywords)
-        elif func.attr.endswith("_") and not func.attr.startswith("_") and func.attr[:-1] in INPLACE:
-            yield "not in place", ast.Call(ast.Attribute(func.value, func.attr[:-1], func.ctx), node.args, node.keywords)
+            yield "drop keyword", ast.Call(node.func, node.args, node.keywords[:i] + node.keywords[i + 1:])
+    yield from _range_off_by_one(node)
+    if isinstance(node.func, ast.Attribute):
+        yield from _method_mutations(node, node.func)
+
+
+def _called_name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _swapped_args(node: ast.Call) -> Iterator[tuple[str, ast.AST]]:
+    """The first two arguments swapped, where the function is not symmetric and they differ."""
+    if (len(node.args) >= 2 and _called_name(node.func) not in SYMMETRIC
+            and ast.dump(node.args[0]) != ast.dump(node.args[1])):
+        args = [node.args[1], node.args[0], *node.args[2:]]
+        yield "swap args", ast.Call(node.func, args, node.keywords)
+
+
+def _range_off_by_one(node: ast.Call) -> Iterator[tuple[str, ast.AST]]:
+    """Each computed argument of a range-like function (``range``, ``arange``, ...) moved by one."""
+    if _called_name(node.func) not in RANGE_FUNCS:
+        return
+    for i, a in enumerate(node.args):
+        if not isinstance(a, (ast.Constant, ast.UnaryOp)):
+            for op in (ast.Add, ast.Sub):
+                args = list(node.args)
+                args[i] = ast.BinOp(a, op(), ast.Constant(1))
+                yield "off by one", ast.Call(node.func, args, node.keywords)
+
+
+def _method_mutations(node: ast.Call, func: ast.Attribute) -> Iterator[tuple[str, ast.AST]]:
+    """``x.clone()`` as ``x``; ``x.add(y)`` as ``x.add_(y)`` (on a tensor, not a module); and back."""
+    if func.attr == "clone" and not node.args:
+        yield "drop clone", func.value
+    elif func.attr in INPLACE and _exists(func.value, func.attr + "_") and _module_of(func.value) is None:
+        yield "in place", ast.Call(ast.Attribute(func.value, func.attr + "_", func.ctx), node.args, node.keywords)
+    elif func.attr.endswith("_") and not func.attr.startswith("_") and func.attr[:-1] in INPLACE:
+        yield "not in place", ast.Call(ast.Attribute(func.value, func.attr[:-1], func.ctx), node.args, node.keywords)
+
+
+# Which mutations a node gets, by its kind (the first kind it is an instance of).
+_MUTATIONS_BY_KIND = (
+    (ast.BinOp, _binop), (ast.AugAssign, _augassign), (ast.Compare, _compare), (ast.BoolOp, _boolop),
+    (ast.UnaryOp, _unary), (ast.Constant, _constant_or_infinity), ((ast.If, ast.While, ast.IfExp), _negate),
+    (ast.Slice, _slice), (ast.Attribute, _attribute), (ast.Name, _name), (ast.Call, _call),
+)
 
 
 def _replace_field(node: ast.AST, field: str, value: ast.AST) -> ast.AST:

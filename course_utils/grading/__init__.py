@@ -11,6 +11,7 @@ One module per idea:
 - :mod:`~course_utils.grading.collect` -- ``nbgrader collect`` that knows who submitted, and copies files only
 - :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; the checks' records collected
 - :mod:`~course_utils.grading.reference` -- the solution's own run, once per chapter, that submissions are held to
+- :mod:`~course_utils.grading.reference_run` -- that run itself, in its own process: the solution executed, its checks written
 - :mod:`~course_utils.grading.verdict` -- who decides a test's result: the grader, from plain data, outside the kernel
 - :mod:`~course_utils.grading.withhold` -- hidden tests without their expected values; the class's secret probes
 - :mod:`~course_utils.grading.sandbox` -- the box: bubblewrap, cgroups, limits

@@ -57,7 +57,22 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
     """
     limits = limits or sandbox.Limits.from_env()
     nb_name = chapter_notebook(chapter, course).stem
-    release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
+    todo = _to_grade(course, chapter, submissions, limits, base, force)
+    graded = []
+    if todo:
+        release = course / "notebooks" / chapter / f"{nb_name}.ipynb"
+        graded = _grade_in_parallel(course, chapter, todo, release, limits, base, jobs, progress)
+    # Feedback is made again for every submission of the chapter, graded now or not: a grader may have
+    # marked written answers in formgrader since the last run, and the feedback must show those marks.
+    if feedback and (graded or _autograded(course, chapter, submissions)):
+        _make_feedback(course, chapter, submissions, nb_name)
+    return read_grades(course, chapter, list(submissions))
+
+
+def _to_grade(course: Path, chapter: str, submissions: Mapping[str, Path], limits: sandbox.Limits,
+              base: Path | None, force: bool) -> dict[str, tuple[Path, str]]:
+    """``{student: (notebook, fingerprint)}`` of the submissions to grade now: all of them with
+    ``force``, else those whose fingerprint (what their grade depends on) changed since their last grading."""
     todo: dict[str, tuple[Path, str]] = {}
     for student, path in submissions.items():
         fp = fingerprint(path, chapter, course, limits, base)
@@ -65,46 +80,55 @@ def grade_chapter(course: Path, chapter: str, submissions: Mapping[str, Path], *
         if not force and record.exists() and json.loads(record.read_text()).get("fingerprint") == fp:
             continue
         todo[student] = (path, fp)
+    return todo
+
+
+def _grade_in_parallel(course: Path, chapter: str, todo: Mapping[str, tuple[Path, str]], release: Path,
+                       limits: sandbox.Limits, base: Path | None, jobs: int, progress: bool) -> list[str]:
+    """Grade ``todo`` (``jobs`` at a time, each against a snapshot of the gradebook), merge each result
+    into the gradebook as it comes, and return the students graded without an error."""
+    # Every submission is held to the solution's own run (verdict.py); made once, then cached.
+    env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
+    snap_dir = Path(tempfile.mkdtemp(prefix="grading-snapshot-"))
+    os.chmod(snap_dir, 0o700)
     graded = []
-    if todo:
-        # Every submission is held to the solution's own run (verdict.py); made once, then cached.
-        env = {**limits.to_env(), reference.ENV: str(reference.ensure(course, chapter, limits))}
-        snap_dir = Path(tempfile.mkdtemp(prefix="grading-snapshot-"))
-        os.chmod(snap_dir, 0o700)
+    try:
+        snapshot = parallel.snapshot_gradebook(course, snap_dir)
+        pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="grading")
+        running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
+                               limits, env, base): student for student, (path, _) in todo.items()}
         try:
-            snapshot = parallel.snapshot_gradebook(course, snap_dir)
-            pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))), thread_name_prefix="grading")
-            running = {pool.submit(parallel.grade_one, course, chapter, student, path, release, snapshot,
-                                   limits, env, base): student for student, (path, _) in todo.items()}
-            try:
-                for n, done in enumerate(as_completed(running), 1):
-                    student = running[done]
-                    result = done.result()
-                    try:
-                        parallel.merge(course, chapter, result)   # the one writer of the gradebook
-                    finally:
-                        parallel.discard(result)
-                    record = course / "autograded" / student / chapter / RECORD
-                    if result.error:
-                        record.write_text(json.dumps({"fingerprint": None, "faults": result.faults + [result.error]}))
-                    else:
-                        record.write_text(json.dumps({"fingerprint": todo[student][1], "graded": time.time()}))
-                        graded.append(student)
-                    if progress:
-                        print(f"  [{n}/{len(todo)}] {student} ({result.seconds:.0f} s)"
-                              + (f": {result.error}" if result.error else ""), flush=True)
-            except BaseException:   # Ctrl-C or a gradebook error: start nothing more
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            finally:
-                pool.shutdown(wait=True)
+            for n, done in enumerate(as_completed(running), 1):
+                student = running[done]
+                result = done.result()
+                if _take_result(course, chapter, student, result, todo[student][1]):
+                    graded.append(student)
+                if progress:
+                    print(f"  [{n}/{len(todo)}] {student} ({result.seconds:.0f} s)"
+                          + (f": {result.error}" if result.error else ""), flush=True)
+        except BaseException:   # Ctrl-C or a gradebook error: start nothing more
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         finally:
-            shutil.rmtree(snap_dir, ignore_errors=True)
-    # Feedback is made again for every submission of the chapter, graded now or not: a grader may have
-    # marked written answers in formgrader since the last run, and the feedback must show those marks.
-    if feedback and (graded or _autograded(course, chapter, submissions)):
-        _make_feedback(course, chapter, submissions, nb_name)
-    return read_grades(course, chapter, list(submissions))
+            pool.shutdown(wait=True)
+    finally:
+        shutil.rmtree(snap_dir, ignore_errors=True)
+    return graded
+
+
+def _take_result(course: Path, chapter: str, student: str, result, fp: str) -> bool:
+    """Merge one submission's result into the gradebook (this process is its one writer) and write
+    the student's grading record: its fingerprint if it was graded, else its faults. Whether it was."""
+    try:
+        parallel.merge(course, chapter, result)
+    finally:
+        parallel.discard(result)
+    record = course / "autograded" / student / chapter / RECORD
+    if result.error:
+        record.write_text(json.dumps({"fingerprint": None, "faults": result.faults + [result.error]}))
+        return False
+    record.write_text(json.dumps({"fingerprint": fp, "graded": time.time()}))
+    return True
 
 
 FEEDBACK_S = 120   # what making one student's feedback may take; nbgrader's own HTML export takes seconds
@@ -203,26 +227,14 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
     folders = sorted(p for p in submitted.glob("*/*") if p.is_dir()) if submitted.exists() else []
     if not folders:
         raise SystemExit("nothing to grade: put submissions in submitted/<student>/<chapter>/<notebook>.ipynb")
-    iso = sandbox.isolation()
-    if not iso.sandboxed:
-        if os.environ.get(UNSANDBOXED) != "1":
-            raise SystemExit("refusing to autograde: submissions would run without a sandbox.\n  "
-                             + "\n  ".join(iso.warnings) + f"\n(set {UNSANDBOXED}=1 to grade work you trust anyway)")
-        print(f"WARNING: {UNSANDBOXED}=1: grading WITHOUT A SANDBOX; a submission can read and write "
-              "everything you can", flush=True)
+    iso = _sandbox_or_refuse()
     limits = sandbox.Limits.from_env()
     jobs = parallel.parse_jobs(jobs, limits)
     print(f"limits: {limits.describe()} (GRADING_* variables change them); {jobs} at a time "
           f"({parallel.usable_cores()} cores; JOBS=N changes it)")
     for w in iso.warnings:
         print(f"WARNING: {w}")
-    _ensure_probe_secret(root)
-    backup = backup_gradebook(root)
-    if backup:
-        print(f"gradebook backed up to {backup.relative_to(root)}")
-    for private in ("submitted", "autograded", "feedback"):   # other students' work stays out of reach
-        (root / private).mkdir(exist_ok=True)
-        os.chmod(root / private, 0o700)
+    _prepare_class(root)
     known = chapters(root)
     results: dict[tuple[str, str], NotebookGrades] = {}
     faults: dict[tuple[str, str], str] = {}
@@ -232,28 +244,66 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
             for s in students:
                 faults[(s, ch)] = f"submitted/{s}/{ch} is not a chapter folder ({', '.join(known)}); not graded"
             continue
-        nb_name = chapter_notebook(ch, root).stem
-        update_gradebook_tests(root, ch)
-        print(f"autograding {ch}: {len(students)} submissions ...", flush=True)
-        subs = {s: submitted_notebook(f, nb_name) for s, f in students.items()}
-        try:
-            graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=submitted, jobs=jobs,
-                                   progress=True)
-        except RuntimeError as e:   # the solution's own run failed: nothing of this chapter can be graded
-            print(f"ERROR: {e}", flush=True)
-            for s in students:
-                faults[(s, ch)] = f"not graded: {e}"
-            continue
-        for (s, res) in graded.items():
-            results[(s, ch)] = res
-            if res.reason:
-                faults[(s, ch)] = res.reason
+        _grade_class_chapter(root, ch, students, results, faults, force=force, limits=limits, jobs=jobs)
     if (root / "gradebook.db").exists():
         os.chmod(root / "gradebook.db", 0o600)
     write_grades_csv(root, faults)
+    _print_summary(root, faults, len(folders))
+    return results
+
+
+def _sandbox_or_refuse() -> sandbox.Isolation:
+    """The sandbox's isolation on this machine; without one, refuse to grade (unless the instructor
+    set ``GRADING_UNSANDBOXED=1`` for work they trust, which is then said loudly)."""
+    iso = sandbox.isolation()
+    if not iso.sandboxed:
+        if os.environ.get(UNSANDBOXED) != "1":
+            raise SystemExit("refusing to autograde: submissions would run without a sandbox.\n  "
+                             + "\n  ".join(iso.warnings) + f"\n(set {UNSANDBOXED}=1 to grade work you trust anyway)")
+        print(f"WARNING: {UNSANDBOXED}=1: grading WITHOUT A SANDBOX; a submission can read and write "
+              "everything you can", flush=True)
+    return iso
+
+
+def _prepare_class(root: Path) -> None:
+    """Before a class is graded: its probe secret, a backup of its gradebook, and the folders that hold
+    students' work closed to everyone but the instructor."""
+    _ensure_probe_secret(root)
+    backup = backup_gradebook(root)
+    if backup:
+        print(f"gradebook backed up to {backup.relative_to(root)}")
+    for private in ("submitted", "autograded", "feedback"):   # other students' work stays out of reach
+        (root / private).mkdir(exist_ok=True)
+        os.chmod(root / private, 0o700)
+
+
+def _grade_class_chapter(root: Path, ch: str, students: Mapping[str, Path],
+                         results: dict[tuple[str, str], NotebookGrades], faults: dict[tuple[str, str], str],
+                         *, force: bool, limits: sandbox.Limits, jobs: int) -> None:
+    """Grade the class's submissions of chapter ``ch`` (``{student: folder}``), adding each student's
+    grades to ``results`` and every reason a submission lost points or was not graded to ``faults``."""
+    nb_name = chapter_notebook(ch, root).stem
+    update_gradebook_tests(root, ch)
+    print(f"autograding {ch}: {len(students)} submissions ...", flush=True)
+    subs = {s: submitted_notebook(f, nb_name) for s, f in students.items()}
+    try:
+        graded = grade_chapter(root, ch, subs, force=force, limits=limits, base=root / "submitted", jobs=jobs,
+                               progress=True)
+    except RuntimeError as e:   # the solution's own run failed: nothing of this chapter can be graded
+        print(f"ERROR: {e}", flush=True)
+        for s in students:
+            faults[(s, ch)] = f"not graded: {e}"
+        return
+    for (s, res) in graded.items():
+        results[(s, ch)] = res
+        if res.reason:
+            faults[(s, ch)] = res.reason
+
+
+def _print_summary(root: Path, faults: Mapping[tuple[str, str], str], submissions: int) -> None:
+    """Where the feedback and grades are, and every submission's fault."""
     print(f"feedback in {root / 'feedback'}, grades in {root / 'grades.csv'} (per exercise: grades_by_exercise.csv; "
           "one row per student for an LMS: grades_lms.csv)")
-    print(f"faults: {len(faults)} of {len(folders)} submissions" + (":" if faults else ""))
+    print(f"faults: {len(faults)} of {submissions} submissions" + (":" if faults else ""))
     for (s, ch), why in sorted(faults.items()):
         print(f"  {s}/{ch}: {why}")
-    return results

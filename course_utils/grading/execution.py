@@ -34,10 +34,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
-from course_utils.checks import RECORD_FLAG
 from course_utils.grading import feedback, reference, sandbox, verdict, withhold
 from course_utils.grading.course import origin
 from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
+from course_utils.records import RECORD_FLAG
 
 CELL_OUTPUT_BYTES = 2 * 2**20       # what one cell's outputs may hold; more is cut
 NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # what all outputs of a notebook may hold
@@ -56,7 +56,7 @@ HIDDEN = "BEGIN HIDDEN TESTS"
 # submission (verdict.py). Probes drawn from a test's own torch.Generator stay the same.
 TAINT = """
 import functools as _cg_ft, random as _cg_random, types as _cg_types, torch as _cg_torch
-from course_utils import checks as _cg_checks
+from course_utils import records as _cg_records
 _cg_seeds = (_cg_torch.manual_seed, _cg_torch.random.manual_seed)
 _cg_torch.manual_seed = lambda seed, _f=_cg_seeds[0]: _f(int(seed) + 7919)
 _cg_torch.random.manual_seed = lambda seed, _f=_cg_seeds[1]: _f(int(seed) + 7919)
@@ -77,12 +77,12 @@ def _cg_taint(obj):
     return obj
 _cg_saved = {n: globals()[n] for n in NAMES if n in globals()}
 globals().update({n: _cg_taint(v) for n, v in _cg_saved.items()})
-_cg_checks._record_only = True
+_cg_records.record_only(True)
 """
 UNTAINT = """
 globals().update(_cg_saved)
 _cg_torch.manual_seed, _cg_torch.random.manual_seed = _cg_seeds   # torch may have wrapped one of them
-_cg_checks._record_only = False
+_cg_records.record_only(False)
 """
 
 
@@ -160,7 +160,7 @@ def _size(content) -> int:
 class SandboxedExecute(Execute):
     """nbgrader's ``Execute`` in a sandbox box, with the limits, the output caps and the tamper guard."""
 
-    reference_mode = False   # True for the solution's own run (reference.ReferenceExecute)
+    reference_mode = False   # True for the solution's own run (reference_run.ReferenceExecute)
 
     def preprocess(self, nb, resources=None, km=None):
         self._records: dict[tuple[int, int], list] = {}   # (pass, cell index) -> the records the checks sent
@@ -359,62 +359,80 @@ class SandboxedExecute(Execute):
         # Cells are named by their position counting from 1 (the first cell of the notebook is cell 1).
         if self._stopped:
             return cell, resources
-        remaining = self._deadline - time.monotonic()
         try:
-            if remaining < 1:
-                self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s "
-                           f"(stopped before cell {index + 1})")
-            self.timeout = int(max(1, min(self.limits.cell_s, remaining)))
-            if not self._guarded:
-                self._guarded = True
-                self._box.processes(self._launcher_pid())   # the baseline
-                out = self._guard(sandbox.guard_call("install", json.dumps(self._bindings)))
-                if out != ["installed"]:
-                    self._fault(f"the grader could not set up its tamper guard: {out}")
-            test = _is_test(cell)
-            self._hidden_began = self._hidden_began or (test and HIDDEN in cell.source)
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            found = []
-            if test:
-                found += self._guard(self._check_expr(cell))
-            self._run.add(index)
-            self._reply = None
-            # Test cells stay out of IPython's history (In, _ih, Out): later cells cannot print them.
-            # A submission's kernel gets test cells without their expected values (withhold.py).
-            source = cell.source
-            if test:
-                cell.source = self._as_sent(source)
-            try:
-                cell = self.execute_cell(cell, index, store_history=not test)
-            finally:
-                cell.source = source
-                self.nb.cells[index].source = source
-            if test:
-                found += self._guard(self._check_expr(cell))
-                if found:
-                    self._report["tampering"][grade_id] = sorted(set(found))
-                self._decide(cell, index)
-                if self.reference_mode:
-                    self._run_shifted(cell, index)
+            self._before_cell(index)
+            cell = self._run_cell(cell, index)
             n = self._box.processes(self._launcher_pid())
             if n > self.limits.children:
                 self._stop(f"forked without end: {n} processes after cell {index + 1} "
                            f"(limit {self.limits.children}); stopped")
         except CellTimeoutError as e:
             self._run.discard(index)
-            if "IOPub" in str(e):
-                # the kernel replied, its output never came: a message over MESSAGE_BYTES made the
-                # client drop the kernel's output channel
-                self._stop(f"the output of cell {index + 1} was over {MESSAGE_BYTES // 2**20} MiB in one message "
-                           "(or was lost); stopped")
-            self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
-                       f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
+            self._timed_out(e, index)
         except DeadKernelError:
             self._run.discard(index)
             code = self.km.provisioner.process.poll() if getattr(self.km.provisioner, "process", None) else None
             why = "out of memory" if self._box.out_of_memory() else f"memory limit {self.limits.memory_mb} MiB"
             self._stop(f"the kernel died in cell {index + 1} (exit status {code}; {why})")
         return cell, resources
+
+    def _before_cell(self, index: int) -> None:
+        """Stop if the notebook is out of time; give the cell what is left (up to the cell limit); before
+        the first cell, count the box's processes (the baseline) and install the tamper guard."""
+        remaining = self._deadline - time.monotonic()
+        if remaining < 1:
+            self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s "
+                       f"(stopped before cell {index + 1})")
+        self.timeout = int(max(1, min(self.limits.cell_s, remaining)))
+        if not self._guarded:
+            self._guarded = True
+            self._box.processes(self._launcher_pid())   # the baseline
+            out = self._guard(sandbox.guard_call("install", json.dumps(self._bindings)))
+            if out != ["installed"]:
+                self._fault(f"the grader could not set up its tamper guard: {out}")
+
+    def _run_cell(self, cell, index: int):
+        """Execute one cell; a test cell as :meth:`_as_sent` makes it, out of IPython's history, between
+        two checks of the tamper guard, and then decided by the grader (:meth:`_after_test`)."""
+        test = _is_test(cell)
+        self._hidden_began = self._hidden_began or (test and HIDDEN in cell.source)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        found = self._guard(self._check_expr(cell)) if test else []
+        self._run.add(index)
+        self._reply = None
+        # Test cells stay out of IPython's history (In, _ih, Out): later cells cannot print them.
+        # A submission's kernel gets test cells without their expected values (withhold.py).
+        source = cell.source
+        if test:
+            cell.source = self._as_sent(source)
+        try:
+            cell = self.execute_cell(cell, index, store_history=not test)
+        finally:
+            cell.source = source
+            self.nb.cells[index].source = source
+        if test:
+            self._after_test(cell, index, grade_id, found)
+        return cell
+
+    def _after_test(self, cell, index: int, grade_id, found: list[str]) -> None:
+        """After a test cell ran: the guard's second check, what it found reported, the cell's result
+        decided; in the reference run, the cell made once more with the answers nudged."""
+        found += self._guard(self._check_expr(cell))
+        if found:
+            self._report["tampering"][grade_id] = sorted(set(found))
+        self._decide(cell, index)
+        if self.reference_mode:
+            self._run_shifted(cell, index)
+
+    def _timed_out(self, e: CellTimeoutError, index: int) -> None:
+        """Stop the notebook after cell ``index`` ran out of time, or its output was lost."""
+        if "IOPub" in str(e):
+            # the kernel replied, its output never came: a message over MESSAGE_BYTES made the
+            # client drop the kernel's output channel
+            self._stop(f"the output of cell {index + 1} was over {MESSAGE_BYTES // 2**20} MiB in one message "
+                       "(or was lost); stopped")
+        self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
+                   f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
 
     def _as_sent(self, source: str) -> str:
         """A test cell as the kernel gets it: secret probe seeds, and (for a submission) no expected values."""

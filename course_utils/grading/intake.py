@@ -62,43 +62,69 @@ def read_submission(path: Path, base: Path | None = None, limit: int = MAX_NOTEB
     between ``base`` and it), never blocking (a FIFO), only a regular file of at most ``limit``."""
     path = Path(path)
     if base is not None:
-        base = Path(base)
-        try:
-            parts = path.relative_to(base).parts
-        except ValueError:
-            parts = ()
-        here = base
-        for part in parts[:-1]:
-            here = here / part
-            if here.is_symlink():
-                raise Refused(f"{here.name}/ is a symbolic link, not a folder")
+        _refuse_linked_folders(path, Path(base))
+    fd = _open_unfollowed(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{path.name} is {_file_kind(st.st_mode)}, not a notebook file")
+        if st.st_size > limit:
+            raise Refused(f"{path.name} is {st.st_size / 2**20:.0f} MiB, over the limit of {limit / 2**20:.0f} MiB")
+        return _read_at_most(fd, path, limit)
+    finally:
+        os.close(fd)
+
+
+def _refuse_linked_folders(path: Path, base: Path) -> None:
+    """Refuse ``path`` if a folder between ``base`` and it is a symbolic link (``O_NOFOLLOW`` only
+    looks at the last part of a path)."""
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        parts = ()
+    here = base
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            raise Refused(f"{here.name}/ is a symbolic link, not a folder")
+
+
+def _open_unfollowed(path: Path) -> int:
+    """A read-only descriptor of ``path``, opened without following a link or blocking on a FIFO."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         if e.errno == errno.ELOOP or path.is_symlink():
             raise Refused(f"{path.name} is a symbolic link, not a notebook file") from None
         raise Refused(f"{path.name} cannot be opened ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if
-                    stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
-            raise Refused(f"{path.name} is {kind}, not a notebook file")
-        if st.st_size > limit:
-            raise Refused(f"{path.name} is {st.st_size / 2**20:.0f} MiB, over the limit of {limit / 2**20:.0f} MiB")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise Refused(f"{path.name} is over the limit of {limit / 2**20:.0f} MiB")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (for the reason it was refused)."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _read_at_most(fd: int, path: Path, limit: int) -> bytes:
+    """Everything ``fd`` holds, refused as soon as it is over ``limit`` bytes (a file may grow after
+    its size was read)."""
+    chunks, size = [], 0
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise Refused(f"{path.name} is over the limit of {limit / 2**20:.0f} MiB")
+    return b"".join(chunks)
 
 
 def _meta(cell) -> dict:
@@ -151,63 +177,95 @@ class _Budget:
         return source
 
 
-def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str]]:
-    """The notebook to grade: ``template`` (the release) with the learner's answers and extra cells."""
-    by_id = {_meta(c)["grade_id"]: c for c in template.cells if _meta(c).get("grade_id")}
-    out, used, faults = [], set(), []
-    retyped, dropped, delimited = [], [], False
-    budget = _Budget()
-    for cell in cells:
-        if not isinstance(cell, dict):
-            continue
+class _Taken:
+    """The cells taken so far while a submission is rebuilt (:func:`rebuild`), and what was done to
+    them that the learner is told about."""
+
+    def __init__(self) -> None:
+        self.out: list[NotebookNode] = []
+        self.used: set[str] = set()           # the grade ids taken (the first cell that carries one)
+        self.retyped: list[str] = []
+        self.dropped: list[str] = []
+        self.delimited = False
+        self.budget = _Budget()
+
+    def add(self, cell: dict, by_id: dict[str, NotebookNode]) -> None:
+        """Take one cell of the submission: a graded or read-only cell from the release (an answer
+        cell with the learner's source), the learner's own cell as a plain cell; a second copy of a
+        test or read-only cell is dropped."""
         kind = cell.get("cell_type")
         kind = kind if kind in ("code", "markdown", "raw") else "code"
         source = _source(cell)
         gid = _meta(cell).get("grade_id")
         tc = by_id.get(gid) if isinstance(gid, str) else None
         if tc is None or _meta(tc).get("solution"):   # the learner's own text
-            source = budget.take(source)
-        if tc is not None and gid not in used:
-            used.add(gid)
-            new = copy.deepcopy(tc)
-            if _meta(tc).get("solution"):
-                new.source, hit = _neutralise(source)
-                delimited |= hit
-                if kind != tc.cell_type:
-                    retyped.append(gid)
-            elif kind != tc.cell_type:
-                retyped.append(gid)
-            out.append(new)
+            source = self.budget.take(source)
+        if tc is not None and gid not in self.used:
+            self.used.add(gid)
+            self.out.append(self._from_release(tc, gid, kind, source))
         elif tc is not None and not _meta(tc).get("solution"):
-            dropped.append(gid)                     # a second copy of a test or read-only cell
+            self.dropped.append(gid)                     # a second copy of a test or read-only cell
         else:
-            source, hit = _neutralise(source)
-            delimited |= hit
-            out.append(_plain(kind, source))
-    if budget.cut:
-        faults.append(f"{budget.cut} cell(s) of the submission were cut: a cell may hold {MAX_CELL_CHARS:,} "
-                      f"characters, the notebook {MAX_TEXT_CHARS:,}")
-    if retyped:
-        faults.append(f"graded cells whose type was changed were given their type back: {', '.join(retyped)}")
-    if dropped:
-        faults.append(f"second copies of read-only cells were ignored: {', '.join(sorted(set(dropped)))}")
-    if delimited:
-        faults.append("a cell of the submission contained the hidden-test delimiter; it was made a comment")
-    want = _graded_ids(template.cells)
-    missing = [g for g in want if g not in used]
-    for gid in missing:   # after the nearest earlier graded cell that is there, else at the top
-        earlier = set(want[:want.index(gid)])
-        at = [i for i, c in enumerate(out) if _meta(c).get("grade_id") in earlier]
-        out.insert(at[-1] + 1 if at else 0, copy.deepcopy(by_id[gid]))
+            self.out.append(_plain(kind, self._neutralised(source)))
+
+    def _from_release(self, tc: NotebookNode, gid: str, kind: str, source: str) -> NotebookNode:
+        """The release's cell ``tc``, with the learner's ``source`` if it is an answer cell."""
+        new = copy.deepcopy(tc)
+        if _meta(tc).get("solution"):
+            new.source = self._neutralised(source)
+        if kind != tc.cell_type:
+            self.retyped.append(gid)
+        return new
+
+    def _neutralised(self, source: str) -> str:
+        source, hit = _neutralise(source)
+        self.delimited |= hit
+        return source
+
+    def faults(self) -> list[str]:
+        """What the learner is told was done to their cells."""
+        faults = []
+        if self.budget.cut:
+            faults.append(f"{self.budget.cut} cell(s) of the submission were cut: a cell may hold {MAX_CELL_CHARS:,} "
+                          f"characters, the notebook {MAX_TEXT_CHARS:,}")
+        if self.retyped:
+            faults.append(f"graded cells whose type was changed were given their type back: {', '.join(self.retyped)}")
+        if self.dropped:
+            faults.append(f"second copies of read-only cells were ignored: {', '.join(sorted(set(self.dropped)))}")
+        if self.delimited:
+            faults.append("a cell of the submission contained the hidden-test delimiter; it was made a comment")
+        return faults
+
+
+def rebuild(cells: list, template: NotebookNode) -> tuple[NotebookNode, list[str]]:
+    """The notebook to grade: ``template`` (the release) with the learner's answers and extra cells."""
+    by_id = {_meta(c)["grade_id"]: c for c in template.cells if _meta(c).get("grade_id")}
+    taken = _Taken()
+    for cell in cells:
+        if isinstance(cell, dict):
+            taken.add(cell, by_id)
+    faults = taken.faults()
+    missing = _put_back_missing(taken.out, _graded_ids(template.cells), by_id, taken.used)
     if missing:
         faults.append(f"graded cells missing from the submission were put back from the release: {', '.join(missing)}")
     nb = nbformat.v4.new_notebook(metadata=copy.deepcopy(template.metadata))
-    nb.cells = out
+    nb.cells = taken.out
     nb.nbformat, nb.nbformat_minor = template.nbformat, template.nbformat_minor
     for c in nb.cells:
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
     return nb, faults
+
+
+def _put_back_missing(out: list, want: list[str], by_id: dict[str, NotebookNode], used: set[str]) -> list[str]:
+    """Put the graded cells the submission lacks back into ``out``, from the release, each after the
+    nearest earlier graded cell that is there (else at the top); returns their grade ids."""
+    missing = [g for g in want if g not in used]
+    for gid in missing:
+        earlier = set(want[:want.index(gid)])
+        at = [i for i, c in enumerate(out) if _meta(c).get("grade_id") in earlier]
+        out.insert(at[-1] + 1 if at else 0, copy.deepcopy(by_id[gid]))
+    return missing
 
 
 def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,

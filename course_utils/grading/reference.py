@@ -12,6 +12,10 @@ grader), torch's version and CPU kernel, the thread count and the limits; a lock
 
 A solution whose own tests fail cannot be a reference: grading the chapter stops with the
 reason, since every submission would be held to a wrong answer.
+
+This module says where a reference is and makes it when it is missing; the run itself is
+``reference_run.py``, in a process of its own (it executes the solution with the grader's
+executor, ``execution.py``, which reads the reference through this module).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from pathlib import Path
 from course_utils.grading import sandbox, withhold
 from course_utils.grading.course import chapter_notebook, origin
 from course_utils.grading.results import GRADER_VERSION
-from course_utils.grading.verdict import same_bytes
 
 __all__ = ["ENV", "ensure", "reference_path"]
 
@@ -61,7 +64,7 @@ def ensure(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
             return path
         env = {**os.environ, **limits.to_env(), "NBGRADER_EXECUTION": "autograde"}
         tmp = path.with_suffix(".part")
-        proc = subprocess.run([sys.executable, "-m", "course_utils.grading.reference", chapter, str(tmp)],
+        proc = subprocess.run([sys.executable, "-m", "course_utils.grading.reference_run", chapter, str(tmp)],
                               cwd=course, env=env, capture_output=True, text=True,
                               timeout=limits.notebook_s * 2 + 300)
         if proc.returncode != 0 or not tmp.exists():
@@ -70,52 +73,3 @@ def ensure(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
                                f"against it: {tail}")
         tmp.replace(path)
     return path
-
-
-def _run(chapter: str, out: Path) -> None:
-    """Run the solution of ``chapter`` (the current folder is the course) and write its reference."""
-    import nbformat
-
-    from course_utils.grading.execution import SandboxedExecute
-    from course_utils.grading.results import META
-
-    class ReferenceExecute(SandboxedExecute):
-        reference_mode = True
-
-    nb = nbformat.read(chapter_notebook(chapter, Path.cwd()), as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    ex = ReferenceExecute()
-    ex.preprocess(nb, {"nbgrader": {"assignment": chapter}})
-    problems = list(nb.metadata.get(META, {}).get("faults", []))
-    cells: dict[str, list[dict]] = {}
-    for index, cell in enumerate(nb.cells):
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
-        failed = [o for o in cell.outputs if o.get("output_type") == "error"]
-        if failed:
-            first_line = (str(failed[0].get('evalue')).splitlines() or [""])[0]   # a check's message has one per check
-            problems.append(f"its test {meta.get('grade_id')} fails: {failed[0].get('ename')}: {first_line[:200]}")
-        first, again = ex._records.get((0, index), []), ex._records.get((1, index), [])
-        cells[meta["grade_id"]] = [
-            {"kind": r["kind"], "what": r["what"], "atol": r.get("atol"), "rtol": r.get("rtol"),
-             "expected": r["expected"],
-             "fixed": i < len(again) and again[i].get("what") == r["what"]
-                      and same_bytes(again[i].get("expected"), r["expected"])}
-            for i, r in enumerate(first)]
-    if problems:
-        raise SystemExit(f"{chapter}'s solution cannot be the grader's reference: {'; '.join(problems)}")
-    out.write_text(json.dumps({"chapter": chapter, "cells": cells}))
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        raise SystemExit("usage: python -m course_utils.grading.reference CHAPTER OUT.json")
-    _run(argv[0], Path(argv[1]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

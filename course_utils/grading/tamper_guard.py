@@ -56,62 +56,128 @@ def _watch_value(value, everything: bool) -> bool:
     return everything or callable(value) or isinstance(value, types.ModuleType)
 
 
-class _Snapshot:
-    def __init__(self, bindings: dict[str, tuple[str, str | None]]):
-        import torch  # noqa: F401 (the tests use it; importing it here puts it in the snapshot)
+def _import_watched():
+    """Import what the tests use, so that it is in the snapshot: torch and every course module
+    except the grader's own; returns torch."""
+    import torch
 
-        import course_utils
-        for info in pkgutil.iter_modules(course_utils.__path__):
-            if info.name not in _SKIP_COURSE_MODULES:
-                importlib.import_module(f"course_utils.{info.name}")
+    import course_utils
+    for info in pkgutil.iter_modules(course_utils.__path__):
+        if info.name not in _SKIP_COURSE_MODULES:
+            importlib.import_module(f"course_utils.{info.name}")
+    return torch
+
+
+def _watched_modules() -> dict:
+    """``{name: module}`` of the modules watched: the listed ones, the guard, the course's own."""
+    names = set(_WATCHED_MODULES) | {__name__} | {n for n in sys.modules
+                                     if n.split(".")[0] == "course_utils"
+                                     and n.split(".")[-1] not in _SKIP_COURSE_MODULES}
+    return {n: sys.modules[n] for n in sorted(names) if n in sys.modules}
+
+
+def _module_entries(name: str, module) -> dict:
+    """What is watched of a module's namespace: everything for the course's modules, ``builtins``,
+    ``math`` and the guard; callables and modules for the rest (torch's other globals change)."""
+    everything = name in ("builtins", "math", __name__) or name.startswith("course_utils")
+    return {k: v for k, v in vars(module).items() if _watch_value(v, everything) and not k.startswith("__")}
+
+
+def _function_states(namespaces) -> dict:
+    """``{id: (function, code, defaults, kwdefaults)}`` of every Python function in ``namespaces``
+    (methods included): replacing a function's ``__code__`` changes it under every name."""
+    functions = {}
+    for _, _, entries in namespaces:
+        for v in entries.values():
+            f = getattr(v, "__func__", v)
+            if isinstance(f, types.FunctionType):
+                functions[id(f)] = (f, f.__code__, f.__defaults__, f.__kwdefaults__)
+    return functions
+
+
+def _pop_torch_modes() -> list[str]:
+    """Take off every global ``TorchFunctionMode`` and ``TorchDispatchMode`` (none is the course's)."""
+    found = []
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return found
+    for kind, length, pop in (("TorchFunctionMode", "_len_torch_function_stack", "_pop_torch_function_stack"),
+                              ("TorchDispatchMode", "_len_torch_dispatch_stack", "_pop_torch_dispatch_stack")):
+        n = getattr(torch._C, length, lambda: 0)()
+        if n:
+            found.append(f"a global {kind} was set")
+            for _ in range(n):
+                getattr(torch._C, pop)()
+    return found
+
+
+class _Snapshot:
+    """The kernel as it was before any learner code ran, and :meth:`check`, which puts it back.
+
+    Each ``_restore_*`` method compares one kind of thing with the snapshot, puts back what was
+    changed and returns what it found; :meth:`check` runs them in a fixed order.
+    """
+
+    def __init__(self, bindings: dict[str, tuple[str, str | None]]):
+        torch = _import_watched()
         self.bindings = {name: _resolve(*where) for name, where in bindings.items()}
-        names = set(_WATCHED_MODULES) | {__name__} | {n for n in sys.modules
-                                         if n.split(".")[0] == "course_utils"
-                                         and n.split(".")[-1] not in _SKIP_COURSE_MODULES}
-        self.modules = {n: sys.modules[n] for n in sorted(names) if n in sys.modules}
-        self.namespaces = []      # (label, object, {name: value})
-        for n, mod in self.modules.items():
-            everything = n in ("builtins", "math", __name__) or n.startswith("course_utils")
-            self.namespaces.append((n, mod, {k: v for k, v in vars(mod).items()
-                                             if _watch_value(v, everything) and not k.startswith("__")}))
+        self.modules = _watched_modules()
+        # (label, object, {name: value watched})
+        self.namespaces = [(n, mod, _module_entries(n, mod)) for n, mod in self.modules.items()]
         self.types = [(n, mod, type(mod)) for n, mod in self.modules.items()]
-        classes = [torch.Tensor, torch.nn.Module, _GuardEntry]
         shell = _shell()
         self.instances = []
-        if shell is not None:
-            kernel = getattr(shell, "kernel", None)
-            watched = [shell, kernel, getattr(kernel, "session", None), getattr(shell, "display_pub", None)]
-            for obj in watched:
-                if obj is not None:
-                    classes += [c for c in type(obj).__mro__ if c is not object]
-                    self.instances.append((obj, {k: v for k, v in vars(obj).items() if callable(v)}))
-                    self.types.append((type(obj).__name__, obj, type(obj)))
+        classes = [torch.Tensor, torch.nn.Module, _GuardEntry] + self._watch_shell_objects(shell)
         for cls in dict.fromkeys(classes):
             self.namespaces.append((cls.__qualname__, cls, dict(vars(cls))))
-        self.functions = {}
-        for _, _, entries in self.namespaces:
-            for v in entries.values():
-                f = getattr(v, "__func__", v)
-                if isinstance(f, types.FunctionType):
-                    self.functions[id(f)] = (f, f.__code__, f.__defaults__, f.__kwdefaults__)
+        self.functions = _function_states(self.namespaces)
         self.lists = []   # (label, where, list, items): where must still hold that very list, unchanged
         if shell is not None:
-            for name in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
-                lst = getattr(shell, name, None)
-                if isinstance(lst, list):
-                    self.lists.append((f"IPython {name}", _Attr(shell, name), lst, tuple(lst)))
-            callbacks = shell.events.callbacks
-            for event in ("pre_execute", "pre_run_cell", "post_run_cell"):
-                # a hook could re-tamper just before a test, or swallow its result (post_execute is
-                # left out: matplotlib's inline backend adds its hook there)
-                lst = callbacks.get(event)
-                if isinstance(lst, list):
-                    self.lists.append((f"IPython {event} hooks", _Item(callbacks, event), lst, tuple(lst)))
-            self.callbacks = (shell.events, callbacks, frozenset(callbacks))
-            self.custom_exc = (shell.custom_exceptions, vars(shell).get("CustomTB", _MISSING))
+            self._watch_ipython_hooks(shell)
         self.trace = (sys.gettrace(), sys.getprofile())
 
+    def _watch_shell_objects(self, shell) -> list[type]:
+        """Watch the callables set on IPython's shell, kernel, session and display publisher, and
+        their classes; returns the classes of their ``__mro__`` (watched by the caller)."""
+        if shell is None:
+            return []
+        kernel = getattr(shell, "kernel", None)
+        classes = []
+        for obj in (shell, kernel, getattr(kernel, "session", None), getattr(shell, "display_pub", None)):
+            if obj is not None:
+                classes += [c for c in type(obj).__mro__ if c is not object]
+                self.instances.append((obj, {k: v for k, v in vars(obj).items() if callable(v)}))
+                self.types.append((type(obj).__name__, obj, type(obj)))
+        return classes
+
+    def _watch_ipython_hooks(self, shell) -> None:
+        """Watch IPython's transformer lists, its event hooks and its custom exception handlers."""
+        for name in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
+            lst = getattr(shell, name, None)
+            if isinstance(lst, list):
+                self.lists.append((f"IPython {name}", _Attr(shell, name), lst, tuple(lst)))
+        callbacks = shell.events.callbacks
+        for event in ("pre_execute", "pre_run_cell", "post_run_cell"):
+            # a hook could re-tamper just before a test, or swallow its result (post_execute is
+            # left out: matplotlib's inline backend adds its hook there)
+            lst = callbacks.get(event)
+            if isinstance(lst, list):
+                self.lists.append((f"IPython {event} hooks", _Item(callbacks, event), lst, tuple(lst)))
+        self.callbacks = (shell.events, callbacks, frozenset(callbacks))
+        self.custom_exc = (shell.custom_exceptions, vars(shell).get("CustomTB", _MISSING))
+
     def check(self, names_read: list[str]) -> list[str]:
+        """Compare the kernel with the snapshot, put back what was changed, and say what was."""
+        found = self._restore_namespaces() + self._restore_code() + self._restore_sys_modules()
+        found += self._restore_instances() + self._restore_classes()
+        found += self._restore_event_callbacks() + self._restore_lists()
+        shell = _shell()
+        found += self._restore_custom_exc(shell) + _pop_torch_modes() + self._restore_trace()
+        found += self._restore_bindings(shell, names_read)
+        return found
+
+    def _restore_namespaces(self) -> list[str]:
+        """The watched names of modules and classes: each must still be the very object it was."""
         found = []
         for label, obj, entries in self.namespaces:
             current = vars(obj)
@@ -125,14 +191,29 @@ class _Snapshot:
                         setattr(obj, k, v)
                     except (AttributeError, TypeError):
                         pass
+        return found
+
+    def _restore_code(self) -> list[str]:
+        """The code and default arguments of every watched Python function."""
+        found = []
         for f, code, defaults, kwdefaults in self.functions.values():
             if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
                 found.append(f"the code of {f.__module__}.{f.__qualname__} was changed")
                 f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
+        return found
+
+    def _restore_sys_modules(self) -> list[str]:
+        """``sys.modules``' entries of the watched modules."""
+        found = []
         for n, mod in self.modules.items():
             if sys.modules.get(n) is not mod:
                 found.append(f"sys.modules[{n!r}] was replaced")
                 sys.modules[n] = mod
+        return found
+
+    def _restore_instances(self) -> list[str]:
+        """IPython's objects: no method overridden on the instance, no callable attribute replaced."""
+        found = []
         for obj, entries in self.instances:
             current = vars(obj)
             for k in list(current):
@@ -143,6 +224,11 @@ class _Snapshot:
                 if current.get(k, _MISSING) is not v:
                     found.append(f"{type(obj).__name__}.{k} was replaced")
                     current[k] = v
+        return found
+
+    def _restore_classes(self) -> list[str]:
+        """The class of every watched module and IPython object (``__class__`` can be reassigned)."""
+        found = []
         for t_label, obj, t in self.types:
             if type(obj) is not t:
                 found.append(f"the class of {t_label} was changed")
@@ -150,50 +236,66 @@ class _Snapshot:
                     obj.__class__ = t
                 except TypeError:
                     pass
-        if hasattr(self, "callbacks"):
-            events, callbacks, known = self.callbacks
-            if events.callbacks is not callbacks:
-                found.append("IPython's event callbacks were replaced")
-                events.callbacks = callbacks
-            for extra in set(callbacks) - known:
-                if callbacks.get(extra):
-                    found.append(f"IPython {extra} hooks were added")
-                    callbacks[extra] = []
+        return found
+
+    def _restore_event_callbacks(self) -> list[str]:
+        """IPython's table of event callbacks: the same table, and no hooks for events it lacked."""
+        found = []
+        if not hasattr(self, "callbacks"):
+            return found
+        events, callbacks, known = self.callbacks
+        if events.callbacks is not callbacks:
+            found.append("IPython's event callbacks were replaced")
+            events.callbacks = callbacks
+        for extra in set(callbacks) - known:
+            if callbacks.get(extra):
+                found.append(f"IPython {extra} hooks were added")
+                callbacks[extra] = []
+        return found
+
+    def _restore_lists(self) -> list[str]:
+        """IPython's transformer and hook lists: where they were, with the items they had."""
+        found = []
         for label, where, lst, items in self.lists:
             if where.get() is not lst or len(lst) != len(items) or any(a is not b for a, b in zip(lst, items)):
                 found.append(f"{label} were changed")
                 lst[:] = items
                 where.set(lst)
-        shell = _shell()
-        if shell is not None and hasattr(self, "custom_exc"):
-            exc, tb = self.custom_exc
-            if shell.custom_exceptions != exc or vars(shell).get("CustomTB", _MISSING) is not tb:
-                found.append("a custom exception handler was installed in IPython")
-                shell.custom_exceptions = exc
-                if tb is _MISSING:
-                    vars(shell).pop("CustomTB", None)
-                else:
-                    shell.CustomTB = tb
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            for kind, length, pop in (("TorchFunctionMode", "_len_torch_function_stack", "_pop_torch_function_stack"),
-                                      ("TorchDispatchMode", "_len_torch_dispatch_stack", "_pop_torch_dispatch_stack")):
-                n = getattr(torch._C, length, lambda: 0)()
-                if n:
-                    found.append(f"a global {kind} was set")
-                    for _ in range(n):
-                        getattr(torch._C, pop)()
-        if (sys.gettrace(), sys.getprofile()) != self.trace:
-            found.append("a trace or profile function was set")
-            sys.settrace(self.trace[0])
-            sys.setprofile(self.trace[1])
-        if shell is not None:
-            ns = shell.user_ns
-            for name in names_read:
-                want = self.bindings.get(name, _MISSING)
-                if want is not _MISSING and ns.get(name, _MISSING) is not want:
-                    found.append(f"the notebook's name {name!r} no longer refers to the course's {_label(want)}")
-                    ns[name] = want
+        return found
+
+    def _restore_custom_exc(self, shell) -> list[str]:
+        """IPython's custom exception handler (it could turn a test's error into silence)."""
+        if shell is None or not hasattr(self, "custom_exc"):
+            return []
+        exc, tb = self.custom_exc
+        if not (shell.custom_exceptions != exc or vars(shell).get("CustomTB", _MISSING) is not tb):
+            return []
+        shell.custom_exceptions = exc
+        if tb is _MISSING:
+            vars(shell).pop("CustomTB", None)
+        else:
+            shell.CustomTB = tb
+        return ["a custom exception handler was installed in IPython"]
+
+    def _restore_trace(self) -> list[str]:
+        """``sys.settrace`` and ``sys.setprofile`` (a trace function can rewrite a test's frames)."""
+        if not (sys.gettrace(), sys.getprofile()) != self.trace:
+            return []
+        sys.settrace(self.trace[0])
+        sys.setprofile(self.trace[1])
+        return ["a trace or profile function was set"]
+
+    def _restore_bindings(self, shell, names_read: list[str]) -> list[str]:
+        """The names a test cell reads that the chapter's imports bound (``checks``, ``torch``)."""
+        found = []
+        if shell is None:
+            return found
+        ns = shell.user_ns
+        for name in names_read:
+            want = self.bindings.get(name, _MISSING)
+            if want is not _MISSING and ns.get(name, _MISSING) is not want:
+                found.append(f"the notebook's name {name!r} no longer refers to the course's {_label(want)}")
+                ns[name] = want
         return found
 
 

@@ -3,7 +3,7 @@
 While a submission is autograded, each value check a test cell makes (``checks.expect_close``,
 ``expect_equal``, ``expect_shape``, ``expect_dtype``) sends the grader a *record*: its kind, its
 name, the learner's value, the expected value and the tolerance, as plain data (tensors as
-float64 bytes; see ``checks.encode_value``). The learner's kernel can fake, drop or add records,
+float64 bytes; see ``records.encode_value``). The learner's kernel can fake, drop or add records,
 and it computes the expected values in the first place; so the grader trusts none of it on its
 own word. It holds each test cell to its own run of the chapter's *solution* (the reference,
 ``reference.py``), made once per chapter in the same sandbox:
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from course_utils.checks import RECORD_MIME
+from course_utils.records import RECORD_MIME
 
 __all__ = ["RECORD_MIME", "agree", "decode", "judge", "same_bytes"]
 

@@ -3,7 +3,7 @@
 A hidden test computes what a right answer gives between ``### BEGIN EXPECTED`` and
 ``### END EXPECTED`` (inside its ``### BEGIN HIDDEN TESTS`` block). When a *submission* is graded,
 :func:`strip_expected` replaces each such block by ``name = WITHHELD`` for every name the block
-binds (``course_utils.checks.Withheld``), before the cell is sent to the kernel: the code that
+binds (``course_utils.records.Withheld``), before the cell is sent to the kernel: the code that
 computes the expected values never runs where the learner's code runs, and no expected value
 exists there. The checks then send the learner's values alone, and the grader compares them with
 its reference run of the solution, which runs the blocks as written (``reference.py``,
@@ -37,7 +37,7 @@ _HIDDEN = re.compile(r"(### BEGIN HIDDEN TESTS\n)(.*?)(### END HIDDEN TESTS)", r
 _SEED = re.compile(r"(manual_seed\(\s*)(\d+)(\s*\))")
 
 BLOCK = re.compile(r"^([ \t]*)### BEGIN EXPECTED[ \t]*\n(.*?)^[ \t]*### END EXPECTED[ \t]*$", re.S | re.M)
-_WITHHELD = '__import__("course_utils.checks", fromlist=["WITHHELD"]).WITHHELD'
+_WITHHELD = '__import__("course_utils.records", fromlist=["WITHHELD"]).WITHHELD'
 
 
 class _Bound(ast.NodeVisitor):
