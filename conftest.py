@@ -6,12 +6,13 @@ The course aims at about 90 s per notebook on a 2-core CPU (chapter 6: 120 s); t
 leaves room for a slower or busier machine. A summary of every notebook's time is printed at
 the end of the run.
 
-`make test` runs pytest on two workers (pytest-xdist, ``--dist loadscope``, one thread
-each). Scopes keep together what must run in one process: a notebook's cells share one
-kernel (their scope is the notebook), and the grading tests share module-scoped autograded
-courses (their scope is their module). Each worker enforces the
-budgets of the notebooks it runs; the summary is made from the reports that reach the
-main process.
+`make test` runs pytest on two workers (pytest-xdist, ``--dist loadscope``, one thread each).
+Scopes keep together what must run in one process: a notebook's cells share one kernel (their
+scope is the notebook), and the tests of a module share its module-scoped fixtures (their scope is
+the module). ``tests/test_grading.py`` is split further, one scope per chapter (``scope_of``), so
+that the chapters' graded classes run on both workers.
+Each worker enforces the budgets of the notebooks it runs; the summary is made from the reports
+that reach the main process.
 """
 import os
 from collections import defaultdict
@@ -35,6 +36,32 @@ def _budget(nb: str) -> float:
 _elapsed: dict[str, float] = defaultdict(float)   # per process: enforces the budget
 _totals: dict[str, float] = defaultdict(float)    # in the process that reports: the summary
 _over: set[str] = set()
+
+
+# Test modules whose module-scoped fixture is parametrized and costly: each parameter is a scope of its
+# own (tests/test_grading.py grades a class per chapter, minutes each: the chapters go to both workers).
+SCOPE_PER_PARAMETER = ("tests/test_grading.py",)
+
+
+def scope_of(nodeid: str) -> str:
+    """The xdist scope of a test: its file (a notebook's cells share one kernel, a module's tests its
+    module-scoped fixtures), and for the modules of SCOPE_PER_PARAMETER its parameter too."""
+    path = nodeid.split("::")[0]
+    if path in SCOPE_PER_PARAMETER and nodeid.endswith("]") and "[" in nodeid:
+        return f"{path}[{nodeid.rsplit('[', 1)[1]}"
+    return path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ByScope(config, log)
 
 
 def _is_notebook_cell(item) -> bool:

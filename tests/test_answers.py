@@ -48,3 +48,12 @@ def test_correct_answers_get_full_marks_and_wrong_ones_lose_points(chapter):
     assert proc.returncode == 0 and not bad, (
         f"{chapter}: answers graded against what they should get:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
     assert proc.stdout.count("\nok ") + proc.stdout.startswith("ok ") >= 2, proc.stdout
+    # A HIDDEN_ONLY answer must lose its hidden tests only: it passes the visible ones (the real grader
+    # checks the same on one submission per chapter, tests/test_grading.py).
+    hidden_only = [ln.split() for ln in proc.stdout.splitlines() if "wrong HIDDEN_ONLY" in ln]
+    assert hidden_only, f"{chapter}: no HIDDEN_ONLY answer was graded:\n{proc.stdout[-3000:]}"
+    for _, ex, _, _, verdict, *lost in hidden_only:
+        lost = [cell.rstrip(",") for cell in lost]
+        assert verdict == "loses" and f"{ex}-visible" not in lost and f"{ex}-hidden" in lost, (
+            f"{chapter} {ex}: the HIDDEN_ONLY answer must pass the visible tests and fail the hidden ones, "
+            f"but it {verdict} {' '.join(lost)}")

@@ -1,30 +1,28 @@
 """The grading pipeline, chapter by chapter, in a throwaway course with a fresh gradebook.
 
-For every chapter four notebooks are submitted and autograded:
+For every chapter six notebooks are submitted and autograded by the real grader (nbgrader in the
+sandbox, records and reference run included):
 
 * ``ci-solution``: the instructor's notebook -> full autograded marks, no errors;
 * ``ci-blank``: the student release as handed out -> 0 points, and every error it raises is
   inside a graded test cell (the chapter's experiments still run on the references);
-* ``ci-wrong``: the solution with one exercise answered wrongly (``tests/wrong_answers/``)
-  -> loses exactly that exercise's points;
+* ``ci-wrong``: the solution with wrong answers (``tests/wrong_answers/<chapter>.py``): ``SOURCE`` for
+  ``EXERCISE`` (wrong in its visible tests) and, for every other exercise, its ``HIDDEN_ONLY`` answer
+  (right in the visible tests, wrong in the hidden ones) -> ``EXERCISE`` loses all its points, each
+  other exercise exactly its hidden points, nothing else moves;
 * ``ci-tampered``: ``ci-wrong`` whose test cells were replaced by ``pass`` -> graded by the
   original tests all the same;
-* ``ci-wrong-<name>`` (for a chapter whose wrong answers define ``MORE_WRONG = {name: (exercise,
-  source)}``): more wrong answers, each submitted alone -> each loses exactly its exercise's points;
 * ``ci-correct``: the solution with every exercise answered by its first correct alternative of
-  ``tests/correct_answers/<chapter>.py`` -> full marks (the real grader, records and reference run
-  included; ``tests/test_answers.py`` grades every alternative in-process, in a fraction of the time);
+  ``tests/correct_answers/<chapter>.py`` -> full marks;
 * ``ci-zh-wrong``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers -> the same score,
-  cell by cell, as ``ci-wrong`` (the translation changes prose, never what is graded);
-* ``ci-hidden-only`` (for a chapter whose ``tests/wrong_answers/<chapter>.py`` defines
-  ``HIDDEN_ONLY = {exercise: source}``): the solution with every listed exercise answered by a
-  wrong answer that passes its visible tests -> each listed exercise keeps its visible points
-  and loses its hidden points.
+  cell by cell, as ``ci-wrong`` (the translation changes prose, never what is graded).
 
-All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``).
+All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``). Every
+other answer of ``tests/correct_answers`` and ``tests/wrong_answers`` (``MORE_WRONG``, ``REVIEWED``, the
+rest) is graded in-process by ``tests/test_answers.py`` with the same visible and hidden tests, in a
+fraction of the time: the real grader's runs here show that it scores as those in-process runs do.
 
-It also checks that the committed release equals a fresh one and that feedback never
-shows hidden tests.
+It also checks that the committed releases equal fresh ones and that feedback never shows hidden tests.
 """
 
 from __future__ import annotations
@@ -64,11 +62,6 @@ def _wrong_answer(chapter: str) -> tuple[str, str]:
 def _hidden_only(chapter: str) -> dict[str, str] | None:
     """``HIDDEN_ONLY`` of the chapter's wrong answers, or None where it is not defined yet."""
     return getattr(_wrong_module(chapter), "HIDDEN_ONLY", None)
-
-
-def _more_wrong(chapter: str) -> dict[str, tuple[str, str]]:
-    """``MORE_WRONG`` of the chapter's wrong answers: ``{name: (exercise, source)}``, maybe empty."""
-    return getattr(_wrong_module(chapter), "MORE_WRONG", {})
 
 
 def _correct_set(chapter: str) -> dict[str, str]:
@@ -114,27 +107,25 @@ def graded(request, tmp_path_factory):
     exercise, wrong_source = _wrong_answer(chapter)
     course = grading.new_course([chapter], REPO)
     release = course / "notebooks" / chapter / src.name
+    hidden_only = _hidden_only(chapter) or {}
+    # One wrong submission holds every kind of wrong answer: SOURCE where the visible tests catch it,
+    # HIDDEN_ONLY answers (caught by the hidden tests alone) in every other exercise.
+    wrong = {**hidden_only, exercise: wrong_source}
     subs = {
         "ci-solution": src,
         "ci-blank": release,
-        "ci-wrong": _make_wrong(src, exercise, wrong_source, tmp / "wrong.ipynb"),
-        "ci-tampered": _make_wrong(src, exercise, wrong_source, tmp / "tampered.ipynb", tamper=True),
+        "ci-wrong": _make_wrong(src, wrong, None, tmp / "wrong.ipynb"),
+        "ci-tampered": _make_wrong(src, wrong, None, tmp / "tampered.ipynb", tamper=True),
     }
-    more_wrong = _more_wrong(chapter)
-    for name, (ex, text) in more_wrong.items():
-        subs[f"ci-wrong-{name}"] = _make_wrong(src, ex, text, tmp / f"wrong_{name}.ipynb")
-    hidden_only = _hidden_only(chapter)
-    if hidden_only:
-        subs["ci-hidden-only"] = _make_wrong(src, hidden_only, None, tmp / "hidden_only.ipynb")
     correct = _correct_set(chapter)
     if correct:
         subs["ci-correct"] = _make_wrong(src, correct, None, tmp / "correct.ipynb")
     zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
-    subs["ci-zh-wrong"] = _answered(zh_course / "notebooks" / chapter / src.name, src, {exercise: wrong_source},
-                                    tmp / "zh_wrong.ipynb")
+    subs["ci-zh-wrong"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_wrong.ipynb")
     results = grading.autograde_in(course, chapter, subs, feedback=True)
     yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results, "subs": subs,
-           "hidden_only": hidden_only, "more_wrong": more_wrong, "correct": correct, "zh_course": zh_course}
+           "hidden_only": {ex: a for ex, a in hidden_only.items() if ex != exercise}, "correct": correct,
+           "zh_course": zh_course}
     shutil.rmtree(course, ignore_errors=True)
     shutil.rmtree(zh_course, ignore_errors=True)
 
@@ -237,23 +228,16 @@ def test_every_exercise_has_visible_and_hidden_tests(graded):
 
 
 def test_one_wrong_exercise_loses_exactly_its_points(graded):
+    """``ci-wrong``: ``EXERCISE`` loses all its points; each HIDDEN_ONLY exercise loses its hidden points
+    (below); the total is the solution's less exactly those."""
     ex = graded["exercise"]
     full = graded["results"]["ci-solution"]
     wrong = graded["results"]["ci-wrong"]
     own = sum(c.max_score for c in full.cells if c.exercise == ex)
+    hidden = sum(c.max_score for c in full.cells if c.grade_id in {f"{h}-hidden" for h in graded["hidden_only"]})
     assert own > 0
-    assert wrong.auto_score == full.auto_max - own, wrong.table()
-    assert all(c.score == 0 for c in wrong.cells if c.exercise == ex)
-
-
-def test_more_wrong_answers_lose_exactly_their_points(graded):
-    full = graded["results"]["ci-solution"]
-    for name, (ex, _) in graded["more_wrong"].items():
-        wrong = graded["results"][f"ci-wrong-{name}"]
-        own = sum(c.max_score for c in full.cells if c.exercise == ex)
-        assert own > 0, f"MORE_WRONG {name!r} names {ex!r}, which has no points"
-        assert wrong.auto_score == full.auto_max - own, f"MORE_WRONG {name!r}:\n{wrong.table()}"
-        assert all(c.score == 0 for c in wrong.cells if c.exercise == ex), f"MORE_WRONG {name!r}:\n{wrong.table()}"
+    assert wrong.auto_score == full.auto_max - own - hidden, wrong.table()
+    assert all(c.score == 0 for c in wrong.cells if c.exercise == ex), wrong.table()
 
 
 def test_correct_alternatives_get_full_marks_from_the_real_grader(graded):
@@ -299,16 +283,15 @@ def test_feedback_never_shows_hidden_tests(graded):
 
 def test_hidden_only_answers_pass_visible_and_fail_hidden(graded):
     hidden_only = graded["hidden_only"]
-    if not hidden_only:
-        pytest.skip(f"tests/wrong_answers/{graded['chapter']}.py defines no HIDDEN_ONLY yet")
-    res = graded["results"]["ci-hidden-only"]
+    assert hidden_only, f"tests/wrong_answers/{graded['chapter']}.py defines no HIDDEN_ONLY"
+    res = graded["results"]["ci-wrong"]
     cells = {c.grade_id: c for c in res.cells}
     for ex in hidden_only:
         visible, hidden = cells[f"{ex}-visible"], cells[f"{ex}-hidden"]
         assert visible.score == visible.max_score, (
             f"{ex}: the HIDDEN_ONLY answer must pass the visible tests, but: {visible.error}")
         assert hidden.score == 0, f"{ex}: the HIDDEN_ONLY answer passes the hidden tests too"
-    others = [c for c in res.cells if not c.manual and c.exercise not in hidden_only]
+    others = [c for c in res.cells if not c.manual and c.exercise not in {*hidden_only, graded["exercise"]}]
     assert all(c.score == c.max_score for c in others), res.table()
 
 
