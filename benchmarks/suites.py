@@ -453,8 +453,7 @@ def _families(cfg: Config, device: str) -> list[_Family]:
 
     def lm_loss(model, i):
         rows = lm_tokens[(torch.arange(batch, device=device) + i * batch) % len(lm_tokens)]
-        logits = model(rows[:, :-1])
-        return F.cross_entropy(logits.reshape(-1, V), rows[:, 1:].reshape(-1), ignore_index=data.PAD_ID)
+        return train.sequence_loss(model(rows[:, :-1]), rows[:, 1:])   # padding skipped (IGNORE_INDEX)
 
     lm_targets = float((lm_tokens[:, 1:] != data.PAD_ID).sum()) / len(lm_tokens) * batch
     mlm_len = float((mlm_tokens != data.PAD_ID).sum()) / len(mlm_tokens) * batch

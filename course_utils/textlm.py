@@ -14,7 +14,6 @@ positional schemes do beyond the length they were trained on).
 
 from __future__ import annotations
 
-import math
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,10 +91,8 @@ def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, 
     """
     g = torch.Generator().manual_seed(seed)
 
-    def lr_at(step):   # step counted from 1
-        frac = min(1.0, step / max(1, warmup))
-        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - 1) / max(1, steps)))
-        return lr * min(frac, decay)
+    def lr_at(step):
+        return lr * train.warmup_cosine(step, steps, warmup, floor=0.1, overlap=True)
 
     windows = (random_windows(data, batch, length, g) for _ in range(steps))
     history = train.fit(model, windows, train.next_token_loss, steps, lr_at=lr_at, weight_decay=weight_decay,

@@ -3,9 +3,13 @@
 * :func:`fit` is the training loop of every model of the course: batches in, a loss per task
   (:func:`seq2seq_loss`, :func:`classification_loss`, :func:`next_token_loss`), AdamW with weight
   decay on the weight matrices only (:func:`param_groups`), a learning-rate schedule, gradient-norm
-  clipping, a device, a progress bar; it returns a :class:`History`. :func:`train_seq2seq`,
-  :func:`course_utils.vit.train_classifier` and :func:`course_utils.textlm.train_lm` are
-  :func:`fit` with their task's batches and loss.
+  clipping, a device, a progress bar, an evaluation every so many steps; it returns a
+  :class:`History`. :func:`train_seq2seq`, :func:`course_utils.vit.train_classifier` and
+  :func:`course_utils.textlm.train_lm` are :func:`fit` with their task's batches and loss.
+* The learning-rate schedules of the course, for ``fit(lr_at=...)``: :func:`noam_lr` (Vaswani et
+  al.) and :func:`warmup_cosine` (a linear warmup and a cosine decay).
+* Every loss skips the targets marked :data:`IGNORE_INDEX` (-100, ``F.cross_entropy``'s default);
+  :func:`sequence_loss` marks the padding of seq2seq targets so.
 * Seq2seq models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
   ``forward(src, src_lengths, tgt_in) -> logits (batch, T, vocab)``; :func:`evaluate` decodes and
   scores them. (The length-graded comparison of chapters 1, 2 and 6 is :mod:`course_utils.lengthtask`.)
@@ -35,8 +39,8 @@ from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
     "IGNORE_INDEX", "Batch", "History", "Scores", "classification_loss", "count_parameters", "epochs", "evaluate",
-    "fit", "get_device", "next_token_loss", "param_groups", "predict", "score_predictions",
-    "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq",
+    "fit", "get_device", "next_token_loss", "noam_lr", "param_groups", "predict", "score_predictions",
+    "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
 ]
 
 
@@ -62,12 +66,18 @@ def get_device(prefer: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+#: The target value of positions that do not count in a loss (``F.cross_entropy``'s default): the one
+#: ignore label of every loss of the course.
+IGNORE_INDEX = -100
+
+
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD_ID,
                   label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean cross-entropy over non-pad target positions.
 
     Args:
-        logits: ``(batch, T, vocab)``; targets: ``(batch, T)`` ids, ``pad_id`` where there is no target.
+        logits: ``(batch, T, vocab)``; targets: ``(batch, T)`` ids, ``pad_id`` where there is no target
+            (marked :data:`IGNORE_INDEX` here, as every loss of the course skips it).
         label_smoothing: ``eps`` in [0, 1): the target distribution puts ``1 - eps`` on the
             right token and spreads ``eps`` uniformly over the whole vocabulary (Szegedy et al.
             2016; Vaswani et al. 2017 use 0.1). 0 is plain cross-entropy.
@@ -77,23 +87,24 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int = PAD
                          "must agree in (batch, T)")
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    targets = targets.masked_fill(targets == pad_id, IGNORE_INDEX)
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                       ignore_index=pad_id, label_smoothing=label_smoothing)
-
-
-#: The target value of positions that do not count in a loss (``F.cross_entropy``'s default).
-IGNORE_INDEX = -100
+                                       ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
 
 
 @dataclass
 class History:
     """What :func:`fit` returns: per-step loss, gradient norm (before clipping) and learning rate,
-    the steps taken and the wall time."""
+    the steps taken and the wall time; and, where ``fit`` was given an ``evaluate``, the steps it
+    evaluated after (``eval_steps``, counted from 1; 0 is before training) and the values
+    (``eval_values``)."""
 
     loss: list[float] = field(default_factory=list)
     grad_norm: list[float] = field(default_factory=list)
     seconds: float = 0.0
     lr: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    eval_values: list[float] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -108,6 +119,56 @@ class History:
                 acc -= self.loss[i - window]
             out.append(acc / min(i + 1, window))
         return out
+
+    def epoch_means(self, sizes: Sequence[int]) -> list[float]:
+        """The loss per epoch, each step weighted by its batch's size: ``sizes`` are one epoch's batch
+        sizes in order (the last epoch may be cut short)."""
+        per_epoch = len(sizes)
+        out = []
+        for e in range(0, self.steps, per_epoch):
+            losses = self.loss[e:e + per_epoch]
+            out.append(sum(v * n for v, n in zip(losses, sizes)) / sum(sizes[:len(losses)]))
+        return out
+
+
+# ----------------------------------------------------------------------------------------
+# Learning-rate schedules (for fit's lr_at; steps counted from 1)
+# ----------------------------------------------------------------------------------------
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The learning rate of Vaswani et al. (2017, §5.3) at ``step`` (counted from 1):
+    ``factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``.
+
+    It grows linearly for ``warmup`` steps, peaks at ``factor / sqrt(d_model * warmup)``, then
+    decays as ``1 / sqrt(step)``.
+    """
+    if step < 1:
+        raise ValueError(f"steps are counted from 1 (step 0 would divide by zero), got {step}")
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1, got {warmup}")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def warmup_cosine(step: int, total: int, warmup: int = 0, floor: float = 0.0, overlap: bool = False) -> float:
+    """The factor of the peak learning rate at ``step`` (counted from 1) of a linear warmup over
+    ``warmup`` steps (``step / warmup``) and a cosine decay from 1 to ``floor`` over ``total`` steps.
+
+    ``overlap=False`` (GPT-2 and nanoGPT's schedule; :func:`course_utils.vit.train_classifier`): the
+    cosine starts where the warmup ends and reaches ``floor`` at ``total``. ``overlap=True``
+    (:func:`course_utils.textlm.train_lm`): the cosine runs over all ``total`` steps from step 1, and
+    the warmup caps it: ``min(step / warmup, cosine)``.
+    """
+    if step < 1:
+        raise ValueError(f"steps are counted from 1, got {step}")
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"floor is a fraction of the peak learning rate, in [0, 1], got {floor}")
+    if overlap:
+        ramp = min(1.0, step / max(1, warmup))
+        return min(ramp, floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (step - 1) / max(1, total))))
+    if step - 1 < warmup:
+        return step / warmup
+    done = min(1.0, (step - 1 - warmup) / max(1, total - warmup))
+    return floor + (1 - floor) * (0.5 * (1 + math.cos(math.pi * done)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -162,7 +223,8 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
         lr: float = 3e-3, lr_at: Callable[[int], float] | None = None, weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, clip: float | None = None,
         device: torch.device | str | None = None, progress: bool = False, desc: str = "training",
-        max_seconds: float | None = None) -> History:
+        max_seconds: float | None = None, evaluate: Callable[[nn.Module], float] | None = None,
+        eval_every: int = 100) -> History:
     """The course's training loop: ``steps`` AdamW updates of ``model`` on ``loss_fn(model, batch)``.
 
     Args:
@@ -172,25 +234,30 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
         loss_fn: the task's loss, e.g. :func:`seq2seq_loss`, :func:`classification_loss`,
             :func:`next_token_loss`.
         lr, lr_at: a constant learning rate, or ``lr_at(step) -> learning rate`` for steps
-            counted from 1 (e.g. :func:`course_utils.transformer.noam_lr`, or a warmup and a
-            cosine decay), set before each step.
+            counted from 1 (e.g. :func:`noam_lr`, or ``lr * warmup_cosine(step, ...)``), set
+            before each step.
         weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
         betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
         clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
         device: where to train (default: where the model's parameters are); batches are moved there.
         progress: a progress bar (one updated line in a notebook).
         max_seconds: stop after the first step that ends past this wall-clock budget.
+        evaluate, eval_every: ``evaluate(model) -> float`` (e.g. a held-out loss) before the first step,
+            after every ``eval_every`` steps and after the last, in eval mode, without gradients, on a
+            fork of torch's random state (training goes exactly as without it): ``History.eval_values``.
     Returns:
         a :class:`History`; the model is left in eval mode.
     """
     check_int(steps, "steps")
+    check_int(eval_every, "eval_every", low=1)
     params = list(model.parameters())
     if not params:
         raise ValueError("the model has no parameters to train")
-    device = torch.device(device) if device is not None else params[0].device
+    device = torch.device(device or params[0].device)
     model.to(device).train()
     opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
     history = History()
+    _evaluate(model, evaluate, 0, history)
     start = time.perf_counter()
     bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
                ascii=True)
@@ -198,23 +265,45 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
         if lr_at is not None:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
-        loss = loss_fn(model, _to(batch, device))
-        opt.zero_grad()
-        loss.backward()
-        norm = nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
-        opt.step()
-        history.loss.append(loss.item())
-        history.grad_norm.append(float(norm))
-        history.lr.append(opt.param_groups[0]["lr"])
+        _update(model, opt, loss_fn(model, _to(batch, device)), clip, history)
         bar.update(1)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
+        if step % eval_every == 0:
+            _evaluate(model, evaluate, step, history)
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
             break
     bar.close()
     history.seconds = time.perf_counter() - start
+    if history.steps % eval_every:
+        _evaluate(model, evaluate, history.steps, history)
     model.eval()
     return history
+
+
+def _update(model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, clip: float | None,
+            history: History) -> None:
+    """One optimiser step on ``loss``, the gradient norm clipped to ``clip``; recorded in ``history``."""
+    opt.zero_grad()
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(list(model.parameters()), math.inf if clip is None else clip)
+    opt.step()
+    history.loss.append(loss.item())
+    history.grad_norm.append(float(norm))
+    history.lr.append(opt.param_groups[0]["lr"])
+
+
+def _evaluate(model: nn.Module, evaluate: Callable[[nn.Module], float] | None, step: int, history: History) -> None:
+    """``evaluate(model)`` after ``step`` into ``history`` (in eval mode, no gradients, torch's random
+    state forked), the model back in training mode."""
+    if evaluate is None:
+        return
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        history.eval_values.append(float(evaluate(model)))
+    history.eval_steps.append(step)
+    model.train()
 
 
 def epochs(epoch_batches: Callable[[int], Iterable]) -> Iterable:

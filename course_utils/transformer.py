@@ -8,7 +8,8 @@
   ``encode``, ``decode_step``), so that :func:`course_utils.train.train_seq2seq`,
   :func:`course_utils.train.evaluate` and :mod:`course_utils.decoding` work on it unchanged;
 * :func:`decoder_self_mask`, the decoder's causal-and-padding mask for teacher forcing;
-* :func:`noam_lr`, the warmup schedule of the paper (§5.3);
+* :func:`noam_lr`, the warmup schedule of the paper (§5.3), kept with the course's other schedules in
+  :mod:`course_utils.train`;
 * :func:`from_torch` copies the weights of an ``nn.Transformer`` into a
   :class:`Seq2SeqTransformer`, :func:`copy_torch_layer` those of one PyTorch layer into a
   :class:`~course_utils.blocks.TransformerBlock` (the unit tests show both give the same outputs).
@@ -35,6 +36,7 @@ from .data import PAD_ID
 from .kvcache import check_caches_match
 from .multihead import copy_from_torch
 from .positional import positional_embedding
+from .train import noam_lr
 
 __all__ = [
     "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqTransformer", "copy_torch_layer",
@@ -52,20 +54,6 @@ def decoder_self_mask(tgt_in: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tenso
     T = tgt_in.shape[1]
     keys = (tgt_in != pad_id)[:, None, None, :]                    # (batch, 1, 1, T)
     return keys & causal_mask(T, device=tgt_in.device)             # (batch, 1, T, T)
-
-
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """The learning rate of Vaswani et al. (2017, §5.3) at ``step`` (counted from 1):
-    ``factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``.
-
-    It grows linearly for ``warmup`` steps, peaks at ``factor / sqrt(d_model * warmup)``, then
-    decays as ``1 / sqrt(step)``.
-    """
-    if step < 1:
-        raise ValueError(f"steps are counted from 1 (step 0 would divide by zero), got {step}")
-    if warmup < 1:
-        raise ValueError(f"warmup must be >= 1, got {warmup}")
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
 class Seq2SeqAttention(NamedTuple):

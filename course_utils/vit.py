@@ -16,8 +16,6 @@ token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -205,11 +203,8 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
     per_epoch = -(-len(x) // batch_size)
     total = epochs * per_epoch
 
-    def lr_at(step):   # step counted from 1
-        s = step - 1
-        if s < warmup_steps:
-            return lr * ((s + 1) / warmup_steps)
-        return lr * (0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup_steps) / max(1, total - warmup_steps)))))
+    def lr_at(step):
+        return lr * train.warmup_cosine(step, total, warmup_steps)
 
     g = torch.Generator().manual_seed(seed)
 
@@ -223,9 +218,5 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
     history = train.fit(model, minibatches(), train.classification_loss, total, lr=lr, lr_at=lr_at,
                         weight_decay=weight_decay, max_seconds=max_seconds)
     sizes = [min(batch_size, len(x) - i) for i in range(0, len(x), batch_size)]
-    epoch_loss = []
-    for e in range(0, history.steps, per_epoch):
-        losses = history.loss[e:e + per_epoch]
-        epoch_loss.append(sum(v * n for v, n in zip(losses, sizes)) / sum(sizes[:len(losses)]))
-    return {"loss": epoch_loss, "steps": history.steps, "epochs": history.steps / per_epoch,
+    return {"loss": history.epoch_means(sizes), "steps": history.steps, "epochs": history.steps / per_epoch,
             "seconds": history.seconds}

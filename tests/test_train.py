@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -269,3 +271,95 @@ def test_fit_clips_stops_when_batches_run_out_or_time_is_up_and_says_what_is_wro
         train.fit(_Tiny(), _batches(1), loss_fn, -1)
     with pytest.raises(ValueError, match="no parameters"):
         train.fit(nn.ReLU(), _batches(1), loss_fn, 1)
+
+
+def test_noam_lr():
+    assert train.noam_lr(1, 64, 100) == pytest.approx(64 ** -0.5 * 100 ** -1.5)
+    peak = train.noam_lr(100, 64, 100)
+    assert peak == pytest.approx(1 / math.sqrt(64 * 100))
+    assert max(train.noam_lr(s, 64, 100) for s in range(1, 1000)) == pytest.approx(peak)
+    assert train.noam_lr(400, 64, 100) == pytest.approx(peak / 2)
+    assert train.noam_lr(50, 64, 100, factor=2) == pytest.approx(2 * train.noam_lr(50, 64, 100))
+    with pytest.raises(ValueError, match="from 1"):
+        train.noam_lr(0, 64, 100)
+
+
+def _old_textlm_lr(step, steps, warmup, lr=3e-3):
+    """textlm.train_lm's schedule as it was written inline before it moved here."""
+    frac = min(1.0, step / max(1, warmup))
+    decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - 1) / max(1, steps)))
+    return lr * min(frac, decay)
+
+
+def _old_vit_lr(step, total, warmup_steps, lr=3e-3):
+    """vit.train_classifier's schedule as it was written inline before it moved here."""
+    s = step - 1
+    if s < warmup_steps:
+        return lr * ((s + 1) / warmup_steps)
+    return lr * (0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup_steps) / max(1, total - warmup_steps)))))
+
+
+@pytest.mark.parametrize("total, warmup", [(300, 20), (50, 0), (7, 10), (1, 1)])
+def test_warmup_cosine_is_the_schedules_the_chapters_trained_with(total, warmup):
+    """The same floats, bit for bit, as the two schedules it replaced (the chapters' stored runs stay)."""
+    for step in range(1, total + 5):
+        assert 3e-3 * train.warmup_cosine(step, total, warmup, floor=0.1, overlap=True) == \
+            _old_textlm_lr(step, total, warmup)
+        assert 3e-3 * train.warmup_cosine(step, total, warmup) == _old_vit_lr(step, total, warmup)
+
+
+def test_warmup_cosine_by_hand():
+    f = [train.warmup_cosine(s, 14, 4, floor=0.1) for s in range(1, 16)]
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0] and f[4] == 1.0                 # the ramp, then the peak
+    assert f[9] == pytest.approx(0.1 + 0.9 * 0.5)                         # half-way down the cosine
+    assert f[14] == pytest.approx(0.1) and min(f) == pytest.approx(0.1)   # the floor, and never below it
+    assert all(a >= b for a, b in zip(f[4:], f[5:]))
+    g = [train.warmup_cosine(s, 14, 4, floor=0.1, overlap=True) for s in range(1, 16)]
+    assert g[:3] == f[:3] and g[4] < 1.0                                   # the cosine started at step 1
+    for bad in ({"step": 0}, {"floor": 1.5}):
+        with pytest.raises(ValueError, match="step|floor"):
+            train.warmup_cosine(**{"step": 1, "total": 10, **bad})
+
+
+def test_sequence_loss_skips_padding_as_the_one_ignore_label():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 6)
+    targets = torch.tensor([[5, 2, 0, 0], [3, 1, 4, 0]])
+    marked = targets.masked_fill(targets == data.PAD_ID, train.IGNORE_INDEX)
+    want = nn.functional.cross_entropy(logits.flatten(0, 1), marked.flatten())   # -100: its default
+    assert torch.equal(train.sequence_loss(logits, targets), want)
+    assert torch.equal(train.sequence_loss(logits, marked), want)               # already marked: the same
+
+
+def test_fit_evaluates_before_every_n_steps_and_after_the_last_without_changing_training():
+    def loss_fn(m, b):   # dropout while training: the global generator is drawn from at every step
+        logits = nn.functional.dropout(m(b[0]), 0.5, training=m.training)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), b[1].flatten())
+
+    held_out = next(_batches(1, seed=9))
+    modes = []
+
+    def evaluate(m):
+        modes.append((m.training, torch.is_grad_enabled()))
+        torch.rand(3)                                       # a draw from the global generator: forked
+        return loss_fn(m, held_out).item()
+
+    torch.manual_seed(0)
+    model = _Tiny()
+    hist = train.fit(model, _batches(7), loss_fn, 7, evaluate=evaluate, eval_every=3)
+    torch.manual_seed(0)
+    plain = _Tiny()
+    ref = train.fit(plain, _batches(7), loss_fn, 7)
+    assert hist.loss == ref.loss and all(torch.equal(p, q) for p, q in zip(model.parameters(), plain.parameters()))
+    assert hist.eval_steps == [0, 3, 6, 7] and len(hist.eval_values) == 4
+    assert hist.eval_values[-1] == pytest.approx(loss_fn(model, held_out).item())
+    assert set(modes) == {(False, False)} and not model.training
+    assert train.fit(_Tiny(), _batches(6), loss_fn, 6, evaluate=evaluate, eval_every=3).eval_steps == [0, 3, 6]
+    assert train.fit(_Tiny(), _batches(2), loss_fn, 2).eval_steps == []
+    with pytest.raises(ValueError, match="eval_every"):
+        train.fit(_Tiny(), _batches(1), loss_fn, 1, evaluate=evaluate, eval_every=0)
+
+
+def test_epoch_means_weigh_each_step_by_its_batch():
+    hist = train.History(loss=[1.0, 4.0, 2.0, 2.0, 3.0])
+    assert hist.epoch_means([2, 2, 1]) == [(2 + 8 + 2) / 5, (4 + 6) / 4]
