@@ -80,14 +80,17 @@ def random_windows(data: torch.Tensor, batch: int, length: int, generator: torch
 
 
 def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, length: int = 64,
-             lr: float = 3e-3, warmup: int = 20, seed: int = 0, weight_decay: float = 0.01) -> list[float]:
+             lr: float = 3e-3, warmup: int = 20, seed: int = 0, weight_decay: float = 0.01,
+             evaluate=None, eval_every: int = 100) -> train.History:
     """:func:`course_utils.train.fit` on random windows of ``data`` with the next-token loss;
-    returns the loss of every step.
+    returns its :class:`~course_utils.train.History` (``.loss``: the loss of every step).
 
     AdamW (betas 0.9, 0.95; ``weight_decay`` on the weight matrices only), linear warm-up for
-    ``warmup`` steps then cosine decay to 10 % of ``lr``, gradient clipping at 1.0.
-    ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a generator seeded with
-    ``seed``, so two models trained with the same seed see the same text.
+    ``warmup`` steps then cosine decay to 10 % of ``lr`` (:func:`course_utils.train.warmup_cosine`),
+    gradient clipping at 1.0. ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a
+    generator seeded with ``seed``, so two models trained with the same seed see the same text.
+    ``evaluate(model) -> float``, e.g. ``lambda m: eval_loss(m, held_out)``: measured every
+    ``eval_every`` steps (``History.eval_steps``, ``.eval_values``), without changing the training.
     """
     g = torch.Generator().manual_seed(seed)
 
@@ -95,9 +98,8 @@ def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, 
         return lr * train.warmup_cosine(step, steps, warmup, floor=0.1, overlap=True)
 
     windows = (random_windows(data, batch, length, g) for _ in range(steps))
-    history = train.fit(model, windows, train.next_token_loss, steps, lr_at=lr_at, weight_decay=weight_decay,
-                        betas=(0.9, 0.95), clip=1.0)
-    return history.loss
+    return train.fit(model, windows, train.next_token_loss, steps, lr_at=lr_at, weight_decay=weight_decay,
+                     betas=(0.9, 0.95), clip=1.0, evaluate=evaluate, eval_every=eval_every)
 
 
 def _fixed_windows(data: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,8 +25,8 @@ from ._validate import check_int
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
-__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "class_token_map", "patchify", "random_shift",
-           "train_classifier"]
+__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "batch_sizes", "class_token_map", "patchify",
+           "random_shift", "train_classifier"]
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -186,7 +186,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 
 def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
                      lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
-                     seed: int = 0, warmup_steps: int = 0, augment=None) -> dict:
+                     seed: int = 0, warmup_steps: int = 0, augment=None) -> train.History:
     """:func:`course_utils.train.fit` on shuffled minibatches of ``(x, y)`` with cross-entropy, and
     a cosine learning-rate decay to 0 over ``epochs`` (after ``warmup_steps`` of linear warmup).
 
@@ -198,7 +198,8 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
         augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
             e.g. :func:`random_shift`.
     Returns:
-        ``{"loss": [mean training loss per epoch], "steps": int, "epochs": float, "seconds": float}``.
+        :func:`~course_utils.train.fit`'s :class:`~course_utils.train.History`; the mean training loss
+        per epoch is ``history.epoch_means(batch_sizes(len(x), batch_size))``.
     """
     per_epoch = -(-len(x) // batch_size)
     total = epochs * per_epoch
@@ -215,8 +216,10 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
                 idx = order[i:i + batch_size]
                 yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
 
-    history = train.fit(model, minibatches(), train.classification_loss, total, lr=lr, lr_at=lr_at,
-                        weight_decay=weight_decay, max_seconds=max_seconds)
-    sizes = [min(batch_size, len(x) - i) for i in range(0, len(x), batch_size)]
-    return {"loss": history.epoch_means(sizes), "steps": history.steps, "epochs": history.steps / per_epoch,
-            "seconds": history.seconds}
+    return train.fit(model, minibatches(), train.classification_loss, total, lr=lr, lr_at=lr_at,
+                     weight_decay=weight_decay, max_seconds=max_seconds)
+
+
+def batch_sizes(n: int, batch_size: int) -> list[int]:
+    """The sizes of one epoch's minibatches of :func:`train_classifier` over ``n`` examples."""
+    return [min(batch_size, n - i) for i in range(0, n, batch_size)]

@@ -142,12 +142,13 @@ def test_training_a_tiny_vit_on_digits_learns():
     x_train, y_train, x_test, y_test = data.digits()
     model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1)
     hist = vit.train_classifier(model, x_train[:512], y_train[:512], epochs=3, batch_size=64, lr=3e-3)
-    assert hist["steps"] == 3 * 8 and len(hist["loss"]) == 3
-    assert hist["loss"][-1] < hist["loss"][0]
+    epoch_loss = hist.epoch_means(vit.batch_sizes(512, 64))
+    assert hist.steps == 3 * 8 and len(epoch_loss) == 3 and vit.batch_sizes(100, 64) == [64, 36]
+    assert epoch_loss[-1] < epoch_loss[0]
     assert vit.accuracy(model, x_test, y_test) > 0.3       # chance is 0.1
     stopped = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
                                    epochs=50, max_seconds=0.0)
-    assert stopped["steps"] == 1
+    assert stopped.steps == 1
     calls = []
 
     def augment(images, generator):
@@ -156,7 +157,7 @@ def test_training_a_tiny_vit_on_digits_learns():
 
     shifted = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
                                    epochs=2, batch_size=50, augment=augment)
-    assert calls == [50, 50, 50, 50] and shifted["steps"] == 4
+    assert calls == [50, 50, 50, 50] and shifted.steps == 4
 
 
 def test_small_cnn_shapes():
