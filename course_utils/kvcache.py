@@ -206,17 +206,18 @@ class DecoderCache:
         """Count ``new_tokens (batch, T_new)`` as fed (after :meth:`check`); return the positions fed
         before them (the new tokens' offset). Without key/value layers the tokens are kept.
         ``prefix=True``: they are a prefix LM's bidirectional prefix (only as the first thing fed)."""
-        if new_tokens.shape[0] != self.batch_size:
-            raise ValueError(f"{new_tokens.shape[0]} rows fed to a decoding state of batch {self.batch_size}")
+        batch, n_new = new_tokens.shape
+        if batch != self.batch_size:
+            raise ValueError(f"{batch} rows fed to a decoding state of batch {self.batch_size}")
         if prefix and self._len:
             raise ValueError("a bidirectional prefix must be the first thing fed (the state is not empty)")
         self.check()
         offset = self._len
         if prefix:
-            self.prefix_len = new_tokens.shape[1]
+            self.prefix_len = n_new
         if self.tokens is not None:
             self.tokens = torch.cat([self.tokens, new_tokens], dim=1)
-        self._len += new_tokens.shape[1]
+        self._len += n_new
         return offset
 
     def reorder(self, index: torch.Tensor) -> DecoderCache:

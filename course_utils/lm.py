@@ -80,7 +80,8 @@ class LMConfig(BlockConfig):
             raise ValueError(f"positions must be one of {POSITIONAL}, got {self.positions!r}")
         if self.rope:
             raise ValueError("an LMConfig switches RoPE with positions='rope', not rope=True")
-        self.block   # noqa: B018  (checks the block as it will be built: RoPE needs an even head size)
+        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"RoPE rotates pairs of features: d_head = {self.d_model // self.n_heads} must be even")
 
     @property
     def block(self) -> BlockConfig:
@@ -181,8 +182,8 @@ class DecoderLM(nn.Module):
             T = cache.tokens.shape[1]
             x = self.stack(self.embed(cache.tokens), mask=prefix_lm_mask(T, cache.prefix_len, device=new.device)).x
             return self.lm_head(x[:, -new.shape[1]:])
-        T_k = t0 + new.shape[1]
-        mask = causal_mask(new.shape[1], T_k, device=new.device)          # the new queries are the last positions
+        T_k = len(cache)
+        mask = causal_mask(T_k - t0, T_k, device=new.device)              # the new queries are the last positions
         if cache.prefix_len:   # a prefix LM's prefix, fed as the first chunk: its keys are seen by every query
             mask = mask | (torch.arange(T_k, device=new.device) < cache.prefix_len)[None, :]
         return self.lm_head(self.stack(self.embed(new, offset=t0), mask=mask, caches=cache.layers).x)
@@ -210,11 +211,10 @@ class DecoderLM(nn.Module):
         self._extend(prompt, state, prefix=bidirectional)
         return state
 
-    @torch.no_grad()
     def decode_step(self, prev_tokens: torch.Tensor, state: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
         """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), the next state)``. The
         layers' caches advance in place: step the state returned, never the one passed in again
         (it raises), and branch with :func:`course_utils.decoding.index_state` copies."""
         state = state.fork()
         logits = self._extend(prev_tokens[:, None], state)
-        return torch.log_softmax(logits[:, -1].float(), dim=-1), state
+        return torch.log_softmax(logits[:, -1], dim=-1, dtype=torch.float32), state
