@@ -24,7 +24,7 @@ from ._validate import check_int
 
 __all__ = [
     "attention_scores", "causal_mask", "combine_masks", "key_padding_mask", "masked_softmax", "padding_mask",
-    "scaled_dot_product_attention",
+    "prefix_lm_mask", "scaled_dot_product_attention",
 ]
 
 
@@ -154,6 +154,30 @@ def key_padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None 
     """:func:`padding_mask` with a heads axis: boolean ``(batch, 1, 1, max_len)``, ready for
     multi-head scores ``(batch, heads, L_q, L_k)`` (both middle axes broadcast)."""
     return padding_mask(lengths, max_len).unsqueeze(1)
+
+
+def prefix_lm_mask(L: int, prefix_len: int | torch.Tensor, device=None) -> torch.Tensor:
+    """Prefix-LM mask: query i may attend to key j when ``j < prefix_len`` (the prefix is seen
+    whole, bidirectionally) or ``j <= i`` (causal after it).
+
+    ``prefix_len`` an int gives ``(L, L)``; a ``(batch,)`` tensor gives ``(batch, 1, L, L)``, one
+    prefix length per sequence. ``prefix_len = 0`` is :func:`causal_mask`, ``prefix_len = L``
+    :func:`course_utils.families.bidirectional_mask` (the pattern of T5's prefix LM and UniLM, chapter 7).
+    """
+    check_int(L, "L")
+    if isinstance(prefix_len, torch.Tensor):
+        if prefix_len.dim() != 1 or prefix_len.is_floating_point() or prefix_len.dtype == torch.bool:
+            raise ValueError(f"prefix_len must be an int or a (batch,) integer tensor, got dtype "
+                             f"{prefix_len.dtype} and shape {tuple(prefix_len.shape)}")
+        if len(prefix_len) and not (0 <= int(prefix_len.min()) and int(prefix_len.max()) <= L):
+            raise ValueError(f"prefix lengths must lie in [0, L={L}], got {prefix_len.tolist()}")
+        device = prefix_len.device if device is None else device
+        keys = torch.arange(L, device=device)
+        in_prefix = keys[None, :] < prefix_len.to(device)[:, None]            # (batch, L) over keys
+        return (in_prefix[:, None, :] | causal_mask(L, device=device)).unsqueeze(1)   # (batch, 1, L, L)
+    check_int(prefix_len, "prefix_len", 0, L, f"L = {L}; or give a (batch,) tensor")
+    in_prefix = torch.arange(L, device=device) < prefix_len                    # (L,) over keys
+    return in_prefix[None, :] | causal_mask(L, device=device)
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

@@ -13,9 +13,9 @@
   norm, and :class:`TokenEmbedding`: token ids to vectors plus positions.
 
 The models are compositions of these: :class:`course_utils.transformer.Seq2SeqTransformer` (an
-encoder stack and a decoder stack with cross-attention), :class:`course_utils.families.EncoderOnly`
-and :class:`~course_utils.families.DecoderOnlyLM`, :class:`course_utils.vit.ViT` (patches instead of
-tokens) and :class:`course_utils.llama.ModernDecoder` (RMSNorm, SwiGLU, RoPE, no biases).
+encoder stack and a decoder stack with cross-attention), :class:`course_utils.families.EncoderOnly`,
+:class:`course_utils.vit.ViT` (patches instead of tokens) and the one decoder-only language model,
+:class:`course_utils.lm.DecoderLM` (GPT-style, or LLaMA-style with RMSNorm, SwiGLU, RoPE, no biases).
 
 Masks are boolean, True = may attend, broadcastable to ``(batch, heads, L_q, L_k)``; states are
 ``(batch, L, d_model)``; attention weights ``(batch, heads, L_q, L_k)``.
@@ -34,7 +34,7 @@ from torch import nn
 from ._validate import check_int
 from .kvcache import KVCache
 from .multihead import MultiHeadAttention
-from .positional import positional_embedding
+from .positional import positional_embedding, rope_cos_sin
 
 __all__ = [
     "FFNS", "NORMS", "BlockConfig", "BlockOutput", "FeedForward", "RMSNorm", "StackOutput", "SwiGLU",
@@ -241,7 +241,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None,
                 causal: bool = False, memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-                cross_cache: KVCache | None = None, need_weights: bool = False) -> BlockOutput:
+                cross_cache: KVCache | None = None, need_weights: bool = False,
+                rope_angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> BlockOutput:
         """One block on ``x (batch, L, d_model)`` (with a cache: only the new positions).
 
         Args:
@@ -255,6 +256,8 @@ class TransformerBlock(nn.Module):
             memory_mask: bool ``(batch, 1, 1, S)``, the source padding.
             cross_cache: cross-attention's cache, filled from ``memory`` on first use, then reused.
             need_weights: return the attention weights too (explicit computation, not the fused kernel).
+            rope_angles: RoPE's ``(cos, sin)`` of the new positions, ``(L, d_head)`` each (the
+                stack computes them once for all its layers); ``None``: self-attention computes them.
         Returns:
             :class:`BlockOutput` ``(x, self_weights, cross_weights)``.
         """
@@ -267,7 +270,8 @@ class TransformerBlock(nn.Module):
                              "or a cross_cache filled from it")
 
         def self_block(h):
-            return self.self_attn(h, mask=mask, cache=cache, causal=causal, need_weights=need_weights)
+            return self.self_attn(h, mask=mask, cache=cache, causal=causal, need_weights=need_weights,
+                                  rope_angles=rope_angles)
 
         def cross_block(h):
             return self.cross_attn(h, context=memory, mask=memory_mask, cache=cross_cache,
@@ -324,6 +328,12 @@ class TransformerStack(nn.Module):
         final_norm = cfg.norm_first if final_norm is None else final_norm
         self.norm = make_norm(cfg) if final_norm else nn.Identity()
 
+    def rope_angles(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's ``(cos, sin)``, each ``(L, d_head)``, for the positions ``offset .. offset + L - 1``
+        of ``x (batch, L, d_model)``, in ``x``'s dtype (:func:`~course_utils.positional.rope_cos_sin`)."""
+        pos = torch.arange(offset, offset + x.shape[1], device=x.device)
+        return rope_cos_sin(pos, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base, dtype=x.dtype)
+
     def new_caches(self, max_len: int | None = None) -> list[KVCache]:
         """One empty self-attention :class:`~course_utils.kvcache.KVCache` per layer (``max_len``:
         preallocate that many positions)."""
@@ -333,16 +343,20 @@ class TransformerStack(nn.Module):
                 causal: bool = False, memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
                 cross_caches: list[KVCache] | None = None, need_weights: bool = False) -> StackOutput:
         """Every block on ``x (batch, L, d_model)``, then the final norm; the arguments are those of
-        :meth:`TransformerBlock.forward`, with one cache per layer in ``caches`` and ``cross_caches``."""
+        :meth:`TransformerBlock.forward`, with one cache per layer in ``caches`` and ``cross_caches``.
+
+        With RoPE (``cfg.rope``), the angles of the new positions (after the cached ones) are
+        computed here once and given to every layer (Hugging Face's ``position_embeddings``)."""
         for name, cs in (("caches", caches), ("cross_caches", cross_caches)):
             if cs is not None and len(cs) != len(self.layers):
                 raise ValueError(f"{name}: one KVCache per layer, {len(self.layers)} layers, got {len(cs)}")
+        angles = self.rope_angles(x, 0 if not caches else len(caches[0])) if self.cfg.rope else None
         w_self, w_cross = [], []
         for i, layer in enumerate(self.layers):
             x, ws, wc = layer(x, mask=mask, cache=None if caches is None else caches[i], causal=causal,
                               memory=memory, memory_mask=memory_mask,
                               cross_cache=None if cross_caches is None else cross_caches[i],
-                              need_weights=need_weights)
+                              need_weights=need_weights, rope_angles=angles)
             w_self.append(ws)
             w_cross.append(wc)
         return StackOutput(self.norm(x), w_self, w_cross)

@@ -10,8 +10,10 @@ Because every tensor in ``state`` has the batch in dimension 0, beam search can 
 reorder hypotheses with :func:`index_state` without knowing what the state contains.
 
 Decoder-only models (chapter 7) start from a *prompt* instead of one ``<sos>``: every decoder
-here takes ``prompt`` ``(batch, P)``; its first ``P - 1`` tokens are fed by :func:`prefill`
-(their predictions are not needed) and its last token plays the part of ``<sos>``. Beside
+here takes ``prompt`` ``(batch, P)``; its first ``P - 1`` tokens are fed in one parallel pass by the
+model's own ``prefill`` when ``step`` is the ``decode_step`` of a :class:`PromptedDecoder` (else one
+at a time by :func:`prefill`; their predictions are not needed), and its last token plays the part
+of ``<sos>``. Beside
 greedy and beam search, :func:`sample_decode` draws each token from the model's distribution,
 reshaped by a temperature and cut by :func:`filter_top_k` and :func:`filter_top_p`.
 """
@@ -81,9 +83,12 @@ def index_state(state: Any, index: torch.Tensor) -> Any:
 
 
 def state_batch_size(state: Any) -> int:
-    """The batch size of a nested state: dimension 0 of its first tensor."""
+    """The batch size of a nested state: dimension 0 of its first tensor, or the ``batch_size`` of a
+    state object that knows it (:class:`course_utils.kvcache.DecoderCache`)."""
     if isinstance(state, torch.Tensor):
         return state.shape[0]
+    if isinstance(getattr(state, "batch_size", None), int):
+        return state.batch_size
     values = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
     for v in values:
         try:
@@ -94,7 +99,7 @@ def state_batch_size(state: Any) -> int:
 
 
 def _device_of(state: Any) -> torch.device:
-    if isinstance(state, torch.Tensor):
+    if isinstance(state, torch.Tensor) or isinstance(getattr(state, "device", None), torch.device):
         return state.device
     values = state.values() if isinstance(state, dict) else state
     for v in values:
@@ -130,11 +135,15 @@ def prefill(step: StepFn, state: Any, tokens: torch.Tensor) -> tuple[torch.Tenso
 
 def _start(step: StepFn, state: Any, prompt: torch.Tensor | None, sos_id: int) -> tuple[torch.Tensor, Any]:
     """The first token to feed and the state before it: ``<sos>``, or the prompt's last token
-    after its other tokens have been prefilled."""
+    after its other tokens have been prefilled: in one parallel pass when ``step`` is the
+    ``decode_step`` of a :class:`PromptedDecoder` (its ``prefill``), else one token at a time."""
     batch = state_batch_size(state)
     if prompt is None:
         return torch.full((batch,), sos_id, dtype=torch.long, device=_device_of(state)), state
     prompt = _check_prompt(prompt, batch).to(_device_of(state))
+    model = getattr(step, "__self__", None)
+    if isinstance(model, PromptedDecoder):
+        return prompt[:, -1], model.prefill(prompt[:, :-1], state)
     _, state = prefill(step, state, prompt[:, :-1])
     return prompt[:, -1], state
 

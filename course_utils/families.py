@@ -13,11 +13,12 @@ an encoder-only model over image patches, is :mod:`course_utils.vit`.)
 * :class:`EncoderOnly`: token and learned position embeddings
   (:class:`~course_utils.blocks.TokenEmbedding`), a :class:`~course_utils.blocks.TransformerStack`,
   an MLM head and an optional classification head on the first token (``[CLS]``).
-* :class:`DecoderOnlyLM`: the same stack with a causal mask, a language-model head, a parallel
-  :meth:`~DecoderOnlyLM.prefill` of a prompt and a cached
-  :meth:`~DecoderOnlyLM.decode_step` that follows the protocol of :mod:`course_utils.decoding`;
-  :func:`lm_training_batch` and :func:`greedy_complete` pose a seq2seq task to it as
-  prompt -> completion (a seq2seq decoder is a conditional language model).
+* :func:`DecoderOnlyLM`: the GPT-style preset of the course's one decoder-only model,
+  :class:`course_utils.lm.DecoderLM` (the same stack with a causal mask, a language-model head, a
+  parallel :meth:`~course_utils.lm.DecoderLM.prefill` of a prompt and a cached
+  :meth:`~course_utils.lm.DecoderLM.decode_step` that follows the protocol of
+  :mod:`course_utils.decoding`); :func:`lm_training_batch` and :func:`greedy_complete` pose a
+  seq2seq task to it as prompt -> completion (a seq2seq decoder is a conditional language model).
 
 A decoder-only block *is* an encoder block under a causal mask (there is no cross-attention to
 feed), so both models use the same :class:`~course_utils.blocks.TransformerBlock`; only the mask
@@ -33,11 +34,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import check_int
-from .attention import causal_mask, combine_masks
+from .attention import causal_mask, combine_masks, prefix_lm_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
-from .decoding import greedy_decode
-from .kvcache import check_caches_match
+from .decoding import greedy_decode, tokens_to_lists
+from .lm import DecoderLM, LMConfig
 from .train import IGNORE_INDEX
 
 __all__ = [
@@ -53,30 +54,6 @@ def bidirectional_mask(L: int, device=None) -> torch.Tensor:
     """``(L, L)`` all True: every position attends to every position (BERT, ViT, an encoder)."""
     check_int(L, "L")
     return torch.ones(L, L, dtype=torch.bool, device=device)
-
-
-def prefix_lm_mask(L: int, prefix_len: int | torch.Tensor, device=None) -> torch.Tensor:
-    """Prefix-LM mask: query i may attend to key j when ``j < prefix_len`` (the prefix is seen
-    whole, bidirectionally) or ``j <= i`` (causal after it).
-
-    ``prefix_len`` an int gives ``(L, L)``; a ``(batch,)`` tensor gives ``(batch, 1, L, L)``, one
-    prefix length per sequence. ``prefix_len = 0`` is :func:`causal_mask`, ``prefix_len = L``
-    :func:`bidirectional_mask`.
-    """
-    check_int(L, "L")
-    if isinstance(prefix_len, torch.Tensor):
-        if prefix_len.dim() != 1 or prefix_len.is_floating_point() or prefix_len.dtype == torch.bool:
-            raise ValueError(f"prefix_len must be an int or a (batch,) integer tensor, got dtype "
-                             f"{prefix_len.dtype} and shape {tuple(prefix_len.shape)}")
-        if len(prefix_len) and not (0 <= int(prefix_len.min()) and int(prefix_len.max()) <= L):
-            raise ValueError(f"prefix lengths must lie in [0, L={L}], got {prefix_len.tolist()}")
-        device = prefix_len.device if device is None else device
-        keys = torch.arange(L, device=device)
-        in_prefix = keys[None, :] < prefix_len.to(device)[:, None]            # (batch, L) over keys
-        return (in_prefix[:, None, :] | causal_mask(L, device=device)).unsqueeze(1)   # (batch, 1, L, L)
-    check_int(prefix_len, "prefix_len", 0, L, f"L = {L}; or give a (batch,) tensor")
-    in_prefix = torch.arange(L, device=device) < prefix_len                    # (L,) over keys
-    return in_prefix[None, :] | causal_mask(L, device=device)
 
 
 # --- masked language modelling --------------------------------------------------------------
@@ -191,115 +168,19 @@ class EncoderOnly(nn.Module):
         return self.classifier(self.encode(tokens)[:, 0])
 
 
-class DecoderOnlyLM(nn.Module):
-    """A GPT-style language model: causal self-attention, next-token prediction.
+def DecoderOnlyLM(vocab_size: int, **changes) -> DecoderLM:
+    """A GPT-style language model: :class:`~course_utils.lm.DecoderLM` of ``LMConfig.gpt(vocab_size,
+    **changes)`` (:meth:`~course_utils.lm.LMConfig.gpt`); a thin constructor, not a class of its own.
 
-    Args: as :class:`EncoderOnly` (without ``n_classes``), plus ``n_kv_heads`` (key/value heads:
-    ``None`` is multi-head attention, a divisor of ``n_heads`` grouped-query, 1 multi-query;
-    chapter 4), ``ffn`` (the feed-forward: ``"relu"``, ``"gelu"`` as in GPT-2, or ``"swiglu"``),
-    ``tie_weights`` (the output layer shares the token embedding's matrix, as in GPT-2) and
-    ``use_cache`` (``decode_step`` keeps one :class:`~course_utils.kvcache.KVCache` per layer,
-    preallocated for ``max_len`` positions, or recomputes the whole prefix: the same result, the
-    cache is only faster).
-
-    Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`, learned positions),
-    ``stack`` (:class:`~course_utils.blocks.TransformerStack`: ``stack.layers``, ``stack.norm``),
-    ``lm_head``.
-
-    Decoding protocol (:mod:`course_utils.decoding`)::
-
-        state = lm.init_state(batch)                       # or lm.prefill(prompt[:, :-1])
-        log_probs, state = lm.decode_step(prev_tokens, state)
-        greedy_decode(lm.decode_step, lm.init_state(B), max_len, prompt=prompt)
+    ``changes``: ``d_model`` (64), ``n_heads`` (4), ``n_layers`` (2), ``d_ff``, ``dropout``,
+    ``norm_first`` (True), ``max_len`` (128), ``pad_id``, ``n_kv_heads`` (key/value heads: ``None``
+    is multi-head attention, a divisor of ``n_heads`` grouped-query, 1 multi-query; chapter 4),
+    ``ffn`` (``"relu"``, ``"gelu"`` as in GPT-2, or ``"swiglu"``), ``tie_weights`` (the output layer
+    shares the token embedding's matrix, as in GPT-2) and ``use_cache`` (the decoding state keeps
+    one :class:`~course_utils.kvcache.KVCache` per layer, preallocated for ``max_len`` positions, or
+    the model recomputes the whole prefix: the same result, the cache is only faster).
     """
-
-    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
-                 pad_id: int = PAD_ID, tie_weights: bool = False, use_cache: bool = True,
-                 n_kv_heads: int | None = None, ffn: str = "relu"):
-        super().__init__()
-        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout,
-                          norm_first=norm_first, ffn=ffn)
-        self.pad_id, self.max_len = pad_id, max_len
-        self.embed = TokenEmbedding.build(vocab_size, d_model, "learned", max_len, dropout=dropout)
-        self.stack = TransformerStack(cfg, n_layers)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=not tie_weights)
-        if tie_weights:
-            self.lm_head.weight = self.embed.table.weight
-        self.use_cache = use_cache
-
-    def _teacher_forced(self, tokens, prefix_len, need_weights: bool):
-        T = tokens.shape[1]
-        keys = (tokens != self.pad_id)[:, None, None, :]                         # (batch, 1, 1, T)
-        pattern = causal_mask(T, device=tokens.device) if prefix_len is None else \
-            prefix_lm_mask(T, prefix_len, device=tokens.device)
-        mask = combine_masks(keys, pattern)                                      # (batch, 1, T, T)
-        x, weights, _ = self.stack(self.embed(tokens), mask=mask, need_weights=need_weights)
-        return self.lm_head(x), weights
-
-    def forward(self, tokens: torch.Tensor, prefix_len: int | torch.Tensor | None = None) -> torch.Tensor:
-        """Teacher forcing: ``tokens (batch, T)`` -> logits ``(batch, T, vocab)``, position t
-        predicting token t + 1. Padding keys are masked (pad at the end of a sequence).
-
-        ``prefix_len`` (an int, or ``(batch,)`` ints): a *prefix LM* (Raffel et al. 2020, §3.2):
-        the first ``prefix_len`` positions attend to each other bidirectionally, the rest causally
-        (:func:`prefix_lm_mask`); ``None`` (default) is the causal mask. Train a prefix LM only on
-        targets after the prefix: a prefix position sees the tokens it would predict."""
-        return self._teacher_forced(tokens, prefix_len, need_weights=False)[0]
-
-    def forward_with_weights(self, tokens: torch.Tensor, prefix_len: int | torch.Tensor | None = None):
-        """As :meth:`forward`, and the attention weights: ``(logits, [(batch, heads, T, T) per layer])``."""
-        return self._teacher_forced(tokens, prefix_len, need_weights=True)
-
-    def init_state(self, batch: int, device=None) -> dict:
-        """An empty decoding state: ``tokens (batch, 0)`` and, with ``use_cache``, an empty
-        :class:`~course_utils.kvcache.KVCache` per layer."""
-        state = {"tokens": torch.zeros(batch, 0, dtype=torch.long, device=device), "prefix_len": 0}
-        if self.use_cache:
-            state["caches"] = self.stack.new_caches(self.max_len)
-        return state
-
-    def _run_new(self, new: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        """Feed ``new (batch, T_new)`` after ``state["tokens"]``; return the logits of the new
-        positions ``(batch, T_new, V)`` and the state that has seen them (caches extended in place)."""
-        tokens = torch.cat([state["tokens"], new], dim=1)
-        prefix = state.get("prefix_len", 0)
-        if self.use_cache:
-            t0, T_new = state["tokens"].shape[1], new.shape[1]
-            check_caches_match(state["caches"], t0)
-            mask = causal_mask(T_new, t0 + T_new, device=new.device)   # new queries are the last positions
-            if prefix:   # a prefix LM's prefix was fed as the first chunk: its keys are seen by every query
-                mask = mask | (torch.arange(t0 + T_new, device=new.device) < prefix)[None, :]
-            x = self.stack(self.embed(new, offset=t0), mask=mask, caches=state["caches"]).x
-            logits = self.lm_head(x)
-        else:   # everything fed while decoding is a real token (even an id equal to pad_id): no padding mask
-            T = tokens.shape[1]
-            x = self.stack(self.embed(tokens), mask=prefix_lm_mask(T, prefix, device=tokens.device)).x
-            logits = self.lm_head(x[:, -new.shape[1]:])
-        return logits, {**state, "tokens": tokens}
-
-    @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor, state: dict | None = None, bidirectional: bool = False) -> dict:
-        """Run the prompt ``(batch, P)`` through the model in one pass (filling the caches);
-        returns the state after it. The same state as feeding the prompt to :meth:`decode_step`
-        one token at a time (:func:`course_utils.decoding.prefill`), in one forward pass.
-
-        ``bidirectional=True`` (a prefix LM, ``forward(..., prefix_len=P)``): the prompt is the
-        prefix, its positions see each other; every later token attends causally. Only for a fresh
-        state (the prefix must be fed in one piece)."""
-        state = self.init_state(prompt.shape[0], prompt.device) if state is None else state
-        if prompt.shape[1] == 0:
-            return state
-        if bidirectional:
-            if state["tokens"].shape[1]:
-                raise ValueError("a bidirectional prefix must be the first thing fed (the state is not empty)")
-            state = {**state, "prefix_len": prompt.shape[1]}
-        return self._run_new(prompt, state)[1]
-
-    def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), new state)``."""
-        logits, state = self._run_new(prev_tokens[:, None], state)
-        return torch.log_softmax(logits[:, -1], dim=-1), state
+    return DecoderLM(LMConfig.gpt(vocab_size, **changes))
 
 
 # --- a seq2seq task as prompt -> completion, for a decoder-only model --------------------------
@@ -332,10 +213,10 @@ def lm_training_batch(prompts: list[list[int]], completions: list[list[int]], pa
 
 
 @torch.no_grad()
-def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
+def greedy_complete(lm: DecoderLM, prompts: list[list[int]], max_len: int,
                     eos_id: int = EOS_ID, prefix_lm: bool = False) -> list[list[int]]:
     """Greedy completions of prompts of any lengths: the prompts of each length are decoded as one
-    batch (a parallel :meth:`DecoderOnlyLM.prefill`, then cached steps). Returns, per prompt in
+    batch (a parallel :meth:`~course_utils.lm.DecoderLM.prefill`, then cached steps). Returns, per prompt in
     the given order, the generated ids up to (not including) the first ``<eos>``.
 
     ``prefix_lm=True``: a prefix LM trained with ``prefix_len = len(prompt) - 1``: every prompt
@@ -351,6 +232,6 @@ def greedy_complete(lm: DecoderOnlyLM, prompts: list[list[int]], max_len: int,
         group = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long, device=device)   # (b, P)
         state = lm.prefill(group[:, :-1], bidirectional=prefix_lm)
         tokens, _ = greedy_decode(lm.decode_step, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
-        for i, row in zip(idx, tokens.tolist()):
-            out[i] = row[:row.index(eos_id)] if eos_id in row else row
+        for i, row in zip(idx, tokens_to_lists(tokens, eos_id)):
+            out[i] = row
     return out

@@ -1,8 +1,10 @@
-"""The key/value cache of one attention layer, for decoding one token at a time (chapter 4).
+"""The key/value cache of one attention layer, and of a whole decoder, for decoding one token at a time (chapter 4).
 
-:class:`KVCache` is the one cache object of the course: :class:`~course_utils.multihead.MultiHeadAttention`
-appends to it (self-attention) or fills it once (cross-attention), and every model's decoding
-state holds one per layer. :func:`kv_cache_bytes` is its size.
+:class:`KVCache` is the cache of one layer: :class:`~course_utils.multihead.MultiHeadAttention`
+appends to it (self-attention) or fills it once (cross-attention). :class:`DecoderCache` is the
+decoding state of a decoder-only language model (:class:`course_utils.lm.DecoderLM`): one
+:class:`KVCache` per layer and the number of positions fed, kept consistent by the cache itself.
+:func:`kv_cache_bytes` is its size.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import torch
 
 from ._validate import check_int
 
-__all__ = ["KVCache", "check_caches_match", "kv_cache_bytes"]
+__all__ = ["DecoderCache", "KVCache", "check_caches_match", "kv_cache_bytes"]
 
 
 class KVCache:
@@ -148,3 +150,98 @@ def check_caches_match(caches: list[KVCache] | None, fed: int) -> None:
             raise ValueError(f"this decoding state has fed {fed} positions but its cache {i} holds {len(cache)}: "
                              "it was stepped already (its caches advanced in place). Step the state that "
                              "decode_step returned, or decoding.index_state copies to branch")
+
+
+class DecoderCache:
+    """The decoding state of a decoder-only LM: one :class:`KVCache` per layer (``layers``), or,
+    for a model that recomputes instead of caching (``cache_kv=False``), the ``tokens (batch, T)``
+    fed so far.
+
+    ``len(cache)`` is the number of positions fed. :meth:`feed` is the one place where it grows:
+    it first checks that the layers hold exactly ``len(cache)`` positions, then counts the new ones
+    (the model's forward appends their keys and values to the layers). A model's ``decode_step``
+    feeds a :meth:`fork` (a new object sharing the layers) and returns it, so the state passed in
+    stays behind: stepping it again would attend over keys it never fed, and raises (*stepped
+    already*). Beam search branches with :meth:`reorder` (:func:`course_utils.decoding.index_state`
+    calls it), which copies.
+
+    ``prefix_len``: the positions of a prefix LM's bidirectional prefix (fed first, in one piece).
+    ``batch_size`` and ``device`` are known before anything is cached.
+    """
+
+    def __init__(self, n_layers: int, batch_size: int, device=None, max_len: int | None = None,
+                 cache_kv: bool = True):
+        check_int(batch_size, "batch_size", 0)
+        self.batch_size, self.device = batch_size, torch.device("cpu") if device is None else torch.device(device)
+        self.layers = [KVCache(max_len=max_len) for _ in range(n_layers)] if cache_kv else None
+        self.tokens = None if cache_kv else torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        self.prefix_len = 0
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> KVCache:
+        return self.layers[i]
+
+    def __repr__(self) -> str:
+        kind = "tokens" if self.layers is None else f"{len(self.layers)} layers"
+        return f"DecoderCache(batch={self.batch_size}, len={self._len}, {kind})"
+
+    def fork(self) -> DecoderCache:
+        """A new cache object with the same length, sharing the layers: what a step feeds and returns."""
+        new = object.__new__(DecoderCache)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def check(self) -> None:
+        """Raise unless every layer holds the ``len(self)`` positions this cache has fed."""
+        for i, layer in enumerate(self.layers or ()):
+            if len(layer) != self._len:
+                raise ValueError(f"this decoding state has fed {self._len} positions but its cache {i} holds "
+                                 f"{len(layer)}: it was stepped already (its caches advanced in place). Step the "
+                                 "state that decode_step returned, or decoding.index_state copies to branch")
+
+    def feed(self, new_tokens: torch.Tensor, prefix: bool = False) -> int:
+        """Count ``new_tokens (batch, T_new)`` as fed (after :meth:`check`); return the positions fed
+        before them (the new tokens' offset). Without key/value layers the tokens are kept.
+        ``prefix=True``: they are a prefix LM's bidirectional prefix (only as the first thing fed)."""
+        batch, n_new = new_tokens.shape
+        if batch != self.batch_size:
+            raise ValueError(f"{batch} rows fed to a decoding state of batch {self.batch_size}")
+        if prefix and self._len:
+            raise ValueError("a bidirectional prefix must be the first thing fed (the state is not empty)")
+        self.check()
+        offset = self._len
+        if prefix:
+            self.prefix_len = n_new
+        if self.tokens is not None:
+            self.tokens = torch.cat([self.tokens, new_tokens], dim=1)
+        self._len += n_new
+        return offset
+
+    def reorder(self, index: torch.Tensor) -> DecoderCache:
+        """A new cache holding batch rows ``index`` (copies: beam search reorders its hypotheses)."""
+        self.check()
+        new = self.fork()
+        new.batch_size = len(index)
+        if self.layers is not None:
+            new.layers = [layer.reorder(index) for layer in self.layers]
+        if self.tokens is not None:
+            new.tokens = self.tokens.index_select(0, index.to(self.tokens.device))
+        return new
+
+    def crop(self, length: int) -> DecoderCache:
+        """Keep the first ``length`` positions (every layer's :meth:`KVCache.crop`); return the cache."""
+        self.check()
+        check_int(length, "crop's length", 0, self._len, f"the cache holds {self._len} positions")
+        for layer in self.layers or ():
+            layer.crop(length)
+        if self.tokens is not None:
+            self.tokens = self.tokens[:, :length]
+        self._len, self.prefix_len = length, min(self.prefix_len, length)
+        return self
+
+    def nbytes(self) -> int:
+        """Bytes held by the cached keys and values of every layer."""
+        return sum(layer.nbytes() for layer in self.layers or ())

@@ -22,164 +22,60 @@ paper and Meta's code rotate the *interleaved* pairs ``(2i, 2i+1)``
 features: :func:`course_utils.positional.interleaved_to_half` is the permutation, and Hugging Face's
 conversion script applies it to the rows of each head of ``W_q`` and ``W_k``.
 
-:class:`ModernDecoder` follows the decoding protocol of :mod:`course_utils.decoding` (``init_state``,
-``prefill``, ``decode_step``); :func:`load_hf_llama` copies the weights of a ``transformers``
-``LlamaForCausalLM`` into it (tests/test_llama.py: logits within 1e-5, the same greedy tokens).
-For the ablations of chapter 8, :class:`DecoderConfig` can swap each modern part back for its
-chapter 6 counterpart (``norm="layer"``, ``ffn="relu"``, ``positions="learned"|"sinusoidal"``,
-``n_kv_heads=n_heads``).
+The model is the course's one decoder-only LM, :class:`course_utils.lm.DecoderLM`, in its
+LLaMA-style configuration (:meth:`course_utils.lm.LMConfig.llama`; :func:`DecoderConfig` and
+:data:`ModernDecoder` are the chapter's names for them). It follows the decoding protocol of
+:mod:`course_utils.decoding` (``init_state``, ``prefill``, ``decode_step``);
+:func:`greedy_generate` lays greedy decoding out as Hugging Face's ``generate``;
+:func:`load_hf_llama` copies the weights of a ``transformers`` ``LlamaForCausalLM`` into it
+(tests/test_llama.py: logits within 1e-5, the same greedy tokens). For the ablations of chapter
+8, :func:`DecoderConfig` can swap each modern part back for its chapter 6 counterpart
+(``norm="layer"``, ``ffn="relu"``, ``positions="learned"|"sinusoidal"``, ``n_kv_heads=n_heads``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import torch
-from torch import nn
 
-from course_utils.blocks import BlockConfig, TokenEmbedding, TransformerStack
-from course_utils.kvcache import KVCache, check_caches_match
+from course_utils.decoding import greedy_decode
+from course_utils.lm import DecoderLM, LMConfig
 
 __all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
            "load_hf_llama"]
 
-NORMS = ("rms", "layer")
-FFNS = ("swiglu", "relu")
-POSITIONS = ("rope", "learned", "sinusoidal", "none")
+#: The LLaMA-style decoder is the course's one decoder-only model, :class:`course_utils.lm.DecoderLM`,
+#: built from :meth:`LMConfig.llama <course_utils.lm.LMConfig.llama>`: ``ModernDecoder(cfg)`` is ``DecoderLM(cfg)``.
+ModernDecoder = DecoderLM
 
 
-# --- the model -------------------------------------------------------------------------------
-
-@dataclass
-class DecoderConfig:
-    """Sizes of a :class:`ModernDecoder`, and the switches the ablations flip.
-
-    ``d_ff=None``: :func:`~course_utils.blocks.swiglu_hidden` for SwiGLU, ``4 * d_model`` for the ReLU FFN.
-    """
-
-    vocab_size: int = 256
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int | None = None   # None: n_heads (MHA)
-    d_ff: int | None = None
-    rope_base: float = 10000.0
-    eps: float = 1e-6
-    max_len: int = 512              # learned / sinusoidal tables only: RoPE has no limit
-    tie_embeddings: bool = False
-    norm: str = "rms"
-    ffn: str = "swiglu"
-    positions: str = "rope"
-
-    def __post_init__(self):
-        for name, allowed in (("norm", NORMS), ("ffn", FFNS), ("positions", POSITIONS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        self.block_config()   # checks the sizes (d_model by n_heads, the widths) as a block would
-
-    @property
-    def ff_width(self) -> int:
-        """The feed-forward's hidden width (``d_ff``, else the default of ``ffn``): :attr:`BlockConfig.ff_width`."""
-        return self.block_config().ff_width
-
-    @property
-    def kv_heads(self) -> int:
-        """The key/value heads (``n_kv_heads``, else ``n_heads``)."""
-        return self.block_config().kv_heads
-
-
-    def block_config(self) -> BlockConfig:
-        """The :class:`~course_utils.blocks.BlockConfig` of every block: pre-norm, no attention biases,
-        RoPE in self-attention when ``positions == "rope"``."""
-        return BlockConfig(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, n_kv_heads=self.n_kv_heads,
-                           norm_first=True, norm=self.norm, ffn=self.ffn, attention_bias=False,
-                           rope=self.positions == "rope", rope_base=self.rope_base, eps=self.eps)
-
-
-class ModernDecoder(nn.Module):
-    """A LLaMA-style decoder-only language model: ``(batch, T)`` token ids -> ``(batch, T, vocab)``.
-
-    A composition of the course's parts: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`,
-    unscaled, ``N(0, 0.02^2)``; positions added only for the ``"learned"``/``"sinusoidal"``
-    ablations), ``stack`` (:class:`~course_utils.blocks.TransformerStack` of pre-norm blocks with
-    RMSNorm, SwiGLU, RoPE and GQA, and the final norm) and ``lm_head`` (no bias).
-
-    Decoding protocol (:mod:`course_utils.decoding`)::
-
-        state = model.init_state(batch)          # or model.prefill(prompt[:, :-1])
-        log_probs, state = model.decode_step(prev_tokens, state)
-    """
-
-    def __init__(self, cfg: DecoderConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.embed = TokenEmbedding.build(cfg.vocab_size, cfg.d_model, cfg.positions, cfg.max_len,
-                                          init_std=0.02, scale=False)
-        self.stack = TransformerStack(cfg.block_config(), cfg.n_layers, final_norm=True)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.table.weight
-
-    @property
-    def layers(self) -> nn.ModuleList:
-        """The blocks, ``stack.layers``."""
-        return self.stack.layers
-
-    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """``tokens (batch, T)`` -> logits ``(batch, T, vocab)``; with ``caches`` (one
-        :class:`KVCache` per layer) the tokens follow the cached positions and the caches grow."""
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be a (batch, T) tensor of int64 ids, got "
-                             f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}")
-        offset = 0 if not caches else len(caches[0])
-        x = self.stack(self.embed(tokens, offset), caches=caches, causal=True).x
-        return self.lm_head(x)
-
-    def init_state(self, batch: int, device=None) -> dict:
-        """An empty decoding state: the batch size, an empty KVCache per layer and the number of
-        positions fed (``fed``)."""
-        return {"batch": torch.zeros(batch, 0, device=device), "caches": self.stack.new_caches(), "fed": 0}
-
-    @torch.no_grad()
-    def prefill(self, prompt: torch.Tensor, state: dict | None = None) -> dict:
-        """Run ``prompt (batch, P)`` in one pass, filling the caches; returns the state after it."""
-        state = self.init_state(prompt.shape[0], prompt.device) if state is None else state
-        check_caches_match(state["caches"], state["fed"])
-        if prompt.shape[1]:
-            self(prompt, state["caches"])
-        return {**state, "fed": state["fed"] + prompt.shape[1]}
-
-    @torch.no_grad()
-    def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, vocab), the next state)``. The
-        caches advance in place: step the state returned, never the one passed in again."""
-        check_caches_match(state["caches"], state["fed"])
-        logits = self(prev_tokens[:, None], state["caches"])
-        return torch.log_softmax(logits[:, -1].float(), dim=-1), {**state, "fed": state["fed"] + 1}
+def DecoderConfig(vocab_size: int = 256, **changes) -> LMConfig:
+    """The :class:`~course_utils.lm.LMConfig` of a LLaMA-style decoder: ``LMConfig.llama(vocab_size,
+    **changes)`` (:meth:`~course_utils.lm.LMConfig.llama`), a thin constructor. ``changes``:
+    ``d_model`` (64), ``n_layers`` (2), ``n_heads`` (4), ``n_kv_heads`` (``None``: MHA), ``d_ff``
+    (``None``: :func:`~course_utils.blocks.swiglu_hidden` for SwiGLU, ``4 * d_model`` for ReLU),
+    ``rope_base``, ``eps`` (1e-6), ``max_len`` (512), ``tie_weights``, and the ablations' switches
+    ``norm="layer"``, ``ffn="relu"``, ``positions="learned"|"sinusoidal"|"none"``."""
+    return LMConfig.llama(vocab_size, **changes)
 
 
 @torch.no_grad()
-def greedy_generate(model: ModernDecoder, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+def greedy_generate(model: DecoderLM, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """Prompt ``(batch, P)`` followed by ``max_new_tokens`` greedy tokens: ``(batch, P + n)``,
-    laid out as Hugging Face's ``generate(do_sample=False)`` (no end-of-sequence stop). The prompt
-    is prefilled in one pass; each new token then costs one cached step."""
-    if prompt.dim() != 2 or prompt.shape[1] < 1:
-        raise ValueError(f"prompt must be (batch, P) with P >= 1, got {tuple(prompt.shape)}")
-    caches = model.stack.new_caches()
-    logits = model(prompt, caches)[:, -1]
-    out = [prompt]
-    for i in range(max_new_tokens):
-        nxt = logits.argmax(-1, keepdim=True)                 # (B, 1)
-        out.append(nxt)
-        if i + 1 < max_new_tokens:
-            logits = model(nxt, caches)[:, -1]
-    return torch.cat(out, dim=1)
+    laid out as Hugging Face's ``generate(do_sample=False)`` (no end-of-sequence stop): the prompt
+    and :func:`course_utils.decoding.greedy_decode`'s tokens (one prefill pass, then cached steps)."""
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must be (batch, P) with P >= 1, got {tuple(getattr(prompt, 'shape', ()))}")
+    if max_new_tokens == 0:
+        return prompt
+    tokens, _ = greedy_decode(model.decode_step, model.init_state(prompt.shape[0], prompt.device), max_new_tokens,
+                              eos_id=-1, prompt=prompt)
+    return torch.cat([prompt, tokens], dim=1)
 
 
 # --- Hugging Face's Llama --------------------------------------------------------------------
 
-def config_from_hf(hf_config) -> DecoderConfig:
-    """A :class:`DecoderConfig` equal to a ``transformers.LlamaConfig`` (``rope_theta`` lives in
+def config_from_hf(hf_config) -> LMConfig:
+    """An :class:`~course_utils.lm.LMConfig` (LLaMA-style) equal to a ``transformers.LlamaConfig`` (``rope_theta`` lives in
     ``rope_parameters`` from transformers 5 on, on the config itself before)."""
     params = getattr(hf_config, "rope_parameters", None) or {}
     theta = params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
@@ -193,11 +89,11 @@ def config_from_hf(hf_config) -> DecoderConfig:
         raise ValueError(f"head_dim={head_dim} * heads != hidden_size={hf_config.hidden_size}: not supported")
     if getattr(hf_config, "hidden_act", "silu") != "silu":
         raise ValueError(f"SwiGLU uses silu, the config has hidden_act={hf_config.hidden_act!r}")
-    return DecoderConfig(vocab_size=hf_config.vocab_size, d_model=hf_config.hidden_size,
-                         n_layers=hf_config.num_hidden_layers, n_heads=hf_config.num_attention_heads,
-                         n_kv_heads=hf_config.num_key_value_heads, d_ff=hf_config.intermediate_size,
-                         rope_base=float(theta), eps=hf_config.rms_norm_eps,
-                         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)))
+    return LMConfig.llama(vocab_size=hf_config.vocab_size, d_model=hf_config.hidden_size,
+                          n_layers=hf_config.num_hidden_layers, n_heads=hf_config.num_attention_heads,
+                          n_kv_heads=hf_config.num_key_value_heads, d_ff=hf_config.intermediate_size,
+                          rope_base=float(theta), eps=hf_config.rms_norm_eps,
+                          tie_weights=bool(getattr(hf_config, "tie_word_embeddings", False)))
 
 
 HF_NAMES = {
@@ -226,7 +122,7 @@ def hf_key_to_ours(key: str) -> str:
     raise KeyError(f"no counterpart for Hugging Face's {key!r}")
 
 
-def load_hf_llama(model: ModernDecoder, hf_state_dict: dict) -> ModernDecoder:
+def load_hf_llama(model: DecoderLM, hf_state_dict: dict) -> DecoderLM:
     """Copy a ``LlamaForCausalLM`` state dict into ``model`` (same config: :func:`config_from_hf`).
 
     Every tensor must find its place with the same shape, and every parameter of ``model`` must
@@ -243,7 +139,7 @@ def load_hf_llama(model: ModernDecoder, hf_state_dict: dict) -> ModernDecoder:
         if ours[name].shape != value.shape:
             raise ValueError(f"{key}: shape {tuple(value.shape)}, the course's {name} has {tuple(ours[name].shape)}")
         mapped[name] = value
-    if model.cfg.tie_embeddings:
+    if model.cfg.tie_weights:
         mapped.setdefault("lm_head.weight", mapped.get("embed.table.weight"))
     missing = sorted(set(ours) - set(mapped))
     if missing:
@@ -252,12 +148,8 @@ def load_hf_llama(model: ModernDecoder, hf_state_dict: dict) -> ModernDecoder:
     return model
 
 
-def from_hf(hf_model) -> ModernDecoder:
-    """The course's :class:`ModernDecoder` holding the weights of a ``transformers`` ``LlamaForCausalLM``."""
-    model = ModernDecoder(config_from_hf(hf_model.config))
+def from_hf(hf_model) -> DecoderLM:
+    """The course's LLaMA-style :class:`~course_utils.lm.DecoderLM` holding the weights of a ``transformers`` ``LlamaForCausalLM``."""
+    model = DecoderLM(config_from_hf(hf_model.config))
     return load_hf_llama(model, hf_model.state_dict()).to(next(hf_model.parameters()).dtype).eval()
 
-
-def config_fields() -> list[str]:
-    """The names of :class:`DecoderConfig`'s fields (the ablation tool prints them)."""
-    return [f.name for f in fields(DecoderConfig)]

@@ -28,7 +28,7 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .kvcache import KVCache
-from .positional import apply_rope_half
+from .positional import apply_rope_half, rope_rotate
 
 __all__ = [
     "MultiHeadAttention", "OneHeadSelfAttention", "cached_attention", "convert_to_gqa", "copy_from_torch",
@@ -156,8 +156,9 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, cache: KVCache | None = None,
-                need_weights: bool = False, causal: bool = False,
-                attn_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                need_weights: bool = False, causal: bool = False, attn_bias: torch.Tensor | None = None,
+                rope_angles: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` to itself (``context`` None) or to ``context``.
 
         Args:
@@ -179,6 +180,10 @@ class MultiHeadAttention(nn.Module):
                 the new queries are the last ``L_q`` positions of the keys' sequence.
             attn_bias: float, broadcastable to ``(batch, n_heads, L_q, L_k)``, added to the scaled
                 scores.
+            rope_angles: ``(cos, sin)``, each ``(L_q, d_head)``, the angles of the new positions
+                (:func:`course_utils.positional.rope_cos_sin`), computed once per forward by a
+                :class:`~course_utils.blocks.TransformerStack` for all its layers; ``None``: this
+                layer computes them.
         With ``rope=True`` (self-attention only), the queries and keys are rotated by their
         positions after the projections (:func:`course_utils.positional.apply_rope_half`); with a
         cache, the new positions start at ``len(cache)``, and the cache holds rotated keys.
@@ -188,7 +193,7 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_call(x, context, cache)
         q = split_heads(self.q_proj(x), self.n_heads)                     # (B, H, L_q, dh)
-        q, k, v = self._keys_values(x, q, context, cache)                 # k, v: (B, G, L_k, dh)
+        q, k, v = self._keys_values(x, q, context, cache, rope_angles)    # k, v: (B, G, L_k, dh)
         L_q, L_k = q.shape[2], k.shape[2]
         if causal:
             mask = combine_masks(mask, causal_mask(L_q, L_k, device=x.device))
@@ -213,7 +218,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"the cache holds a batch of {cache.k.shape[0]}, x a batch of {x.shape[0]}")
 
     def _keys_values(self, x: torch.Tensor, q: torch.Tensor, context: torch.Tensor | None,
-                     cache: KVCache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     cache: KVCache | None, rope_angles: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The keys and values to attend over ``(B, G, L_k, dh)`` (the cache's, with the new ones
         appended), and ``q`` (rotated with RoPE)."""
         if cache is not None and cache.static:
@@ -222,9 +228,7 @@ class MultiHeadAttention(nn.Module):
         k = split_heads(self.k_proj(source), self.n_kv_heads)             # (B, G, L, dh)
         v = split_heads(self.v_proj(source), self.n_kv_heads)
         if self.rope:
-            offset = 0 if cache is None else len(cache)                   # positions after the cached ones
-            rotate = self.rotate or apply_rope_half
-            q, k = rotate(q, offset, self.rope_base), rotate(k, offset, self.rope_base)
+            q, k = self._rotate(q, k, 0 if cache is None else len(cache), rope_angles)
         if cache is not None:
             if context is not None:
                 if len(cache):
@@ -233,6 +237,18 @@ class MultiHeadAttention(nn.Module):
                 cache.static = True
             k, v = cache.append(k, v)
         return q, k, v
+
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor, offset: int,
+                angles: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE on ``q`` and ``k`` at positions ``offset ..`` (``offset``: the cached positions): with
+        the ``angles`` given (the stack's, for every layer), or a ``rotate`` plugged in, or
+        :func:`~course_utils.positional.apply_rope_half`."""
+        if self.rotate is None and angles is not None:
+            if angles[0].shape[-2] != q.shape[2]:
+                raise ValueError(f"rope_angles cover {angles[0].shape[-2]} positions, the queries {q.shape[2]}")
+            return rope_rotate(q, *angles), rope_rotate(k, *angles)
+        rotate = self.rotate or apply_rope_half
+        return rotate(q, offset, self.rope_base), rotate(k, offset, self.rope_base)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 attn_bias: torch.Tensor | None, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -6,7 +6,8 @@
 * Applied inside attention: rotary position embedding (RoPE, Su et al. 2021) in its two layouts.
   :func:`apply_rope` rotates the interleaved pairs ``(2i, 2i+1)`` (the paper, Meta's code, chapter
   5); :func:`apply_rope_half` the split halves ``(i, i + d/2)`` (Hugging Face's Llama, chapter 8),
-  at positions offset by a KV cache's length; :func:`interleaved_to_half` is the permutation that
+  at positions offset by a KV cache's length (:func:`rope_cos_sin` computes the angles,
+  :func:`rope_rotate` applies them); :func:`interleaved_to_half` is the permutation that
   maps one layout onto the other. :class:`~course_utils.multihead.MultiHeadAttention` takes
   ``rope=True``.
 
@@ -22,7 +23,8 @@ from ._validate import check_int
 
 __all__ = [
     "POSITIONAL", "LearnedPositions", "NoPositions", "SinusoidalPositions", "apply_rope", "apply_rope_half",
-    "interleaved_to_half", "positional_embedding", "rope_cos_sin", "rotate_half", "sinusoidal_encoding",
+    "interleaved_to_half", "positional_embedding", "rope_cos_sin", "rope_rotate", "rotate_half",
+    "sinusoidal_encoding",
 ]
 
 #: The kinds of positional information the models take: added to the embeddings ("sinusoidal",
@@ -176,7 +178,12 @@ def apply_rope_half(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> 
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     check_int(offset, "offset", note="the cache length")
     pos = torch.arange(offset, offset + x.shape[-2], device=x.device)
-    cos, sin = rope_cos_sin(pos, x.shape[-1], base, dtype=x.dtype)
+    return rope_rotate(x, *rope_cos_sin(pos, x.shape[-1], base, dtype=x.dtype))
+
+
+def rope_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin``: ``x (..., seq, d_head)`` rotated by angles computed once
+    (:func:`rope_cos_sin`, ``(seq, d_head)``); a stack computes them once per forward for all its layers."""
     return x * cos + rotate_half(x) * sin
 
 

@@ -164,7 +164,7 @@ def test_decode_steps_equal_teacher_forcing(norm_first):
     for t in range(8):
         log_probs, state = lm.decode_step(tokens[:, t], state)
         torch.testing.assert_close(log_probs, want[:, t], atol=1e-5, rtol=1e-5)
-    assert [len(c) for c in state["caches"]] == [8, 8]
+    assert len(state) == 8 and [len(c) for c in state.layers] == [8, 8]
 
 
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
@@ -179,7 +179,7 @@ def test_grouped_kv_heads_and_gelu_decode_as_they_teacher_force(n_kv_heads):
     tokens = torch.randint(4, 23, (3, 8))
     want = torch.log_softmax(lm(tokens), -1)
     state = lm.prefill(tokens[:, :3])
-    assert [c.capacity for c in state["caches"]] == [16, 16]          # preallocated for max_len
+    assert [c.capacity for c in state.layers] == [16, 16]             # preallocated for max_len
     for t in range(3, 8):
         log_probs, state = lm.decode_step(tokens[:, t], state)
         torch.testing.assert_close(log_probs, want[:, t], atol=1e-5, rtol=1e-5)
@@ -192,8 +192,8 @@ def test_parallel_prefill_equals_stepwise_prefill():
     prompt = torch.randint(4, 23, (2, 6))
     fast = lm.prefill(prompt)
     _, slow = decoding.prefill(lm.decode_step, lm.init_state(2), prompt)
-    assert torch.equal(fast["tokens"], slow["tokens"])
-    for a, b in zip(fast["caches"], slow["caches"]):
+    assert len(fast) == len(slow) == 6
+    for a, b in zip(fast.layers, slow.layers):
         torch.testing.assert_close(a.k, b.k, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(a.v, b.v, atol=1e-5, rtol=1e-5)
     nxt = torch.randint(4, 23, (2,))
@@ -213,10 +213,11 @@ def test_cached_generation_equals_uncached(how):
                                          temperature=1.3, generator=torch.Generator().manual_seed(0))
         else:
             hyps = decoding.beam_search(lm.decode_step, lm.init_state(1), max_len=8, beam_size=3, prompt=prompt[:1])
-            out = [(h.tokens, round(h.score, 4)) for h in hyps]
+            out = [(h.tokens, h.score) for h in hyps]
         results.append(out)
-    if how == "beam":
-        assert results[0] == results[1]
+    if how == "beam":   # the same hypotheses; the scores equal up to rounding (prefill vs recomputation)
+        assert [h for h, _ in results[0]] == [h for h, _ in results[1]]
+        assert [s for _, s in results[0]] == pytest.approx([s for _, s in results[1]], abs=1e-4)
     else:
         assert torch.equal(results[0][0], results[1][0])
         torch.testing.assert_close(results[0][1], results[1][1], atol=1e-4, rtol=1e-4)

@@ -136,10 +136,10 @@ def test_cached_decoding_equals_the_full_forward(positions):
     tokens = torch.randint(0, 50, (2, 15))
     with torch.no_grad():
         full = model(tokens)
-        caches = [kvcache.KVCache() for _ in model.layers]
-        parts = [model(tokens[:, :6], caches)] + [model(tokens[:, t:t + 1], caches) for t in range(6, 15)]
+        cache = model.init_state(2)
+        parts = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(6, 15)]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
-    assert caches[0].k.shape == (2, 2, 15, 8), "the cache holds the un-repeated key heads"
+    assert len(cache) == 15 and cache[0].k.shape == (2, 2, 15, 8), "the cache holds the un-repeated key heads"
 
 
 def test_the_decoding_protocol_matches_greedy_generate():
@@ -167,7 +167,7 @@ def test_bad_tokens_and_caches_say_what_is_wrong():
     with pytest.raises(ValueError, match="int64 ids"):
         m(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="one KVCache per layer"):
-        m(torch.zeros(1, 3, dtype=torch.long), [kvcache.KVCache()])
+        m(torch.zeros(1, 3, dtype=torch.long), cache=kvcache.DecoderCache(1, 1))
 
 
 # --- parity with Hugging Face's Llama ---------------------------------------------------------

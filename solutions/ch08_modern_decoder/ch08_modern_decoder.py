@@ -527,13 +527,13 @@ d_head = 16
 perm = positional.interleaved_to_half(d_head)
 
 
-def run_with_rotation(model, rotate, tokens, caches=None):
+def run_with_rotation(model, rotate, tokens, cache=None):
     """The model's logits with every layer's RoPE done by ``rotate(x (B, H, L, dh), offset, base)``."""
     for layer in model.layers:
         layer.self_attn.rotate = rotate
     try:
         with torch.no_grad():
-            return model(tokens, caches)
+            return model(tokens, cache=cache)
     finally:
         for layer in model.layers:
             layer.self_attn.rotate = None
@@ -566,9 +566,9 @@ assert err_perm < 1e-5 < err_wrong, "the permutation must map one layout onto th
 full = run_with_rotation(small, learner_rope, tokens_demo)
 for name, rotate in (("offset = cache length", learner_rope),
                      ("offset always 0 (a bug)", lambda x, offset, base: rope(x, 0, base))):
-    caches = [kvcache.KVCache() for _ in small.layers]
-    parts = [run_with_rotation(small, rotate, tokens_demo[:, :10], caches)]
-    parts += [run_with_rotation(small, rotate, tokens_demo[:, t:t + 1], caches) for t in range(10, tokens_demo.shape[1])]
+    cache = small.init_state(1)                            # one KVCache per layer (a kvcache.DecoderCache)
+    parts = [run_with_rotation(small, rotate, tokens_demo[:, :10], cache)]
+    parts += [run_with_rotation(small, rotate, tokens_demo[:, t:t + 1], cache) for t in range(10, tokens_demo.shape[1])]
     err = (torch.cat(parts, 1) - full).abs().max().item()
     print(f"prefill 10 bytes, then one at a time, {name:24s}: max |logit difference| to the full forward = {err:.1e}")
     if name.startswith("offset = "):
