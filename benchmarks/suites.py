@@ -414,8 +414,8 @@ def _families(cfg: Config, device: str) -> list[_Family]:
     d_model, d_ff = (16, 32) if small else (64, 128)
 
     def seq2seq(model, steps):
-        train.train_seq2seq(model, len_train, len_vocab, len_vocab, steps=steps, batch_size=batch, lr=3e-3,
-                            device=device, progress=False)
+        train.train_seq2seq(model, len_train, len_vocab, len_vocab, train.TrainConfig(steps, lr=3e-3, clip=1.0),
+                            batch_size=batch, device=device, progress=False)
 
     x_img, y_img, _, _ = data.digits()
     n_img = batch * steps

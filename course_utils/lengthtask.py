@@ -19,10 +19,10 @@ from torch import nn
 
 from .budget import grading
 from .data import PAD_ID, Pair, Vocab, make_batch
-from .train import History, Scores, set_seed, train_seq2seq
+from .train import History, Scores, TrainConfig, set_seed, train_seq2seq
 
 __all__ = [
-    "LENGTH_TASK_BUDGET", "error_by_position", "length_task_budget", "mean_exact_match", "teacher_forced_accuracy",
+    "LENGTH_TASK_BUDGET", "error_by_position", "length_task_config", "mean_exact_match", "teacher_forced_accuracy",
     "teacher_forced_predictions", "train_on_length_task",
 ]
 
@@ -32,28 +32,30 @@ LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)
 
 
 
-def length_task_budget(grading_steps: int = 20, **overrides) -> dict:
-    """:data:`LENGTH_TASK_BUDGET` with ``overrides``, shrunk to ``grading_steps`` steps while
-    nbgrader runs the notebook (:func:`course_utils.budget.grading`)."""
-    budget = {**LENGTH_TASK_BUDGET, **overrides}
+def length_task_config(grading_steps: int = 20, **overrides) -> TrainConfig:
+    """The training settings of :data:`LENGTH_TASK_BUDGET` (``steps``, ``lr``; gradient norms clipped
+    at 1.0) as a :class:`~course_utils.train.TrainConfig`, with ``overrides`` (its fields), shrunk to
+    ``grading_steps`` steps while nbgrader runs the notebook (:func:`course_utils.budget.grading`)."""
+    fields = {"steps": LENGTH_TASK_BUDGET["steps"], "lr": LENGTH_TASK_BUDGET["lr"], "clip": 1.0, **overrides}
     if grading():
-        budget["steps"] = min(budget["steps"], grading_steps)
-    return budget
+        fields["steps"] = min(fields["steps"], grading_steps)
+    return TrainConfig(**fields)
 
 
-def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: int = 0,
-                         **kwargs) -> tuple[nn.Module, History]:
+def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: int = 0, *,
+                         batch_size: int = LENGTH_TASK_BUDGET["batch_size"], device=None, progress: bool = True,
+                         desc: str = "training", **overrides) -> tuple[nn.Module, History]:
     """Seed, build ``make_model()`` and train it on the length task with the shared budget.
 
-    Every model of the length comparison starts from the same seed and sees the same
-    batches. ``kwargs`` go to :func:`course_utils.train.train_seq2seq` (``device``, ``progress``, ``desc``) or
-    override the budget (``steps``, ``batch_size``, ``lr``; see :func:`length_task_budget`).
+    Every model of the length comparison starts from the same seed and sees the same batches.
+    ``overrides`` change the training settings (``steps``, ``lr``: see :func:`length_task_config`);
+    ``device``, ``progress`` and ``desc`` go to :func:`course_utils.train.train_seq2seq`.
     Returns ``(model, history)``.
     """
-    budget_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in LENGTH_TASK_BUDGET}
     set_seed(seed)
     model = make_model()
-    history = train_seq2seq(model, pairs, vocab, vocab, seed=seed, **length_task_budget(**budget_keys), **kwargs)
+    history = train_seq2seq(model, pairs, vocab, vocab, length_task_config(**overrides), batch_size=batch_size,
+                            seed=seed, device=device, progress=progress, desc=desc)
     return model, history
 
 

@@ -98,8 +98,9 @@ def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, 
         return lr * train.warmup_cosine(step, steps, warmup, floor=0.1, overlap=True)
 
     windows = (random_windows(data, batch, length, g) for _ in range(steps))
-    return train.fit(model, windows, train.next_token_loss, steps, lr_at=lr_at, weight_decay=weight_decay,
-                     betas=(0.9, 0.95), clip=1.0, evaluate=evaluate, eval_every=eval_every)
+    config = train.TrainConfig(steps, lr=lr, lr_at=lr_at, weight_decay=weight_decay, betas=(0.9, 0.95), clip=1.0,
+                               eval_every=eval_every)
+    return train.fit(model, windows, train.next_token_loss, config, evaluate=evaluate)
 
 
 def _fixed_windows(data: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,7 +38,7 @@ from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
-    "IGNORE_INDEX", "Batch", "History", "Scores", "classification_loss", "count_parameters", "epochs", "evaluate",
+    "IGNORE_INDEX", "Batch", "History", "Scores", "TrainConfig", "classification_loss", "count_parameters", "epochs", "evaluate",
     "fit", "get_device", "next_token_loss", "noam_lr", "param_groups", "predict", "score_predictions",
     "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
 ]
@@ -219,13 +219,46 @@ def _to(batch, device: torch.device):
     return batch.to(device) if hasattr(batch, "to") else batch
 
 
-def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, object], torch.Tensor], steps: int,
-        lr: float = 3e-3, lr_at: Callable[[int], float] | None = None, weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, clip: float | None = None,
-        device: torch.device | str | None = None, progress: bool = False, desc: str = "training",
-        max_seconds: float | None = None, evaluate: Callable[[nn.Module], float] | None = None,
-        eval_every: int = 100) -> History:
-    """The course's training loop: ``steps`` AdamW updates of ``model`` on ``loss_fn(model, batch)``.
+@dataclass(frozen=True)
+class TrainConfig:
+    """How :func:`fit` trains: ``steps`` AdamW updates (fewer if the batches run out or time is up).
+
+    Fields:
+        steps: the number of updates.
+        lr, lr_at: a constant learning rate, or ``lr_at(step) -> learning rate`` for steps counted
+            from 1 (e.g. :func:`noam_lr`, or ``lr * warmup_cosine(step, ...)``), set before each step.
+        weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
+        betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
+        clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
+        max_seconds: stop after the first step that ends past this wall-clock budget.
+        eval_every: how often ``fit``'s ``evaluate`` runs, in steps.
+
+    ``dataclasses.replace(cfg, steps=20)`` is the same run, shorter.
+    """
+
+    steps: int
+    lr: float = 3e-3
+    lr_at: Callable[[int], float] | None = None
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    clip: float | None = None
+    max_seconds: float | None = None
+    eval_every: int = 100
+
+    def __post_init__(self):
+        check_int(self.steps, "steps")
+        check_int(self.eval_every, "eval_every", low=1)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if self.clip is not None and not self.clip > 0:
+            raise ValueError(f"clip must be None (no clipping) or > 0, got {self.clip!r}")
+
+
+def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, object], torch.Tensor],
+        config: TrainConfig, *, device: torch.device | str | None = None, progress: bool = False,
+        desc: str = "training", evaluate: Callable[[nn.Module], float] | None = None) -> History:
+    """The course's training loop: ``config.steps`` AdamW updates of ``model`` on ``loss_fn(model, batch)``.
 
     Args:
         batches: an iterable of batches (tensors, tuples of tensors or
@@ -233,49 +266,45 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
             if it runs out. Seed it to make runs repeat.
         loss_fn: the task's loss, e.g. :func:`seq2seq_loss`, :func:`classification_loss`,
             :func:`next_token_loss`.
-        lr, lr_at: a constant learning rate, or ``lr_at(step) -> learning rate`` for steps
-            counted from 1 (e.g. :func:`noam_lr`, or ``lr * warmup_cosine(step, ...)``), set
-            before each step.
-        weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
-        betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
-        clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
+        config: the optimiser, the schedule, clipping and the budget (:class:`TrainConfig`).
         device: where to train (default: where the model's parameters are); batches are moved there.
-        progress: a progress bar (one updated line in a notebook).
-        max_seconds: stop after the first step that ends past this wall-clock budget.
-        evaluate, eval_every: ``evaluate(model) -> float`` (e.g. a held-out loss) before the first step,
-            after every ``eval_every`` steps and after the last, in eval mode, without gradients, on a
-            fork of torch's random state (training goes exactly as without it): ``History.eval_values``.
+        progress: a progress bar (one updated line in a notebook), labelled ``desc``.
+        evaluate: ``evaluate(model) -> float`` (e.g. a held-out loss) before the first step, after
+            every ``config.eval_every`` steps and after the last, in eval mode, without gradients, on
+            a fork of torch's random state (training goes exactly as without it): ``History.eval_values``.
     Returns:
         a :class:`History`; the model is left in eval mode.
     """
-    check_int(steps, "steps")
-    check_int(eval_every, "eval_every", low=1)
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a train.TrainConfig (e.g. TrainConfig(steps=100, lr=1e-3)), "
+                        f"got {type(config).__name__}")
     params = list(model.parameters())
     if not params:
         raise ValueError("the model has no parameters to train")
     device = torch.device(device or params[0].device)
     model.to(device).train()
-    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+    opt = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+                            eps=config.eps)
     history = History()
     _evaluate(model, evaluate, 0, history)
     start = time.perf_counter()
-    bar = tqdm(total=steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+    bar = tqdm(total=config.steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
                ascii=True)
-    for step, batch in enumerate(itertools.islice(batches, steps), start=1):
-        if lr_at is not None:
+    for step, batch in enumerate(itertools.islice(batches, config.steps), start=1):
+        if config.lr_at is not None:
             for group in opt.param_groups:
-                group["lr"] = lr_at(step)
-        _update(model, opt, loss_fn(model, _to(batch, device)), clip, history)
+                group["lr"] = config.lr_at(step)
+        _update(model, opt, loss_fn(model, _to(batch, device)), config.clip, history)
         bar.update(1)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
-        if step % eval_every == 0:
+        if step % config.eval_every == 0:
             _evaluate(model, evaluate, step, history)
-        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+        if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
             break
     bar.close()
     history.seconds = time.perf_counter() - start
-    if history.steps % eval_every:
+    if history.steps % config.eval_every:
         _evaluate(model, evaluate, history.steps, history)
     model.eval()
     return history
@@ -313,21 +342,19 @@ def epochs(epoch_batches: Callable[[int], Iterable]) -> Iterable:
 
 
 def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab,
-                  steps: int, batch_size: int = 64, lr: float = 3e-3, clip: float | None = 1.0,
-                  device: torch.device | str | None = None, seed: int = 0,
-                  progress: bool = True, desc: str = "training", lr_at: Callable[[int], float] | None = None,
-                  label_smoothing: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
-                  eps: float = 1e-8) -> History:
-    """:func:`fit` on teacher-forced batches of ``pairs``, with gradient-norm clipping at ``clip``.
+                  config: TrainConfig, *, batch_size: int = 64, seed: int = 0, label_smoothing: float = 0.0,
+                  device: torch.device | str | None = None, progress: bool = True,
+                  desc: str = "training") -> History:
+    """:func:`fit` on teacher-forced batches of ``batch_size`` pairs of ``pairs`` (:func:`seq2seq_loss`,
+    with ``label_smoothing``: :func:`sequence_loss`).
 
-    Epochs are reshuffled with ``seed + epoch``. The RNNs of chapters 1-2 use the defaults (a
-    constant ``lr``); a Transformer passes a schedule (``lr_at``, steps counted from 1, e.g.
-    :func:`course_utils.transformer.noam_lr`) and label smoothing (:func:`sequence_loss`). The
-    model trains where it is unless ``device`` is given, and is left in eval mode.
+    Epochs are reshuffled with ``seed + epoch``. The RNNs of chapters 1-2 train with a constant ``lr``
+    and ``clip=1.0``; a Transformer adds a schedule (``config.lr_at``, e.g. :func:`noam_lr`) and label
+    smoothing. The model trains where it is unless ``device`` is given, and is left in eval mode.
     """
     stream = epochs(lambda epoch: batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch))
-    return fit(model, stream, lambda m, b: seq2seq_loss(m, b, label_smoothing), steps, lr=lr, lr_at=lr_at,
-               betas=betas, eps=eps, clip=clip, device=device, progress=progress, desc=desc)
+    return fit(model, stream, lambda m, b: seq2seq_loss(m, b, label_smoothing), config, device=device,
+               progress=progress, desc=desc)
 
 
 @torch.no_grad()

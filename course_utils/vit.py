@@ -216,8 +216,8 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
                 idx = order[i:i + batch_size]
                 yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
 
-    return train.fit(model, minibatches(), train.classification_loss, total, lr=lr, lr_at=lr_at,
-                     weight_decay=weight_decay, max_seconds=max_seconds)
+    config = train.TrainConfig(total, lr=lr, lr_at=lr_at, weight_decay=weight_decay, max_seconds=max_seconds)
+    return train.fit(model, minibatches(), train.classification_loss, config)
 
 
 def batch_sizes(n: int, batch_size: int) -> list[int]:

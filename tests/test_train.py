@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -34,7 +35,7 @@ def test_training_learns_a_short_copy_task():
     pairs = data.make_sequence_pairs(2000, 2, 4, task="copy", n_symbols=4, seed=0)
     v = data.sequence_vocab(4)
     model = rnn.Seq2Seq(len(v), len(v), emb_dim=16, hidden=48)
-    hist = train.train_seq2seq(model, pairs, v, v, steps=300, batch_size=64, lr=1e-2,
+    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(300, lr=1e-2, clip=1.0), batch_size=64,
                                device="cpu", progress=False)
     assert len(hist.loss) == 300 and len(hist.grad_norm) == 300
     assert sum(hist.loss[-20:]) / 20 < 0.25 * sum(hist.loss[:20]) / 20
@@ -76,14 +77,16 @@ def test_length_task_is_the_shared_setup():
 
 
 def test_defaults_reproduce_a_plain_adam_loop():
-    """``train_seq2seq`` with its defaults is plain Adam + clipping at 1: the exact same losses."""
+    """``train_seq2seq`` with ``TrainConfig``'s defaults and ``clip=1.0`` is plain Adam + clipping at 1:
+    the exact same losses."""
     pairs = data.make_sequence_pairs(300, 2, 4, task="copy", n_symbols=4, seed=0)
     v = data.sequence_vocab(4)
     train.set_seed(0)
     model = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
     manual = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
     manual.load_state_dict(model.state_dict())
-    hist = train.train_seq2seq(model, pairs, v, v, steps=12, batch_size=32, device="cpu", progress=False)
+    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(12, clip=1.0), batch_size=32, device="cpu",
+                               progress=False)
     opt = torch.optim.Adam(manual.parameters(), lr=3e-3)
     losses, step, epoch = [], 0, 0
     while step < 12:
@@ -107,8 +110,8 @@ def test_schedule_and_label_smoothing():
     v = data.sequence_vocab(4)
     train.set_seed(0)
     model = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
-    hist = train.train_seq2seq(model, pairs, v, v, steps=5, device="cpu", progress=False,
-                               lr_at=lambda step: 0.01 * step, label_smoothing=0.1, clip=None)
+    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(5, lr_at=lambda step: 0.01 * step),
+                               device="cpu", progress=False, label_smoothing=0.1)
     assert hist.lr == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
     # label smoothing by hand: (1 - eps) * NLL of the target + eps * mean over the vocabulary of -log p
     torch.manual_seed(0)
@@ -151,10 +154,11 @@ def test_budget_picks_the_smaller_one_only_while_nbgrader_runs(monkeypatch):
 
 def test_length_task_helpers_shrink_under_grading_and_train(monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    assert lengthtask.length_task_budget()["steps"] == 20
-    assert lengthtask.length_task_budget(steps=5)["steps"] == 5
+    assert lengthtask.length_task_config().steps == 20
+    assert lengthtask.length_task_config(steps=5).steps == 5
     monkeypatch.delenv("NBGRADER_EXECUTION")
-    assert lengthtask.length_task_budget() == lengthtask.LENGTH_TASK_BUDGET
+    budget = lengthtask.LENGTH_TASK_BUDGET
+    assert lengthtask.length_task_config() == train.TrainConfig(budget["steps"], lr=budget["lr"], clip=1.0)
     tr, te, v = data.length_task(n_train=200, n_test=40)
     make = lambda: rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=16)  # noqa: E731
     m1, h1 = lengthtask.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
@@ -234,7 +238,7 @@ def test_weight_decay_only_on_weight_matrices():
     torch.manual_seed(0)
     model = _Tiny()
     bias, weight = model.proj.bias.detach().clone(), model.proj.weight.detach().clone()
-    train.fit(model, _batches(3), lambda m, b: (m(b[0]) * 0).sum(), 3, lr=0.1, weight_decay=0.5)
+    train.fit(model, _batches(3), lambda m, b: (m(b[0]) * 0).sum(), train.TrainConfig(3, lr=0.1, weight_decay=0.5))
     torch.testing.assert_close(model.proj.bias, bias)
     torch.testing.assert_close(model.proj.weight, weight * (1 - 0.1 * 0.5) ** 3)
 
@@ -245,7 +249,8 @@ def test_fit_equals_a_plain_adam_loop_and_records_its_schedule():
 
     torch.manual_seed(0)
     ours = _Tiny()
-    hist = train.fit(ours, _batches(6), loss_fn, 6, lr_at=lambda s: 0.01 * s, betas=(0.9, 0.98), eps=1e-9)
+    hist = train.fit(ours, _batches(6), loss_fn, train.TrainConfig(6, lr_at=lambda s: 0.01 * s, betas=(0.9, 0.98),
+                                                                 eps=1e-9))
     torch.manual_seed(0)
     ref = _Tiny()
     opt = torch.optim.Adam(ref.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-9)
@@ -264,13 +269,25 @@ def test_fit_clips_stops_when_batches_run_out_or_time_is_up_and_says_what_is_wro
     def loss_fn(m, b):
         return 100 * nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
 
-    hist = train.fit(_Tiny(), _batches(3), loss_fn, 10, clip=0.5)
+    hist = train.fit(_Tiny(), _batches(3), loss_fn, train.TrainConfig(10, clip=0.5))
     assert hist.steps == 3 and all(n > 0.5 for n in hist.grad_norm)     # recorded before clipping
-    assert train.fit(_Tiny(), _batches(5), loss_fn, 5, max_seconds=0.0).steps == 1
-    with pytest.raises(ValueError, match="steps"):
-        train.fit(_Tiny(), _batches(1), loss_fn, -1)
+    assert train.fit(_Tiny(), _batches(5), loss_fn, train.TrainConfig(5, max_seconds=0.0)).steps == 1
     with pytest.raises(ValueError, match="no parameters"):
-        train.fit(nn.ReLU(), _batches(1), loss_fn, 1)
+        train.fit(nn.ReLU(), _batches(1), loss_fn, train.TrainConfig(1))
+    with pytest.raises(TypeError, match="TrainConfig"):
+        train.fit(_Tiny(), _batches(1), loss_fn, 1)
+
+
+def test_train_config_says_what_is_wrong_and_replace_keeps_the_rest():
+    for bad, match in (({"steps": -1}, "steps"), ({"steps": 2.5}, "steps"), ({"lr": 0.0}, "lr"),
+                       ({"clip": 0}, "clip"), ({"eval_every": 0}, "eval_every")):
+        with pytest.raises(ValueError, match=match):
+            train.TrainConfig(**{"steps": 10, **bad})
+    cfg = train.TrainConfig(100, lr=1e-3, clip=1.0, betas=(0.9, 0.98))
+    short = dataclasses.replace(cfg, steps=5)
+    assert (short.steps, short.lr, short.clip, short.betas) == (5, 1e-3, 1.0, (0.9, 0.98))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.steps = 3
 
 
 def test_noam_lr():
@@ -346,18 +363,17 @@ def test_fit_evaluates_before_every_n_steps_and_after_the_last_without_changing_
 
     torch.manual_seed(0)
     model = _Tiny()
-    hist = train.fit(model, _batches(7), loss_fn, 7, evaluate=evaluate, eval_every=3)
+    hist = train.fit(model, _batches(7), loss_fn, train.TrainConfig(7, eval_every=3), evaluate=evaluate)
     torch.manual_seed(0)
     plain = _Tiny()
-    ref = train.fit(plain, _batches(7), loss_fn, 7)
+    ref = train.fit(plain, _batches(7), loss_fn, train.TrainConfig(7))
     assert hist.loss == ref.loss and all(torch.equal(p, q) for p, q in zip(model.parameters(), plain.parameters()))
     assert hist.eval_steps == [0, 3, 6, 7] and len(hist.eval_values) == 4
     assert hist.eval_values[-1] == pytest.approx(loss_fn(model, held_out).item())
     assert set(modes) == {(False, False)} and not model.training
-    assert train.fit(_Tiny(), _batches(6), loss_fn, 6, evaluate=evaluate, eval_every=3).eval_steps == [0, 3, 6]
-    assert train.fit(_Tiny(), _batches(2), loss_fn, 2).eval_steps == []
-    with pytest.raises(ValueError, match="eval_every"):
-        train.fit(_Tiny(), _batches(1), loss_fn, 1, evaluate=evaluate, eval_every=0)
+    assert train.fit(_Tiny(), _batches(6), loss_fn, train.TrainConfig(6, eval_every=3),
+                     evaluate=evaluate).eval_steps == [0, 3, 6]
+    assert train.fit(_Tiny(), _batches(2), loss_fn, train.TrainConfig(2)).eval_steps == []
 
 
 def test_epoch_means_weigh_each_step_by_its_batch():

@@ -56,8 +56,9 @@ for peak in (0.03, 0.01, 0.003):
     for norm_first, ln in ((False, "Post-LN"), (True, "Pre-LN")):
         for sched in scheds:
             model = small_transformer(norm_first=norm_first)
-            hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=ABL_STEPS, batch_size=64,
-                                       device="cpu", progress=False, lr_at=scheds[sched], betas=(0.9, 0.98), eps=1e-9)
+            config = train.TrainConfig(ABL_STEPS, lr_at=scheds[sched], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+            hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64,
+                                       device="cpu", progress=False)
             sc = train.evaluate(model, small_test, small_vocab, small_vocab)
             rows.append(dict(peak=peak, ln=ln, sched=sched, em=sc.exact_match, loss=float(np.mean(hist.loss[-20:])),
                              grad_first=hist.grad_norm[0], grad_max=max(hist.grad_norm)))
@@ -72,8 +73,9 @@ for i, (steps, label, kw) in enumerate(arms):
     if ARM is not None and i != ARM:
         continue
     model = small_transformer(**kw)
-    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=steps, batch_size=64,
-                               device="cpu", progress=False, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9)
+    config = train.TrainConfig(steps, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device="cpu",
+                               progress=False)
     sc = train.evaluate(model, small_test, small_vocab, small_vocab)
     rows.append(dict(steps=steps, model=label, em=sc.exact_match, loss=float(np.mean(hist.loss[-20:]))))
 result = rows
@@ -83,9 +85,9 @@ import numpy as np
 rows = []
 for eps_ls in (0.0, 0.1):
     model = small_transformer()
-    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=ABL_STEPS, batch_size=64,
-                               device="cpu", progress=False, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9,
-                               label_smoothing=eps_ls)
+    config = train.TrainConfig(ABL_STEPS, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device="cpu",
+                               progress=False, label_smoothing=eps_ls)
     sc = train.evaluate(model, small_test, small_vocab, small_vocab)
     b = data.make_batch(small_test, small_vocab, small_vocab)
     with torch.no_grad():
@@ -114,8 +116,9 @@ rows = []
 for steps in DATE_STEPS_LIST:
     train.set_seed(0)
     model = T.Seq2SeqTransformer(len(sv), len(tv), d_model=64, n_heads=4, n_layers=1, d_ff=256)
-    hist = train.train_seq2seq(model, date_train, sv, tv, device="cpu", progress=False, steps=steps, batch_size=64,
-                               lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100))
+    hist = train.train_seq2seq(model, date_train, sv, tv, train.TrainConfig(steps, lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100),
+                                                                           clip=1.0),
+                               batch_size=64, device="cpu", progress=False)
     rows.append(dict(steps=steps, em=train.evaluate(model, date_test, sv, tv).exact_match, seconds=hist.seconds))
 result = rows
 """,

@@ -853,8 +853,8 @@ date_src_vocab, date_tgt_vocab = data.date_vocabs()
 train.set_seed(0)
 date_model = rnn.Seq2Seq(len(date_src_vocab), len(date_tgt_vocab), emb_dim=32, hidden=64)
 date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab,
-                                steps=budget.pick(300, grading=20), batch_size=64, lr=3e-3,
-                                device=device, desc="dates")
+                                train.TrainConfig(steps=budget.pick(300, grading=20), lr=3e-3, clip=1.0),
+                                batch_size=64, device=device, desc="dates")
 date_scores = train.evaluate(date_model, date_test, date_src_vocab, date_tgt_vocab)
 print(f"{date_hist.seconds:.1f} s; test {date_scores}")
 
@@ -1462,8 +1462,9 @@ print(f"a string of 14 symbols from 8: {14 * math.log2(8):.0f} bits; the context
 # %%
 # NBVAL_IGNORE_OUTPUT
 longer = copy.deepcopy(models["context at every step"]).to(device)
-longer_hist = train.train_seq2seq(longer, len_train, len_vocab, len_vocab, device=device, seed=1000,
-                                  desc="700 more steps", **lengthtask.length_task_budget())
+longer_hist = train.train_seq2seq(longer, len_train, len_vocab, len_vocab, lengthtask.length_task_config(),
+                                  batch_size=lengthtask.LENGTH_TASK_BUDGET["batch_size"], device=device, seed=1000,
+                                  desc="700 more steps")
 longer.cpu()
 results["context at every step, 2x budget"] = train.evaluate(longer, len_test, len_vocab, len_vocab)
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))

@@ -1511,7 +1511,7 @@ for positions in (False, True):
                    for idx in (torch.randint(len(src_train), (64,), generator=batch_rng) for _ in range(rev_steps)))
     start = time.perf_counter()
     train.fit(model, minibatches, lambda m, b: F.cross_entropy(m(b[0])[0].flatten(0, 1), b[1].flatten()),
-              rev_steps, lr=1e-2)                      # the course's loop (Adam; it leaves the model in eval mode)
+              train.TrainConfig(rev_steps, lr=1e-2))   # the course's loop (Adam; it leaves the model in eval mode)
     with torch.no_grad():
         logits, rev_weights = model(src_test)
         flipped_logits, _ = model(src_test.flip(1))

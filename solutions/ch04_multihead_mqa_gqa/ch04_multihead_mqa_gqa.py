@@ -1334,7 +1334,7 @@ def fit(model, steps, lr=3e-3, seed=0):
     gen = torch.Generator().manual_seed(seed)
     minibatches = (prompt_batch([rev_train[i] for i in torch.randint(len(rev_train), (64,), generator=gen).tolist()])
                    for _ in range(steps))
-    train.fit(model, minibatches, train.next_token_loss, steps, lr=lr)
+    train.fit(model, minibatches, train.next_token_loss, train.TrainConfig(steps, lr=lr))
     return model
 
 

@@ -334,9 +334,10 @@ def small_transformer(**kw):
 
 def train_small(model, schedule="warmup", **kw):
     """Train one of the small models of sections 3.4, 10 and 11 (``kw``: e.g. label_smoothing); evaluate it."""
-    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, steps=budget.pick(ABL_STEPS, grading=5),
-                               batch_size=64, device=device, progress=False, lr_at=schedules[schedule],
-                               betas=(0.9, 0.98), eps=1e-9, **kw)
+    config = train.TrainConfig(steps=budget.pick(ABL_STEPS, grading=5), lr_at=schedules[schedule], betas=(0.9, 0.98),
+                               eps=1e-9, clip=1.0)
+    hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device=device,
+                               progress=False, **kw)
     return model, hist, train.evaluate(model, small_test, small_vocab, small_vocab)
 
 
@@ -1095,7 +1096,7 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 len_train, len_test, len_vocab = data.length_task()
-len_budget = lengthtask.length_task_budget()          # chapters 1-2's steps, batch size and lr (20 steps while grading)
+len_config = lengthtask.length_task_config()          # chapters 1-2's steps and lr (20 steps while grading)
 LV = len(len_vocab)
 TF_SIZE = dict(d_model=64, n_heads=4, n_layers=2, d_ff=128)
 TF_OPT = dict(lr_at=lambda step: 0.5 * lr_schedule(step, 64, 100))
@@ -1128,7 +1129,7 @@ print(f"training time in this run (CPU kernel {torch.backends.cpu.get_cpu_capabi
       f"Transformer / GRU {len_hist[tf_name].seconds / len_hist[gru_name].seconds:.2f}")
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.8))
 _ = plots.plot_accuracy_by_length(len_scores, ax=axes[0])
-axes[0].set_title(f"reversal, {len_budget['steps']} steps of {len_budget['batch_size']}: exact match by source length")
+axes[0].set_title(f"reversal, {len_config.steps} steps of {lengthtask.LENGTH_TASK_BUDGET['batch_size']}: exact match by source length")
 _ = plots.plot_loss(len_hist, ax=axes[1])
 axes[1].set_title("training loss")
 plt.tight_layout()
@@ -1250,8 +1251,9 @@ DATE_SIZE, DATE_STEPS, DATE_OPT = dict(d_model=64, n_heads=4, n_layers=1, d_ff=2
 train.set_seed(0)
 date_model = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), **DATE_SIZE)
 cpu_start = time.process_time()
-date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab, device=device, progress=False,
-                                steps=budget.pick(DATE_STEPS, grading=20), batch_size=64, **DATE_OPT)
+date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab,
+                                train.TrainConfig(steps=budget.pick(DATE_STEPS, grading=20), clip=1.0, **DATE_OPT),
+                                batch_size=64, device=device, progress=False)
 date_cpu = time.process_time() - cpu_start
 date_scores = train.evaluate(date_model, date_test, date_src_vocab, date_tgt_vocab)
 print(f"Transformer on dates: {train.count_parameters(date_model):,} parameters, trained on the CPU for "

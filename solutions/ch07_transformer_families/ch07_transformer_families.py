@@ -493,8 +493,8 @@ def pretrain_mlm(model, steps, batch_size=128):
             batch = unlabelled[torch.randint(0, len(unlabelled), (batch_size,), generator=g)]
             yield corrupt(batch, MASK_ID, V_TOY, g, 0.15, data.TOY_FIRST_WORD_ID)     # (inputs, labels)
 
-    history = train.fit(model, corrupted_batches(), lambda m, b: families.mlm_loss(m(b[0]), b[1]), steps,
-                        lr=2e-3, weight_decay=0.0)
+    history = train.fit(model, corrupted_batches(), lambda m, b: families.mlm_loss(m(b[0]), b[1]),
+                        train.TrainConfig(steps, lr=2e-3))
     return history.loss
 
 
@@ -503,8 +503,8 @@ def finetune(model, steps, batch_size=64):
     g = torch.Generator().manual_seed(1)
     minibatches = ((labelled_x[idx], labelled_y[idx])
                    for idx in (torch.randint(0, len(labelled_x), (batch_size,), generator=g) for _ in range(steps)))
-    train.fit(model, minibatches, lambda m, b: F.cross_entropy(m.classify(b[0]), b[1]), steps, lr=1e-3,
-              weight_decay=0.0)
+    train.fit(model, minibatches, lambda m, b: F.cross_entropy(m.classify(b[0]), b[1]),
+              train.TrainConfig(steps, lr=1e-3))
     with torch.no_grad():
         return {name: (model.classify(x).argmax(-1) == y).float().mean().item()
                 for name, (x, y) in {"seen adjectives": (seen_x, seen_y), "held-out adjectives": (test_x, test_y)}.items()}
@@ -635,7 +635,8 @@ g = torch.Generator().manual_seed(0)
 lm_batches = (lm_text[torch.randint(0, len(lm_text), (128,), generator=g)] for _ in range(LM_STEPS))
 shifted = ((b[:, :-1], b[:, 1:].masked_fill(b[:, 1:] == PAD_ID, train.IGNORE_INDEX)) for b in lm_batches)
 start = time.perf_counter()
-lm_losses = train.fit(gpt, shifted, train.next_token_loss, LM_STEPS, lr=2e-3, weight_decay=0.01).loss   # token t + 1 from tokens <= t
+lm_losses = train.fit(gpt, shifted, train.next_token_loss,                     # token t + 1 from tokens <= t
+                      train.TrainConfig(LM_STEPS, lr=2e-3, weight_decay=0.01)).loss
 print(f"{train.count_parameters(gpt):,} parameters; next-token loss {lm_losses[0]:.2f} -> "
       f"{np.mean(lm_losses[-20:]):.2f} after {LM_STEPS} steps ({time.perf_counter() - start:.1f} s)")
 
@@ -650,8 +651,9 @@ print(f"{train.count_parameters(gpt):,} parameters; next-token loss {lm_losses[0
 heldout_text, _ = data.pad_sequences([toy_vocab.encode(w, add_sos=True, add_eos=True)
                                       for w, _ in data.make_toy_sentences(1000, seed=9)])
 with torch.no_grad():
-    token_nll = F.cross_entropy(gpt(heldout_text[:, :-1]).transpose(1, 2), heldout_text[:, 1:],
-                                ignore_index=PAD_ID, reduction="none")          # (1000, T - 1), 0 at padding
+    heldout_targets = heldout_text[:, 1:].masked_fill(heldout_text[:, 1:] == PAD_ID, train.IGNORE_INDEX)
+    token_nll = F.cross_entropy(gpt(heldout_text[:, :-1]).transpose(1, 2), heldout_targets,
+                                reduction="none")                               # (1000, T - 1), 0 at padding
 n_predicted = (heldout_text[:, 1:] != PAD_ID).sum()
 mean_nll = (token_nll.sum() / n_predicted).item()
 sentence_log_p = -token_nll.sum(1)                                            # log P(x) of each sentence
@@ -1116,7 +1118,7 @@ def train_date_lm(prefix_lm):
             yield x, y, prefix
 
     train.fit(lm, date_batches(), lambda m, b: F.cross_entropy(m(b[0], prefix_len=b[2]).transpose(1, 2), b[1]),
-              DATE_STEPS, lr=3e-3, clip=1.0)
+              train.TrainConfig(DATE_STEPS, lr=3e-3, clip=1.0))
     seconds = time.perf_counter() - start
     completions = families.greedy_complete(lm, [as_prompt(p)[0] for p in date_test], max_len=12, prefix_lm=prefix_lm)
     em = sum(lm_vocab.decode(c) == p[1] for c, p in zip(completions, date_test)) / len(date_test)
@@ -1129,8 +1131,8 @@ _, _, date_results["prefix LM"] = train_date_lm(prefix_lm=True)
 train.set_seed(0)
 date_ed = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), d_model=32, n_heads=4, n_layers=2, d_ff=64,
                                norm_first=True)
-hist = train.train_seq2seq(date_ed, date_train, date_src_vocab, date_tgt_vocab, steps=DATE_STEPS, batch_size=64,
-                           lr=3e-3, device=device, progress=False)
+hist = train.train_seq2seq(date_ed, date_train, date_src_vocab, date_tgt_vocab,
+                           train.TrainConfig(DATE_STEPS, lr=3e-3, clip=1.0), batch_size=64, device=device, progress=False)
 date_results["encoder-decoder"] = (train.count_parameters(date_ed), hist.seconds,
                                    train.evaluate(date_ed, date_test, date_src_vocab, date_tgt_vocab).exact_match)
 for name, (n_params, secs, em) in date_results.items():
@@ -1195,8 +1197,8 @@ for src, tgt in multi_train[:4]:
     print(src[0], sep.join(src[1:]), "->", sep.join(tgt))
 train.set_seed(0)
 t5 = T.Seq2SeqTransformer(len(multi_vocab), len(multi_vocab), d_model=48, n_heads=4, n_layers=2, d_ff=96, norm_first=True)
-hist = train.train_seq2seq(t5, multi_train, multi_vocab, multi_vocab, steps=MULTI_STEPS, batch_size=64, device=device,
-                           progress=False)
+hist = train.train_seq2seq(t5, multi_train, multi_vocab, multi_vocab, train.TrainConfig(MULTI_STEPS, clip=1.0),
+                           batch_size=64, device=device, progress=False)
 predictions = train.predict(t5, [s for s, _ in multi_test], multi_vocab, multi_vocab, max_len=16)
 per_task = {}
 for task in ("reverse", "sort", "date"):
@@ -1524,10 +1526,10 @@ with torch.no_grad():
 assert abs(vit_accuracy - vit.accuracy(vit_model, x_test, y_test)) < 1e-6, 'the hand-computed accuracy must equal vit.accuracy'
 cnn_accuracy = vit.accuracy(cnn_model, x_test, y_test)
 for name, model, history, acc in (("ViT", vit_model, vit_history, vit_accuracy), ("CNN", cnn_model, cnn_history, cnn_accuracy)):
-    print(f"{name}: {train.count_parameters(model):,} parameters, {VIT_EPOCHS} epochs in {history['seconds']:.1f} s, "
+    print(f"{name}: {train.count_parameters(model):,} parameters, {VIT_EPOCHS} epochs in {history.seconds:.1f} s, "
           f"test accuracy {acc:.3f}")
 print(f"ViT test accuracy: {vit_accuracy:.3f}")
-print(f"training time, ViT / CNN, this run: {vit_history['seconds'] / cnn_history['seconds']:.2f} "
+print(f"training time, ViT / CNN, this run: {vit_history.seconds / cnn_history.seconds:.2f} "
       f"(one thread of {cost.machine()})")
 # Inductive bias, tested: the same test images, each moved by up to one pixel in each direction
 # (vit.random_shift; the border filled with blank), and neither model saw a moved image in training.
@@ -1582,7 +1584,7 @@ train.set_seed(0)
 vit_small = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)
 small_history = vit.train_classifier(vit_small, x_train, y_train, epochs=budget.pick(12, grading=1), batch_size=64, lr=3e-3,
                                      weight_decay=0.05, warmup_steps=50, seed=0)
-print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history['seconds']:.1f} s, "
+print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history.seconds:.1f} s, "
       f"test accuracy {vit.accuracy(vit_small, x_test, y_test):.3f}")
 with torch.no_grad():
     _, weights = vit_small.forward_with_weights(x_test)             # per layer (360, heads, 17, 17)

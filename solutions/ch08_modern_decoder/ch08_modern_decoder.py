@@ -794,7 +794,7 @@ BUDGET = {**textlm.CH08_BUDGET, "steps": budget.pick(textlm.CH08_BUDGET["steps"]
 L_TRAIN = BUDGET["length"]
 start = time.perf_counter()
 model = textlm.ch08_model(seed=0)
-losses = textlm.train_lm(model, train_ids, seed=0, **BUDGET)
+losses = textlm.train_lm(model, train_ids, seed=0, **BUDGET).loss
 val_modern = textlm.eval_loss(model, val_ids, L_TRAIN)
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters, {BUDGET['steps']} steps in {time.perf_counter() - start:.0f} s")
 print(f"training loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f} (mean of the last 20 steps); held out: {val_modern:.3f} nats per byte")
