@@ -24,7 +24,7 @@ Masks are boolean, True = may attend, broadcastable to ``(batch, heads, L_q, L_k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -107,6 +107,10 @@ class BlockConfig:
     def kv_heads(self) -> int:
         """The key/value heads: ``n_kv_heads``, else ``n_heads``."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    def block_config(self, **changes) -> BlockConfig:
+        """The :class:`BlockConfig` part of this config (a model's config is built on it), with ``changes``."""
+        return BlockConfig(**{**{f.name: getattr(self, f.name) for f in fields(BlockConfig)}, **changes})
 
 
 # --- the parts --------------------------------------------------------------------------------

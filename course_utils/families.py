@@ -29,6 +29,8 @@ tokens ``(batch, L)``, states ``(batch, L, d_model)``, masks ``(L_q, L_k)`` or
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,7 +44,7 @@ from .lm import DecoderLM, LMConfig
 from .train import IGNORE_INDEX
 
 __all__ = [
-    "IGNORE_INDEX", "DecoderOnlyLM", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
+    "IGNORE_INDEX", "DecoderOnlyLM", "EncoderConfig", "EncoderOnly", "bidirectional_mask", "causal_mask", "greedy_complete",
     "lm_training_batch", "mlm_corrupt", "mlm_loss", "prefix_lm_mask",
 ]
 
@@ -116,30 +118,49 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 # --- the models -----------------------------------------------------------------------------
 
+@dataclass
+class EncoderConfig(BlockConfig):
+    """A :class:`~course_utils.blocks.BlockConfig` (every block's sizes and switches; Pre-LN by
+    default here) and the BERT-style encoder around the blocks: ``vocab_size``, ``n_layers``,
+    ``max_len`` (the learned positions' table), ``pad_id`` (padding keys are masked) and
+    ``n_classes`` (a linear head on the first token's final state, for a ``[CLS]`` token; ``None``:
+    no classification head)."""
+
+    norm_first: bool = True
+    vocab_size: int = 1
+    n_layers: int = 2
+    max_len: int = 128
+    pad_id: int = PAD_ID
+    n_classes: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("vocab_size", "n_layers", "max_len"):
+            check_int(getattr(self, name), name, 1)
+        if self.n_classes is not None:
+            check_int(self.n_classes, "n_classes", 1)
+
+
 class EncoderOnly(nn.Module):
     """A BERT-style encoder: bidirectional self-attention over the whole (unpadded) sequence.
 
-    Args:
-        vocab_size, d_model, n_heads, n_layers, d_ff, dropout, norm_first, max_len, pad_id: the
-            stack (see :class:`course_utils.transformer.Seq2SeqTransformer`); Pre-LN by default.
-        n_classes: adds ``classifier``, a linear head on the first token's final state (put a
-            ``[CLS]`` token there); ``None``: no classification head.
+    ``EncoderOnly(vocab_size, **fields)``: ``fields`` are those of :class:`EncoderConfig`
+    (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``, ``norm_first``, ``max_len``,
+    ``pad_id``, ``n_classes``); the config is ``model.cfg``.
 
     Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`, learned positions),
     ``stack`` (:class:`~course_utils.blocks.TransformerStack`: ``stack.layers``, ``stack.norm``),
     ``mlm_head`` (``nn.Linear(d_model, vocab_size)``) and ``classifier``.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = True, max_len: int = 128,
-                 pad_id: int = PAD_ID, n_classes: int | None = None):
+    def __init__(self, vocab_size: int, **fields):
         super().__init__()
-        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
-        self.pad_id = pad_id
-        self.embed = TokenEmbedding.build(vocab_size, d_model, "learned", max_len, dropout=dropout)
-        self.stack = TransformerStack(cfg, n_layers)
-        self.mlm_head = nn.Linear(d_model, vocab_size)
-        self.classifier = nn.Linear(d_model, n_classes) if n_classes is not None else None
+        cfg = self.cfg = EncoderConfig(vocab_size=vocab_size, **fields)
+        self.pad_id = cfg.pad_id
+        self.embed = TokenEmbedding.build(vocab_size, cfg.d_model, "learned", cfg.max_len, dropout=cfg.dropout)
+        self.stack = TransformerStack(cfg.block_config(), cfg.n_layers)
+        self.mlm_head = nn.Linear(cfg.d_model, vocab_size)
+        self.classifier = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes is not None else None
 
     def _encode(self, tokens: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
         keys = (tokens != self.pad_id)[:, None, None, :]                         # (batch, 1, 1, L)

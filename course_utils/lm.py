@@ -27,7 +27,7 @@ Shapes: tokens ``(batch, T)``, logits ``(batch, T, vocab_size)``, masks ``(T, T)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -86,8 +86,7 @@ class LMConfig(BlockConfig):
     @property
     def block(self) -> BlockConfig:
         """The :class:`~course_utils.blocks.BlockConfig` of every block (``rope`` from ``positions``)."""
-        own = {f.name: getattr(self, f.name) for f in fields(BlockConfig)}
-        return BlockConfig(**{**own, "rope": self.positions == "rope"})
+        return self.block_config(rope=self.positions == "rope")
 
     @classmethod
     def gpt(cls, vocab_size: int, **changes) -> LMConfig:

@@ -24,12 +24,13 @@ Masks follow the course's convention: a boolean mask is True where a query *may 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from ._validate import check_int
 from .attention import causal_mask, key_padding_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerBlock, TransformerStack
 from .data import PAD_ID
@@ -39,7 +40,7 @@ from .positional import positional_embedding
 from .train import noam_lr
 
 __all__ = [
-    "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqTransformer", "copy_torch_layer",
+    "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "copy_torch_layer",
     "decoder_self_mask", "from_torch", "noam_lr",
 ]
 
@@ -65,56 +66,89 @@ class Seq2SeqAttention(NamedTuple):
     cross: list
 
 
+@dataclass
+class Seq2SeqConfig(BlockConfig):
+    """A :class:`~course_utils.blocks.BlockConfig` (every block's sizes and switches: ``d_model``,
+    ``n_heads``, ``d_ff``, ``n_kv_heads`` (GQA/MQA, chapter 4), ``dropout``, ``norm_first``: False =
+    Post-LN, the paper, True = Pre-LN) and the encoder-decoder around the blocks:
+
+    * ``src_vocab``, ``tgt_vocab``: vocabulary sizes; ``n_layers``: layers per stack (encoder and decoder);
+    * ``final_norm``: a norm after each stack (``None``: ``norm_first``; Pre-LN needs it, since its
+      residual stream is never normalised; ``nn.Transformer`` always has it);
+    * ``positional``: ``"sinusoidal"``, ``"learned"`` or ``"none"``; ``max_len``: the longest sequence
+      the positional encodings cover;
+    * ``share_layers``: one encoder block and one decoder block applied ``n_layers`` times
+      (cross-layer weight sharing, as in the Universal Transformer and ALBERT);
+    * ``pad_id``: the padding id of the target (for :func:`decoder_self_mask`);
+    * ``use_cache``: ``decode_step`` keeps key/value caches (True) or recomputes the whole prefix at
+      every step (False); both give the same result.
+
+    Dropout (0 by default: the course's tasks are small and generated fresh) is on attention
+    weights, sublayer outputs and embeddings. Widths are properties, so ``dataclasses.replace`` is
+    always right.
+    """
+
+    src_vocab: int = 1
+    tgt_vocab: int = 1
+    n_layers: int = 2
+    final_norm: bool | None = None
+    positional: str = "sinusoidal"
+    share_layers: bool = False
+    max_len: int = 256
+    pad_id: int = PAD_ID
+    use_cache: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("src_vocab", "tgt_vocab", "n_layers", "max_len"):
+            check_int(getattr(self, name), name, 1)
+        if self.positional not in SEQ2SEQ_POSITIONAL:
+            raise ValueError(f"positional must be one of {SEQ2SEQ_POSITIONAL}, got {self.positional!r}")
+        if self.rope or self.cross_attention:
+            raise ValueError("a Seq2SeqConfig sets positions with positional= and gives the decoder its "
+                             "cross-attention itself: rope and cross_attention stay False")
+
+
 class Seq2SeqTransformer(nn.Module):
     """An encoder-decoder Transformer with the decoding protocol of :mod:`course_utils.decoding`.
 
-    Args:
-        src_vocab, tgt_vocab: vocabulary sizes.
-        d_model, n_heads, n_layers, d_ff: width, heads per attention, layers per stack (encoder
-            and decoder), hidden width of the feed-forward networks.
-        dropout: on attention weights, sublayer outputs and embeddings (0 by default: the
-            course's tasks are small and generated fresh).
-        norm_first: False = Post-LN (the paper), True = Pre-LN.
-        final_norm: a norm after each stack (default: ``norm_first``; Pre-LN needs it,
-            since its residual stream is never normalised; ``nn.Transformer`` always has it).
-        positional: ``"sinusoidal"``, ``"learned"`` or ``"none"``.
-        share_layers: one encoder block and one decoder block applied ``n_layers`` times
-            (cross-layer weight sharing, as in the Universal Transformer and ALBERT).
-        n_kv_heads: fewer key/value heads (GQA/MQA, chapter 4); default ``n_heads``.
-        max_len: the longest sequence the positional encodings cover.
-        pad_id: the padding id of the target (for :func:`decoder_self_mask`).
-        use_cache: ``decode_step`` keeps key/value caches (True) or recomputes the whole
-            prefix at every step (False); both give the same result.
+    ``Seq2SeqTransformer(src_vocab, tgt_vocab, **fields)``: ``fields`` are those of
+    :class:`Seq2SeqConfig` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``norm_first``,
+    ``positional``, ...); :meth:`from_config` builds one from a config. The config is ``model.cfg``.
 
     Sub-modules: ``src_embed`` and ``tgt_embed`` (:class:`~course_utils.blocks.TokenEmbedding`),
     ``encoder`` and ``decoder`` (:class:`~course_utils.blocks.TransformerStack`; the decoder's
     blocks have cross-attention), ``out`` (``nn.Linear(d_model, tgt_vocab)``).
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, dropout: float = 0.0, norm_first: bool = False,
-                 final_norm: bool | None = None, positional: str = "sinusoidal", share_layers: bool = False,
-                 n_kv_heads: int | None = None, max_len: int = 256, pad_id: int = PAD_ID, use_cache: bool = True):
+    def __init__(self, src_vocab: int, tgt_vocab: int, **fields):
         super().__init__()
-        if positional not in SEQ2SEQ_POSITIONAL:
-            raise ValueError(f"positional must be one of {SEQ2SEQ_POSITIONAL}, got {positional!r}")
-        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_kv_heads=n_kv_heads, dropout=dropout,
-                          norm_first=norm_first)
-        self.d_model, self.n_heads, self.n_layers, self.d_ff = d_model, n_heads, n_layers, cfg.ff_width
-        self.norm_first, self.positional, self.share_layers = norm_first, positional, share_layers
-        self.pad_id, self.use_cache = pad_id, use_cache
+        cfg = self.cfg = Seq2SeqConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
+        self.d_model, self.n_heads, self.n_layers, self.d_ff = cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.ff_width
+        self.norm_first, self.positional, self.share_layers = cfg.norm_first, cfg.positional, cfg.share_layers
+        self.pad_id, self.use_cache = cfg.pad_id, cfg.use_cache
         # Both token tables are drawn before either is redrawn from N(0, 1/d_model) (times sqrt(d_model):
         # unit entries), then the positions: the order of chapter 6's seeded models, kept so that its
         # numbers hold.
-        tables = [nn.Embedding(vocab, d_model) for vocab in (src_vocab, tgt_vocab)]
+        tables = [nn.Embedding(vocab, cfg.d_model) for vocab in (src_vocab, tgt_vocab)]
         for table in tables:
-            nn.init.normal_(table.weight, std=d_model ** -0.5)
+            nn.init.normal_(table.weight, std=cfg.d_model ** -0.5)
         self.src_embed, self.tgt_embed = (
-            TokenEmbedding(table, positional_embedding(positional, d_model, max_len), dropout=dropout)
+            TokenEmbedding(table, positional_embedding(cfg.positional, cfg.d_model, cfg.max_len), dropout=cfg.dropout)
             for table in tables)
-        self.encoder = TransformerStack(cfg, n_layers, final_norm, share_layers)
-        self.decoder = TransformerStack(replace(cfg, cross_attention=True), n_layers, final_norm, share_layers)
-        self.out = nn.Linear(d_model, tgt_vocab)
+        block = cfg.block_config()
+        self.encoder = TransformerStack(block, cfg.n_layers, cfg.final_norm, cfg.share_layers)
+        self.decoder = TransformerStack(replace(block, cross_attention=True), cfg.n_layers, cfg.final_norm,
+                                        cfg.share_layers)
+        self.out = nn.Linear(cfg.d_model, tgt_vocab)
+
+    @classmethod
+    def from_config(cls, cfg: Seq2SeqConfig) -> Seq2SeqTransformer:
+        """The model of ``cfg``."""
+        if not isinstance(cfg, Seq2SeqConfig):
+            raise TypeError(f"cfg must be a Seq2SeqConfig, got {type(cfg).__name__}")
+        rest = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("src_vocab", "tgt_vocab")}
+        return cls(cfg.src_vocab, cfg.tgt_vocab, **rest)
 
     # --- the two stacks -----------------------------------------------------------------
     def embed_src(self, src: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,8 @@ token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,7 +27,7 @@ from ._validate import check_int
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
-__all__ = ["SmallCNN", "ViT", "accuracy", "attention_rollout", "batch_sizes", "class_token_map", "patchify",
+__all__ = ["SmallCNN", "ViT", "ViTConfig", "accuracy", "attention_rollout", "batch_sizes", "class_token_map", "patchify",
            "random_shift", "train_classifier"]
 
 
@@ -49,15 +51,34 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.reshape(B, (H // patch) * (W // patch), C * patch * patch)
 
 
+@dataclass
+class ViTConfig(BlockConfig):
+    """A :class:`~course_utils.blocks.BlockConfig` (every block's sizes and switches; Pre-LN by
+    default here, the paper's choice) and the Vision Transformer around the blocks: ``image_size``
+    (height = width of the input images: 8 for the digits), ``patch`` (the side of the square
+    patches; it must divide ``image_size``), ``channels``, ``n_classes`` and ``n_layers``."""
+
+    norm_first: bool = True
+    image_size: int = 8
+    patch: int = 2
+    channels: int = 1
+    n_classes: int = 10
+    n_layers: int = 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("image_size", "patch", "channels", "n_classes", "n_layers"):
+            check_int(getattr(self, name), name, 1)
+        if self.image_size % self.patch:
+            raise ValueError(f"patch={self.patch} must divide image_size={self.image_size}")
+
+
 class ViT(nn.Module):
     """A Vision Transformer classifier.
 
-    Args:
-        image_size: height = width of the input images (8 for the digits).
-        patch: side of the square patches; must divide ``image_size``.
-        channels, n_classes: input channels and output classes.
-        d_model, n_heads, n_layers, d_ff, dropout: as in :class:`course_utils.transformer.Seq2SeqTransformer`.
-        norm_first: Pre-LN (True, the paper's choice) or Post-LN.
+    ``ViT(**fields)``: ``fields`` are those of :class:`ViTConfig` (``image_size``, ``patch``,
+    ``channels``, ``n_classes``, ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
+    ``norm_first``); the config is ``model.cfg``.
 
     The patch embedding: ``patch_embed`` (``nn.Linear(C * patch**2, d_model)``), ``cls_token``
     (a ``(1, 1, d_model)`` parameter) and ``positions`` (:class:`~course_utils.positional.LearnedPositions`
@@ -66,23 +87,19 @@ class ViT(nn.Module):
     ``head`` (``nn.Linear(d_model, n_classes)``).
     """
 
-    def __init__(self, image_size: int = 8, patch: int = 2, channels: int = 1, n_classes: int = 10,
-                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2, d_ff: int | None = None,
-                 dropout: float = 0.0, norm_first: bool = True):
+    def __init__(self, **fields):
         super().__init__()
-        if image_size % patch:
-            raise ValueError(f"patch={patch} must divide image_size={image_size}")
-        self.image_size, self.patch, self.channels = image_size, patch, channels
-        self.grid = image_size // patch
+        cfg = self.cfg = ViTConfig(**fields)
+        self.image_size, self.patch, self.channels = cfg.image_size, cfg.patch, cfg.channels
+        self.grid = cfg.image_size // cfg.patch
         self.n_patches = self.grid ** 2
-        cfg = BlockConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
-        self.patch_embed = nn.Linear(channels * patch * patch, d_model)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.patch_embed = nn.Linear(cfg.channels * cfg.patch * cfg.patch, cfg.d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         nn.init.normal_(self.cls_token, std=0.02)
-        self.positions = LearnedPositions(d_model, 1 + self.n_patches)
-        self.dropout = nn.Dropout(dropout)
-        self.stack = TransformerStack(cfg, n_layers)
-        self.head = nn.Linear(d_model, n_classes)
+        self.positions = LearnedPositions(cfg.d_model, 1 + self.n_patches)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.stack = TransformerStack(cfg.block_config(), cfg.n_layers)
+        self.head = nn.Linear(cfg.d_model, cfg.n_classes)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """``(batch, C, H, W)`` -> tokens ``(batch, 1 + n_patches, d_model)``: the class token,

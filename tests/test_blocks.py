@@ -208,3 +208,51 @@ def test_derived_widths_follow_the_config_they_belong_to():
     assert blocks.TransformerBlock(replace(base, d_model=128)).ff.linear1.out_features == 512
     given = blocks.BlockConfig(d_model=64, n_heads=4, d_ff=100, n_kv_heads=2)
     assert replace(given, d_model=128).ff_width == 100 and replace(given, n_heads=8).kv_heads == 2
+
+
+def _models():
+    """(config class, build from fields, the fields of a small model) of every Transformer model."""
+    from course_utils import families, lm, vit
+
+    return [
+        (T.Seq2SeqConfig, lambda **f: T.Seq2SeqTransformer(f.pop("src_vocab"), f.pop("tgt_vocab"), **f),
+         dict(src_vocab=11, tgt_vocab=13, d_model=32, n_heads=4, n_layers=2)),
+        (families.EncoderConfig, lambda **f: families.EncoderOnly(f.pop("vocab_size"), **f),
+         dict(vocab_size=17, d_model=32, n_heads=4, n_layers=1, n_classes=3)),
+        (vit.ViTConfig, lambda **f: vit.ViT(**f), dict(patch=4, d_model=32, n_heads=4, n_layers=1)),
+        (lm.LMConfig, lambda **f: lm.DecoderLM(lm.LMConfig(**f)), dict(vocab_size=19, d_model=32, n_heads=4, n_layers=1)),
+    ]
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_every_transformer_model_has_a_config_built_on_block_config(i):
+    """Issue 34: each model is built from a dataclass on BlockConfig (one place for its fields and
+    defaults); the model keeps it, ``replace`` derives the widths anew, and a wrong field is refused."""
+    from dataclasses import replace
+
+    cls, build, small = _models()[i]
+    model = build(**small)
+    cfg = model.cfg
+    assert isinstance(cfg, cls) and isinstance(cfg, blocks.BlockConfig) and cfg == cls(**small)
+    assert replace(cfg, d_model=64).ff_width == 256 and replace(cfg, ffn="swiglu").ff_width == blocks.swiglu_hidden(32)
+    block = cfg.block_config()
+    assert type(block) is blocks.BlockConfig and (block.d_model, block.n_heads, block.norm_first) == (
+        cfg.d_model, cfg.n_heads, cfg.norm_first)
+    assert block.ff_width == 4 * 32 and replace(block, d_model=64).ff_width == 256
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        build(**small, d_modle=32)
+    with pytest.raises(ValueError, match="divisible"):
+        build(**{**small, "n_heads": 5})
+
+
+def test_seq2seq_transformer_from_its_config_is_the_same_model():
+    torch.manual_seed(0)
+    model = T.Seq2SeqTransformer(11, 13, d_model=32, n_heads=4, n_layers=2, norm_first=True, positional="learned")
+    torch.manual_seed(0)
+    again = T.Seq2SeqTransformer.from_config(model.cfg)
+    assert again.cfg == model.cfg
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    with pytest.raises(ValueError, match="positional"):
+        T.Seq2SeqConfig(positional="rotary")
+    with pytest.raises(ValueError, match="cross-attention"):
+        T.Seq2SeqConfig(rope=True)
