@@ -49,7 +49,18 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from course_utils import budget, checks, claims, data, decoding, lengthtask, plots, rnn, train
+from course_utils import (
+    budget,
+    checks,
+    claims,
+    data,
+    decoding,
+    diagrams,
+    lengthtask,
+    plots,
+    rnn,
+    train,
+)
 from course_utils.data import EOS_ID, PAD_ID, SOS_ID
 
 train.set_seed(0)
@@ -513,7 +524,7 @@ if not GRADING:  # computed with rnn_forward_used, which may be yours
 # (*autoregressive* decoding) until it writes `<eos>` or reaches a length limit.
 
 # %%
-_ = plots.draw_encoder_decoder(list("abc"), list("cba"))
+_ = diagrams.draw_encoder_decoder(list("abc"), list("cba"))
 plt.show()
 
 

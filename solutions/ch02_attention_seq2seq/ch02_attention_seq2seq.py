@@ -56,7 +56,18 @@ import torch
 
 import course_utils.attention
 import course_utils.rnn_attention
-from course_utils import attention, budget, checks, claims, data, lengthtask, plots, rnn, train
+from course_utils import (
+    attention,
+    budget,
+    checks,
+    claims,
+    data,
+    diagrams,
+    lengthtask,
+    plots,
+    rnn,
+    train,
+)
 from course_utils import rnn_attention as ra
 
 train.set_seed(0)
@@ -236,7 +247,7 @@ for _B, _S, _n, _na, _dt in _grid:
 #   layer reads $\tilde h_t$. Optionally ("input feeding") $\tilde h_t$ is also fed to the next step's input.
 
 # %%
-_ = plots.draw_attention_decoder_steps()
+_ = diagrams.draw_attention_decoder_steps()
 plt.show()
 
 # %% [markdown]

@@ -51,6 +51,7 @@ from course_utils import (
     claims,
     cost,
     data,
+    diagrams,
     multihead,
     plots,
     rnn,
@@ -121,7 +122,7 @@ GRADING = budget.grading()   # True while nbgrader runs the notebook: experiment
 # self-attention one sequence, drawn in grey-brown, plays both roles):
 
 # %%
-_ = plots.draw_qkv_roles()
+_ = diagrams.draw_qkv_roles()
 plt.show()
 
 # %% [markdown]

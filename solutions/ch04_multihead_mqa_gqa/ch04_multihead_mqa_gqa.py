@@ -49,10 +49,10 @@ from course_utils import (
     claims,
     cost,
     data,
+    diagrams,
     families,
     kvcache,
     multihead,
-    plots,
     train,
 )
 
@@ -207,7 +207,7 @@ assert torch.allclose(multi[1], torch.tensor([3.9997, 2.9999, 3.9997, 2.9999], d
 # $d_\text{model} = 8$ and 4 heads (colours: the head that owns each column):
 
 # %%
-plots.draw_split_merge_heads(seq=3, n_heads=4, d_head=2)
+diagrams.draw_split_merge_heads(seq=3, n_heads=4, d_head=2)
 plt.show()
 
 # %% [markdown]
@@ -549,7 +549,7 @@ assert torch.allclose(out_fn, out_plain, atol=1e-5), 'the functional form must e
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(14, 2.4))
 for ax, (g, name) in zip(axes, [(8, "MHA: 8 key/value heads"), (2, "GQA-2: 2 key/value heads"), (1, "MQA: 1 key/value head")]):
-    plots.draw_head_groups(ax, 8, g, name)
+    diagrams.draw_head_groups(ax, 8, g, name)
 fig.tight_layout()
 plt.show()
 
@@ -729,7 +729,7 @@ assert torch.allclose(right, fused, atol=1e-6) and not torch.allclose(strided, f
 # the work per step is one token's, but the keys and values read grow with every step.
 
 # %%
-plots.draw_kv_cache(prompt=4, steps=3)
+diagrams.draw_kv_cache(prompt=4, steps=3)
 plt.show()
 
 # %% [markdown]

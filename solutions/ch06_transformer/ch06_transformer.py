@@ -59,6 +59,7 @@ from course_utils import (
     claims,
     data,
     decoding,
+    diagrams,
     lengthtask,
     plots,
     positional,
@@ -110,7 +111,7 @@ device = torch.device("cpu")   # small models and batches: the CPU is the fair p
 # the decoder's last states into next-token probabilities.
 
 # %%
-_ = plots.draw_transformer()
+_ = diagrams.draw_transformer()
 plt.show()
 
 
@@ -403,7 +404,7 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # supports is narrower. The two orders side by side (the grey line is the residual path):
 
 # %%
-_ = plots.draw_post_pre_ln()
+_ = diagrams.draw_post_pre_ln()
 
 # %% [markdown]
 # The course has one Transformer block, `course_utils.blocks.TransformerBlock`; every model of

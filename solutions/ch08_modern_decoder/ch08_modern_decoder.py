@@ -48,10 +48,10 @@ from course_utils import (
     claims,
     cost,
     decoding,
+    diagrams,
     flash,
     kvcache,
     llama,
-    plots,
     positional,
     textlm,
     train,
@@ -86,7 +86,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # The diagram shows one block of each (pre-norm in both: chapter 6 measured why).
 
 # %%
-ax = plots.draw_decoder_blocks()
+ax = diagrams.draw_decoder_blocks()
 ax.set_title("One decoder block, bottom to top (grey: the residual paths)")
 plt.show()
 
