@@ -28,6 +28,7 @@ from benchmarks.harness import Ceiling, Table, all_threads, alternate, count_flo
 from course_utils import (
     attention,
     attention_variants,
+    classify,
     cost,
     data,
     families,
@@ -421,8 +422,8 @@ def _families(cfg: Config, device: str) -> list[_Family]:
     n_img = batch * steps
     x_img, y_img = x_img[:n_img].to(device), y_img[:n_img].to(device)
 
-    def classify(model, steps):
-        vit.train_classifier(model.to(device), x_img[:batch * steps], y_img[:batch * steps], epochs=1,
+    def images(model, steps):
+        classify.train_classifier(model.to(device), x_img[:batch * steps], y_img[:batch * steps], epochs=1,
                              batch_size=batch, lr=3e-3, seed=0)
 
     vocab = data.toy_language_vocab()
@@ -469,10 +470,10 @@ def _families(cfg: Config, device: str) -> list[_Family]:
         _Family("Transformer encoder-decoder (ch6)", "reversal", "train.train_seq2seq",
                 lambda: transformer.Seq2SeqTransformer(LV, LV, d_model=d_model, n_heads=heads, n_layers=2, d_ff=d_ff),
                 seq2seq, batch, tgt_tokens),
-        _Family("ViT (ch7)", "digits", "vit.train_classifier",
-                lambda: vit.ViT(image_size=8, patch=2, **img_kw), classify, batch, None),
-        _Family("SmallCNN (ch7)", "digits", "vit.train_classifier",
-                lambda: vit.SmallCNN(width=8 if small else 32), classify, batch, None),
+        _Family("ViT (ch7)", "digits", "classify.train_classifier",
+                lambda: vit.ViT(image_size=8, patch=2, **img_kw), images, batch, None),
+        _Family("SmallCNN (ch7)", "digits", "classify.train_classifier",
+                lambda: classify.SmallCNN(width=8 if small else 32), images, batch, None),
         _Family("BERT-style encoder, MLM (ch7)", "toy language", "AdamW steps (benchmarks)",
                 lambda: families.EncoderOnly(V, **lm_kw), own_loop(mlm_loss), batch, mlm_len),
         _Family("GPT-style decoder, LM (ch7)", "toy language", "AdamW steps (benchmarks)",

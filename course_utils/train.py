@@ -4,7 +4,7 @@
   (:func:`seq2seq_loss`, :func:`classification_loss`, :func:`next_token_loss`), AdamW with weight
   decay on the weight matrices only (:func:`param_groups`), a learning-rate schedule, gradient-norm
   clipping, a device, a progress bar, an evaluation every so many steps; it returns a
-  :class:`History`. :func:`train_seq2seq`, :func:`course_utils.vit.train_classifier` and
+  :class:`History`. :func:`train_seq2seq`, :func:`course_utils.classify.train_classifier` and
   :func:`course_utils.textlm.train_lm` are :func:`fit` with their task's batches and loss.
 * The learning-rate schedules of the course, for ``fit(lr_at=...)``: :func:`noam_lr` (Vaswani et
   al.) and :func:`warmup_cosine` (a linear warmup and a cosine decay).
@@ -153,7 +153,7 @@ def warmup_cosine(step: int, total: int, warmup: int = 0, floor: float = 0.0, ov
     """The factor of the peak learning rate at ``step`` (counted from 1) of a linear warmup over
     ``warmup`` steps (``step / warmup``) and a cosine decay from 1 to ``floor`` over ``total`` steps.
 
-    ``overlap=False`` (GPT-2 and nanoGPT's schedule; :func:`course_utils.vit.train_classifier`): the
+    ``overlap=False`` (GPT-2 and nanoGPT's schedule; :func:`course_utils.classify.train_classifier`): the
     cosine starts where the warmup ends and reaches ``floor`` at ``total``. ``overlap=True``
     (:func:`course_utils.textlm.train_lm`): the cosine runs over all ``total`` steps from step 1, and
     the warmup caps it: ``min(step / warmup, cosine)``.

@@ -5,10 +5,9 @@
   the course's :class:`~course_utils.blocks.TransformerStack` (Pre-LN, as in the paper) and a
   linear classification head on the class token's final state;
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through all layers, and
-  :func:`class_token_map` lays the class token's row out on the patch grid for drawing;
-* :func:`train_classifier` (the course's loop, :func:`course_utils.train.fit`, on minibatches of
-  images, with a time budget and optional augmentation such as :func:`random_shift`), :func:`accuracy`, and
-  :class:`SmallCNN`, the convolutional baseline.
+  :func:`class_token_map` lays the class token's row out on the patch grid for drawing.
+
+Training and measuring an image classifier (a ViT or the CNN baseline) is :mod:`course_utils.classify`.
 
 Shapes: images ``(batch, C, H, W)``; tokens ``(batch, 1 + n_patches, d_model)`` with the class
 token first; attention weights ``(batch, heads, 1 + n_patches, 1 + n_patches)``.
@@ -19,16 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from . import train
 from ._validate import check_int
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
-__all__ = ["SmallCNN", "ViT", "ViTConfig", "accuracy", "attention_rollout", "batch_sizes", "class_token_map", "patchify",
-           "random_shift", "train_classifier"]
+__all__ = ["ViT", "ViTConfig", "attention_rollout", "class_token_map", "patchify"]
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -160,83 +156,3 @@ def class_token_map(matrix: torch.Tensor, grid: int) -> torch.Tensor:
         raise ValueError(f"a {grid}x{grid} grid needs matrices over {1 + grid * grid} tokens (class token "
                          f"first), got {matrix.shape[-1]}")
     return matrix[..., 0, 1:].reshape(*matrix.shape[:-2], grid, grid)
-
-
-def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Translate each image of ``(batch, C, H, W)`` by its own random offset of at most
-    ``max_shift`` pixels in each direction, filling the uncovered border with zeros (data
-    augmentation: a ViT has no built-in translation invariance, a CNN has some)."""
-    if max_shift == 0:
-        return images
-    B, _, H, W = images.shape
-    m = max_shift
-    padded = F.pad(images, (m, m, m, m))                                 # (B, C, H + 2m, W + 2m)
-    dy, dx = torch.randint(0, 2 * m + 1, (2, B), generator=generator).tolist()
-    return torch.stack([padded[b, :, dy[b]:dy[b] + H, dx[b]:dx[b] + W] for b in range(B)])
-
-
-class SmallCNN(nn.Module):
-    """The baseline: two 3x3 convolutions with ReLU (padding 1), a 2x2 max-pool after each, and a
-    linear layer. ``(batch, C, H, W)`` -> logits ``(batch, n_classes)``; ``H`` and ``W`` divisible by 4."""
-
-    def __init__(self, channels: int = 1, n_classes: int = 10, width: int = 32, image_size: int = 8):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.head = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(images).flatten(1))
-
-
-@torch.no_grad()
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
-    """The fraction of ``x (n, ...)`` that ``model`` (in eval mode) classifies as ``y (n,)``."""
-    was_training = model.training
-    model.eval()
-    correct = sum(int((model(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
-                  for i in range(0, len(x), batch_size))
-    model.train(was_training)
-    return correct / len(x)
-
-
-def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
-                     lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
-                     seed: int = 0, warmup_steps: int = 0, augment=None) -> train.History:
-    """:func:`course_utils.train.fit` on shuffled minibatches of ``(x, y)`` with cross-entropy, and
-    a cosine learning-rate decay to 0 over ``epochs`` (after ``warmup_steps`` of linear warmup).
-
-    Args:
-        x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
-        weight_decay: on the weight matrices only (:func:`course_utils.train.param_groups`).
-        max_seconds: stop after the first step that ends past this wall-clock budget.
-        seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
-        augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
-            e.g. :func:`random_shift`.
-    Returns:
-        :func:`~course_utils.train.fit`'s :class:`~course_utils.train.History`; the mean training loss
-        per epoch is ``history.epoch_means(batch_sizes(len(x), batch_size))``.
-    """
-    per_epoch = -(-len(x) // batch_size)
-    total = epochs * per_epoch
-
-    def lr_at(step):
-        return lr * train.warmup_cosine(step, total, warmup_steps)
-
-    g = torch.Generator().manual_seed(seed)
-
-    def minibatches():
-        for _ in range(epochs):
-            order = torch.randperm(len(x), generator=g)
-            for i in range(0, len(x), batch_size):
-                idx = order[i:i + batch_size]
-                yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
-
-    config = train.TrainConfig(total, lr=lr, lr_at=lr_at, weight_decay=weight_decay, max_seconds=max_seconds)
-    return train.fit(model, minibatches(), train.classification_loss, config)
-
-
-def batch_sizes(n: int, batch_size: int) -> list[int]:
-    """The sizes of one epoch's minibatches of :func:`train_classifier` over ``n`` examples."""
-    return [min(batch_size, n - i) for i in range(0, n, batch_size)]

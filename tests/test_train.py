@@ -309,7 +309,7 @@ def _old_textlm_lr(step, steps, warmup, lr=3e-3):
 
 
 def _old_vit_lr(step, total, warmup_steps, lr=3e-3):
-    """vit.train_classifier's schedule as it was written inline before it moved here."""
+    """classify.train_classifier's schedule as it was written inline before it moved here."""
     s = step - 1
     if s < warmup_steps:
         return lr * ((s + 1) / warmup_steps)

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import data, vit
+from course_utils import classify, data, vit
 from course_utils.blocks import TransformerBlock
 
 
@@ -141,38 +141,38 @@ def test_training_a_tiny_vit_on_digits_learns():
     torch.manual_seed(0)
     x_train, y_train, x_test, y_test = data.digits()
     model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1)
-    hist = vit.train_classifier(model, x_train[:512], y_train[:512], epochs=3, batch_size=64, lr=3e-3)
-    epoch_loss = hist.epoch_means(vit.batch_sizes(512, 64))
-    assert hist.steps == 3 * 8 and len(epoch_loss) == 3 and vit.batch_sizes(100, 64) == [64, 36]
+    hist = classify.train_classifier(model, x_train[:512], y_train[:512], epochs=3, batch_size=64, lr=3e-3)
+    epoch_loss = hist.epoch_means(classify.batch_sizes(512, 64))
+    assert hist.steps == 3 * 8 and len(epoch_loss) == 3 and classify.batch_sizes(100, 64) == [64, 36]
     assert epoch_loss[-1] < epoch_loss[0]
-    assert vit.accuracy(model, x_test, y_test) > 0.3       # chance is 0.1
-    stopped = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
+    assert classify.accuracy(model, x_test, y_test) > 0.3       # chance is 0.1
+    stopped = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
                                    epochs=50, max_seconds=0.0)
     assert stopped.steps == 1
     calls = []
 
     def augment(images, generator):
         calls.append(images.shape[0])
-        return vit.random_shift(images, 1, generator=generator)
+        return classify.random_shift(images, 1, generator=generator)
 
-    shifted = vit.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
+    shifted = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
                                    epochs=2, batch_size=50, augment=augment)
     assert calls == [50, 50, 50, 50] and shifted.steps == 4
 
 
 def test_small_cnn_shapes():
-    assert vit.SmallCNN(width=8)(torch.rand(3, 1, 8, 8)).shape == (3, 10)
+    assert classify.SmallCNN(width=8)(torch.rand(3, 1, 8, 8)).shape == (3, 10)
 
 
 def test_random_shift_moves_each_image_within_the_bound():
     images = torch.zeros(200, 1, 6, 6)
     images[:, 0, 2, 3] = 1.0                      # one bright pixel at (2, 3)
-    out = vit.random_shift(images, 1, generator=torch.Generator().manual_seed(0))
+    out = classify.random_shift(images, 1, generator=torch.Generator().manual_seed(0))
     assert out.shape == images.shape and (out.sum((1, 2, 3)) == 1).all()
     where = out[:, 0].flatten(1).argmax(1)
     rows, cols = where // 6, where % 6
     assert set(rows.tolist()) == {1, 2, 3} and set(cols.tolist()) == {2, 3, 4}
     edge = torch.zeros(50, 1, 4, 4)
     edge[:, 0, 0, 0] = 1.0                        # a corner pixel can be pushed out
-    assert (vit.random_shift(edge, 1, generator=torch.Generator().manual_seed(0)).sum((1, 2, 3)) == 0).any()
-    assert vit.random_shift(images, 0) is images
+    assert (classify.random_shift(edge, 1, generator=torch.Generator().manual_seed(0)).sum((1, 2, 3)) == 0).any()
+    assert classify.random_shift(images, 0) is images

@@ -58,7 +58,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from course_utils import budget, checks, claims, cost, data, decoding, families, plots, train, vit
+from course_utils import (
+    budget,
+    checks,
+    claims,
+    classify,
+    cost,
+    data,
+    decoding,
+    families,
+    plots,
+    train,
+    vit,
+)
 from course_utils import transformer as T
 from course_utils.data import PAD_ID
 
@@ -1501,7 +1513,7 @@ print(f"linear layer on patches vs Conv2d(kernel {P_conv}, stride {P_conv}): max
 #
 # The ViT: patch 4 (so 4 patch tokens and a class token), $d_\text{model} = 64$, 4 heads, 2 Pre-LN
 # layers; 20 epochs of AdamW (learning rate $3\cdot10^{-3}$ after 50 warmup steps, cosine decay,
-# weight decay 0.05), batch 64 (`vit.train_classifier`). The baseline: `vit.SmallCNN`, two 3×3
+# weight decay 0.05), batch 64 (`classify.train_classifier`). The baseline: `classify.SmallCNN`, two 3×3
 # convolutions with max-pooling and a linear layer, at width 72 so that it has about as many
 # parameters, trained the same way (without weight decay and warmup). Accuracy is measured with your
 # `vit_forward` (if it passed its probe).
@@ -1514,17 +1526,17 @@ VIT_EPOCHS = budget.pick(20, grading=1)
 def fit(make, **kw):
     train.set_seed(0)
     model = make()
-    history = vit.train_classifier(model, x_train, y_train, epochs=VIT_EPOCHS, batch_size=64, lr=3e-3, seed=0, **kw)
+    history = classify.train_classifier(model, x_train, y_train, epochs=VIT_EPOCHS, batch_size=64, lr=3e-3, seed=0, **kw)
     return model, history
 
 
 vit_model, vit_history = fit(lambda: vit.ViT(patch=4, d_model=64, n_heads=4, n_layers=2), weight_decay=0.05,
                              warmup_steps=50)
-cnn_model, cnn_history = fit(lambda: vit.SmallCNN(width=72))
+cnn_model, cnn_history = fit(lambda: classify.SmallCNN(width=72))
 with torch.no_grad():
     vit_accuracy = (vit_logits(vit_model, x_test).argmax(-1) == y_test).float().mean().item()
-assert abs(vit_accuracy - vit.accuracy(vit_model, x_test, y_test)) < 1e-6, 'the hand-computed accuracy must equal vit.accuracy'
-cnn_accuracy = vit.accuracy(cnn_model, x_test, y_test)
+assert abs(vit_accuracy - classify.accuracy(vit_model, x_test, y_test)) < 1e-6, 'the hand-computed accuracy must equal classify.accuracy'
+cnn_accuracy = classify.accuracy(cnn_model, x_test, y_test)
 for name, model, history, acc in (("ViT", vit_model, vit_history, vit_accuracy), ("CNN", cnn_model, cnn_history, cnn_accuracy)):
     print(f"{name}: {train.count_parameters(model):,} parameters, {VIT_EPOCHS} epochs in {history.seconds:.1f} s, "
           f"test accuracy {acc:.3f}")
@@ -1532,9 +1544,9 @@ print(f"ViT test accuracy: {vit_accuracy:.3f}")
 print(f"training time, ViT / CNN, this run: {vit_history.seconds / cnn_history.seconds:.2f} "
       f"(one thread of {cost.machine()})")
 # Inductive bias, tested: the same test images, each moved by up to one pixel in each direction
-# (vit.random_shift; the border filled with blank), and neither model saw a moved image in training.
-x_shifted = vit.random_shift(x_test, max_shift=1, generator=torch.Generator().manual_seed(0))
-shifted_accuracy = {"ViT": vit.accuracy(vit_model, x_shifted, y_test), "CNN": vit.accuracy(cnn_model, x_shifted, y_test)}
+# (classify.random_shift; the border filled with blank), and neither model saw a moved image in training.
+x_shifted = classify.random_shift(x_test, max_shift=1, generator=torch.Generator().manual_seed(0))
+shifted_accuracy = {"ViT": classify.accuracy(vit_model, x_shifted, y_test), "CNN": classify.accuracy(cnn_model, x_shifted, y_test)}
 print("test accuracy on images moved by up to 1 pixel: " + ", ".join(f"{k} {v:.3f}" for k, v in shifted_accuracy.items()))
 if not GRADING:
     claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.95)
@@ -1582,10 +1594,10 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 train.set_seed(0)
 vit_small = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)
-small_history = vit.train_classifier(vit_small, x_train, y_train, epochs=budget.pick(12, grading=1), batch_size=64, lr=3e-3,
+small_history = classify.train_classifier(vit_small, x_train, y_train, epochs=budget.pick(12, grading=1), batch_size=64, lr=3e-3,
                                      weight_decay=0.05, warmup_steps=50, seed=0)
 print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history.seconds:.1f} s, "
-      f"test accuracy {vit.accuracy(vit_small, x_test, y_test):.3f}")
+      f"test accuracy {classify.accuracy(vit_small, x_test, y_test):.3f}")
 with torch.no_grad():
     _, weights = vit_small.forward_with_weights(x_test)             # per layer (360, heads, 17, 17)
 last_map = vit.class_token_map(weights[-1].mean(1), vit_small.grid)                  # (360, 4, 4)
