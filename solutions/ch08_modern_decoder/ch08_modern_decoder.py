@@ -816,6 +816,54 @@ plt.show()
 # The held-out loss printed above is one run (seed 0; <!-- q:out#held out: -->1.605<!-- /q --> nats per byte in the run stored here):
 # over 5 seeds it was <!-- q:tools/ch08_ablation.md#| 1.615 | 1.584-1.658 -->1.58-1.66<!-- /q --> (`tools/ch08_ablation.md`, section 7), and the cell claims only that
 # it stays below 1.8, a bound that every seed met with room to spare. The curve is the same single run.
+
+# %% [markdown]
+# The training loss in that figure is measured on the very batches the model learns from. `train.fit`
+# can also measure a loss on held-out text while it trains: its `evaluate` hook, called every
+# `eval_every` steps in eval mode and on a fork of the random state, so that the run trains exactly as
+# it would without it (`textlm.train_lm` passes it on). Two runs of the same model, seed, schedule and
+# number of steps show why the held-out curve is the one to watch: one on the whole training text, one
+# on its first few thousand bytes only, which the model then sees dozens of times.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+VAL_STEPS, SMALL_TEXT = budget.pick(300, grading=5), 16_000
+
+
+def held_out_loss(m):
+    """The loss on 64 fixed windows of the held-out files (textlm.eval_loss)."""
+    return textlm.eval_loss(m, val_ids, L_TRAIN)
+
+
+curves = {}
+for name, ids in (("whole training text", train_ids), (f"first {SMALL_TEXT:,} bytes", train_ids[:SMALL_TEXT])):
+    curves[name] = textlm.train_lm(textlm.ch08_model(seed=0), ids, seed=0, evaluate=held_out_loss, eval_every=20,
+                                   **{**BUDGET, "steps": VAL_STEPS})
+    print(f"{name}: {len(ids):,} bytes, each seen {VAL_STEPS * BUDGET['batch'] * L_TRAIN / len(ids):.1f} times on average")
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for (name, hist), colour in zip(curves.items(), ("C0", "C3")):
+    ax.plot(hist.smoothed(), lw=0.8, c=colour, label=f"{name}: training batches")
+    ax.plot(hist.eval_steps, hist.eval_values, ls="--", marker=".", c=colour, label=f"{name}: held out")
+ax.set_xlabel("step")
+ax.set_ylabel("cross-entropy (nats per byte)")
+ax.set_title("Training and held-out loss, on the whole text and on a small part of it")
+ax.legend(fontsize=8)
+plt.show()
+for name, hist in curves.items():
+    lowest = min(hist.eval_values)
+    print(f"{name}: training loss at the end {sum(hist.loss[-20:]) / 20:.2f}; held out: lowest {lowest:.2f} "
+          f"at step {hist.eval_steps[hist.eval_values.index(lowest)]}, at the end {hist.eval_values[-1]:.2f}")
+
+# %% [markdown]
+# On the whole text the two curves fall together and end at about the same loss (training
+# loss <!-- q:out#whole training text: training loss -->1.79<!-- /q -->, held out <!-- q:out#whole training text: training loss -->1.77<!-- /q --> nats per byte). On the small part, each byte
+# of which the model saw <!-- q:out#first 16,000 bytes: 16,000 bytes -->38.4<!-- /q --> times, the training loss falls much further,
+# to only <!-- q:out#first 16,000 bytes: training loss -->0.77<!-- /q -->, while the held-out loss is lowest at step <!-- q:out#first 16,000 bytes: training loss -->120<!-- /q --> (<!-- q:out#first 16,000 bytes: training loss -->2.46<!-- /q -->) and then climbs,
+# to <!-- q:out#first 16,000 bytes: training loss -->2.86<!-- /q --> at the end. The model learns its few thousand bytes by heart: it **overfits**,
+# and gets worse on text it has not seen while its training loss says it is still improving. The two
+# runs differ only in the amount of text (same model, seed, schedule and number of steps), so that
+# amount is what makes the second one overfit. This is one seed, the run stored here. The held-out
+# curve is what early stopping watches: keep the weights of its lowest point.
 #
 # Samples at several temperatures (chapter 7's `decoding.sample_decode` on the model's
 # `decode_step`, one KV cache per layer), from the prompt `    def `. Temperature 0 is greedy
