@@ -233,7 +233,8 @@ class TrainConfig:
         max_seconds: stop after the first step that ends past this wall-clock budget.
         eval_every: how often ``fit``'s ``evaluate`` runs, in steps.
 
-    ``dataclasses.replace(cfg, steps=20)`` is the same run, shorter.
+    ``dataclasses.replace(cfg, steps=20)`` keeps every other setting (a schedule ``lr_at`` made for
+    the old number of steps is kept as it is).
     """
 
     steps: int
