@@ -857,7 +857,7 @@ for name, hist in curves.items():
 # %% [markdown]
 # On the whole text the two curves fall together and end at about the same loss (training
 # loss <!-- q:out#whole training text: training loss -->1.79<!-- /q -->, held out <!-- q:out#whole training text: training loss -->1.77<!-- /q --> nats per byte). On the small part, each byte
-# of which the model saw <!-- q:out#first 16,000 bytes: 16,000 bytes -->38.4<!-- /q --> times, the training loss falls much further,
+# of which the model saw <!-- q:out#first 16,000 bytes: 16,000 bytes -->38.4<!-- /q --> times on average, the training loss falls much further,
 # to only <!-- q:out#first 16,000 bytes: training loss -->0.77<!-- /q -->, while the held-out loss is lowest at step <!-- q:out#first 16,000 bytes: training loss -->120<!-- /q --> (<!-- q:out#first 16,000 bytes: training loss -->2.46<!-- /q -->) and then climbs,
 # to <!-- q:out#first 16,000 bytes: training loss -->2.86<!-- /q --> at the end. The model learns its few thousand bytes by heart: it **overfits**,
 # and gets worse on text it has not seen while its training loss says it is still improving. The two
