@@ -27,14 +27,13 @@ from torch import nn
 from benchmarks.harness import Ceiling, Table, all_threads, alternate, count_flops
 from course_utils import (
     attention,
-    attention_variants,
     classify,
+    conv_attention,
     cost,
     data,
     families,
     kvcache,
     multihead,
-    relpos,
     rnn,
     rnn_attention,
     train,
@@ -129,7 +128,7 @@ def _kept_for_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, radius
     qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
     fns = {"eager": lambda: attention.scaled_dot_product_attention(qg, kg, vg),
            "sdpa": lambda: F.scaled_dot_product_attention(qg, kg, vg),
-           "window": lambda: attention_variants.sliding_window_attention(qg, kg, vg, radius)}
+           "window": lambda: attention.sliding_window_attention(qg, kg, vg, radius)}
     return {name: cost.saved_bytes(f) / 2 ** 20 for name, f in fns.items()}
 
 
@@ -158,7 +157,7 @@ def attention_table(cfg: Config, ctx: Context) -> Table:
             fns = {
                 "eager": lambda: attention.scaled_dot_product_attention(q, k, v),
                 "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
-                "window": lambda: attention_variants.sliding_window_attention(q, k, v, radius),
+                "window": lambda: attention.sliding_window_attention(q, k, v, radius),
             }
             with cost.torch_threads(threads), torch.no_grad():
                 tm = alternate(fns, cfg.rounds, budget_s=cfg.budget_s, min_sample_s=cfg.min_sample_s,
@@ -349,7 +348,7 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
 # --------------------------------------------------------------------------------------------
 
 def conv_table(cfg: Config, ctx: Context) -> Table:
-    """``relpos.conv_as_attention`` (9 heads, quadratic positional scores) against ``F.conv2d``
+    """``conv_attention.conv_as_attention`` (9 heads, quadratic positional scores) against ``F.conv2d``
     computing the same 3x3 convolution, with the FLOPs of each."""
     c = cfg.conv_channels
     t = Table("conv", f"Attention as a 3x3 convolution vs F.conv2d ({c} channels in and out, batch 1, forward)",
@@ -366,7 +365,7 @@ def conv_table(cfg: Config, ctx: Context) -> Table:
             g = _gen(device, n)
             image = torch.randn(1, c, n, n, device=device, generator=g)
             weight = torch.randn(c, c, 3, 3, device=device, generator=g)
-            fns = {"att": lambda: relpos.conv_as_attention(image, weight, 50.0),
+            fns = {"att": lambda: conv_attention.conv_as_attention(image, weight, 50.0),
                    "conv": lambda: F.conv2d(image, weight, padding=1)}
             with cost.torch_threads(threads), torch.no_grad():
                 tm = alternate(fns, cfg.rounds, budget_s=cfg.budget_s, min_sample_s=cfg.min_sample_s,

@@ -5,12 +5,11 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.data` -- one module per task (vocab, batching, dates, sequences, images, toy_language, multitask), all re-exported
 - :mod:`course_utils.rnn` -- the vanilla recurrence and the chapter-1 GRU encoder-decoder
 - :mod:`course_utils.rnn_attention` -- Bahdanau and Luong attention for the RNN encoder-decoder (chapter 2)
-- :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention (chapter 3)
+- :mod:`course_utils.attention` -- scores, masks, scaled dot-product attention; cross-attention from projection matrices, sliding-window attention (mask and banded) (chapter 3)
 - :mod:`course_utils.multihead` -- multi-head / grouped-query / multi-query attention, MHA -> GQA (chapter 4)
 - :mod:`course_utils.kvcache` -- the key/value cache for decoding one token at a time, and a decoder's decoding state (``DecoderCache``) (chapter 4)
-- :mod:`course_utils.attention_variants` -- cross-attention from projection matrices, sliding-window attention (mask and banded) (chapter 3)
 - :mod:`course_utils.cost` -- median time per call, bytes saved for backward, operations counted
-- :mod:`course_utils.relpos` -- relative positions, the quadratic encoding, attention as convolution (chapter 5)
+- :mod:`course_utils.conv_attention` -- relative positions, the quadratic encoding, attention as convolution (chapter 5)
 - :mod:`course_utils.positional` -- positional encodings: sinusoidal, learned, none; RoPE in both layouts (chapters 5, 6, 8)
 - :mod:`course_utils.blocks` -- the one Transformer block (config, norms, feed-forwards, caches as arguments), the stack, the token embedding
 - :mod:`course_utils.decoding` -- greedy decoding and beam search for any step function

@@ -338,11 +338,6 @@ class TransformerStack(nn.Module):
         pos = torch.arange(offset, offset + x.shape[1], device=x.device)
         return rope_cos_sin(pos, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base, dtype=x.dtype)
 
-    def new_caches(self, max_len: int | None = None) -> list[KVCache]:
-        """One empty self-attention :class:`~course_utils.kvcache.KVCache` per layer (``max_len``:
-        preallocate that many positions)."""
-        return [KVCache(max_len=max_len) for _ in self.layers]
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, caches: list[KVCache] | None = None,
                 causal: bool = False, memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
                 cross_caches: list[KVCache] | None = None, need_weights: bool = False) -> StackOutput:

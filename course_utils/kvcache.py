@@ -2,9 +2,9 @@
 
 :class:`KVCache` is the cache of one layer: :class:`~course_utils.multihead.MultiHeadAttention`
 appends to it (self-attention) or fills it once (cross-attention). :class:`DecoderCache` is the
-decoding state of a decoder-only language model (:class:`course_utils.lm.DecoderLM`): one
-:class:`KVCache` per layer and the number of positions fed, kept consistent by the cache itself.
-:func:`kv_cache_bytes` is its size.
+decoding state of a whole decoder (:class:`course_utils.lm.DecoderLM`'s, and with ``cross=True``
+:class:`course_utils.transformer.Seq2SeqTransformer`'s): one :class:`KVCache` per layer and the
+number of positions fed, kept consistent by the cache itself. :func:`kv_cache_bytes` is its size.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from ._validate import check_int
 
-__all__ = ["DecoderCache", "KVCache", "check_caches_match", "kv_cache_bytes"]
+__all__ = ["DecoderCache", "KVCache", "kv_cache_bytes"]
 
 
 class KVCache:
@@ -137,25 +137,11 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, ba
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_value
 
 
-def check_caches_match(caches: list[KVCache] | None, fed: int) -> None:
-    """Raise unless every cache of a decoding state holds the ``fed`` positions the state has seen.
-
-    A step advances the caches in place and returns a new state that counts one more position; the
-    state passed in still counts the old number. Stepping that old state again would attend over
-    keys it never fed (the classic silent bug of cached decoding), so the models' ``decode_step``
-    calls this first. To branch, step :func:`course_utils.decoding.index_state` copies, which hold
-    caches of their own."""
-    for i, cache in enumerate(caches or ()):
-        if len(cache) != fed:
-            raise ValueError(f"this decoding state has fed {fed} positions but its cache {i} holds {len(cache)}: "
-                             "it was stepped already (its caches advanced in place). Step the state that "
-                             "decode_step returned, or decoding.index_state copies to branch")
-
-
 class DecoderCache:
-    """The decoding state of a decoder-only LM: one :class:`KVCache` per layer (``layers``), or,
-    for a model that recomputes instead of caching (``cache_kv=False``), the ``tokens (batch, T)``
-    fed so far.
+    """The decoding state of a decoder: one :class:`KVCache` per layer (``layers``), or, for a model
+    that recomputes instead of caching (``cache_kv=False``), the ``tokens (batch, T)`` fed so far.
+    ``cross=True`` (an encoder-decoder's decoder, caching) adds one cross-attention cache per layer
+    (``cross``): filled from the source at the first step, reused after, reordered with the rows.
 
     ``len(cache)`` is the number of positions fed. :meth:`feed` is the one place where it grows:
     it first checks that the layers hold exactly ``len(cache)`` positions, then counts the new ones
@@ -170,10 +156,11 @@ class DecoderCache:
     """
 
     def __init__(self, n_layers: int, batch_size: int, device=None, max_len: int | None = None,
-                 cache_kv: bool = True):
+                 cache_kv: bool = True, cross: bool = False):
         check_int(batch_size, "batch_size", 0)
         self.batch_size, self.device = batch_size, torch.device("cpu") if device is None else torch.device(device)
         self.layers = [KVCache(max_len=max_len) for _ in range(n_layers)] if cache_kv else None
+        self.cross = [KVCache() for _ in range(n_layers)] if cache_kv and cross else None
         self.tokens = None if cache_kv else torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         self.prefix_len = 0
         self._len = 0
@@ -185,7 +172,7 @@ class DecoderCache:
         return self.layers[i]
 
     def __repr__(self) -> str:
-        kind = "tokens" if self.layers is None else f"{len(self.layers)} layers"
+        kind = "tokens" if self.layers is None else f"{len(self.layers)} layers" + (" and cross" if self.cross else "")
         return f"DecoderCache(batch={self.batch_size}, len={self._len}, {kind})"
 
     def fork(self) -> DecoderCache:
@@ -227,6 +214,8 @@ class DecoderCache:
         new.batch_size = len(index)
         if self.layers is not None:
             new.layers = [layer.reorder(index) for layer in self.layers]
+        if self.cross is not None:
+            new.cross = [layer.reorder(index) for layer in self.cross]
         if self.tokens is not None:
             new.tokens = self.tokens.index_select(0, index.to(self.tokens.device))
         return new
@@ -243,5 +232,5 @@ class DecoderCache:
         return self
 
     def nbytes(self) -> int:
-        """Bytes held by the cached keys and values of every layer."""
-        return sum(layer.nbytes() for layer in self.layers or ())
+        """Bytes held by the cached keys and values of every layer (cross-attention's included)."""
+        return sum(layer.nbytes() for layer in (self.layers or []) + (self.cross or []))

@@ -34,7 +34,7 @@ from ._validate import check_int
 from .attention import causal_mask, key_padding_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerBlock, TransformerStack
 from .data import PAD_ID
-from .kvcache import check_caches_match
+from .kvcache import DecoderCache
 from .multihead import copy_from_torch
 from .positional import positional_embedding
 from .train import noam_lr
@@ -198,17 +198,13 @@ class Seq2SeqTransformer(nn.Module):
         return self._teacher_forced(src, src_lengths, tgt_in, need_weights=True)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
-        """The initial decoding state: ``memory (batch, S, d_model)``, ``memory_mask``,
-        ``tokens (batch, 0)`` (the prefix fed so far) and, with ``use_cache``, an empty
-        :class:`~course_utils.kvcache.KVCache` per decoder layer in ``caches`` (self-attention)
-        and in ``cross_caches`` (cross-attention)."""
+        """The initial decoding state: ``memory (batch, S, d_model)``, ``memory_mask`` and ``cache``, an
+        empty :class:`~course_utils.kvcache.DecoderCache`: with ``use_cache``, one self-attention and
+        one cross-attention :class:`~course_utils.kvcache.KVCache` per decoder layer (``cache.layers``,
+        ``cache.cross``), else the target tokens fed so far (``cache.tokens``)."""
         memory, memory_mask, _ = self.run_encoder(src, src_lengths)
-        state = {"memory": memory, "memory_mask": memory_mask,
-                 "tokens": torch.zeros(src.shape[0], 0, dtype=torch.long, device=src.device)}
-        if self.use_cache:
-            state["caches"] = self.decoder.new_caches()
-            state["cross_caches"] = self.decoder.new_caches()
-        return state
+        cache = DecoderCache(len(self.decoder.layers), src.shape[0], src.device, cache_kv=self.use_cache, cross=True)
+        return {"memory": memory, "memory_mask": memory_mask, "cache": cache}
 
     def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """Feed ``prev_tokens (batch,)``; return ``(log_probs (batch, tgt_vocab), new state)``.
@@ -216,24 +212,20 @@ class Seq2SeqTransformer(nn.Module):
         With caches, only the new position runs through the decoder: its keys and values are
         appended to each layer's self-attention cache, and the cross-attention keys and values
         of the memory are computed at the first step and reused afterwards. The caches are
-        advanced in place, so the state passed in must not be stepped again (beam search steps
-        :func:`~course_utils.decoding.index_state` copies). Without caches, the whole prefix is
-        recomputed.
+        advanced in place, so the state passed in must not be stepped again (it raises *stepped
+        already*; beam search steps :func:`~course_utils.decoding.index_state` copies). Without
+        caches, the whole prefix is recomputed.
         """
-        tokens = torch.cat([state["tokens"], prev_tokens[:, None]], dim=1)     # (batch, t + 1)
-        t = tokens.shape[1] - 1
-        if self.use_cache:
-            check_caches_match(state["caches"], t)
+        cache = state["cache"].fork()
+        t = cache.feed(prev_tokens[:, None])
+        if cache.layers is not None:
             # The memory is passed at every step, but the cross-attention caches compute its
             # keys and values only when they are empty (the first step) and reuse them after.
             logits, _, _ = self.run_decoder(self.embed_tgt(prev_tokens[:, None], offset=t), state["memory"],
-                                            state["memory_mask"], caches=state["caches"],
-                                            cross_caches=state["cross_caches"])
+                                            state["memory_mask"], caches=cache.layers, cross_caches=cache.cross)
         else:
-            logits, _, _ = self.run_decoder(self.embed_tgt(tokens), state["memory"], state["memory_mask"])
-        new_state = dict(state)
-        new_state["tokens"] = tokens
-        return torch.log_softmax(logits[:, -1], dim=-1), new_state
+            logits, _, _ = self.run_decoder(self.embed_tgt(cache.tokens), state["memory"], state["memory_mask"])
+        return torch.log_softmax(logits[:, -1], dim=-1), {**state, "cache": cache}
 
 
 def copy_torch_layer(ours: TransformerBlock,

@@ -149,11 +149,12 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
     with torch.no_grad():
         state = model.encode(src, lengths)
         _, after = model.decode_step(torch.tensor([1]), state)
-        assert after["caches"][0] is state["caches"][0] and len(state["caches"][0]) == 1
+        assert after["cache"].layers[0] is state["cache"].layers[0] and len(state["cache"].layers[0]) == 1
+        assert len(after["cache"]) == 1 and len(state["cache"]) == 0
         copy = decoding.index_state(after, torch.tensor([0]))
-        model.decode_step(torch.tensor([5]), copy)
-    assert len(copy["caches"][0]) == 2 and len(after["caches"][0]) == 1
-    assert len(copy["cross_caches"][0]) == 4 and copy["cross_caches"][0] is not after["cross_caches"][0]
+        _, stepped = model.decode_step(torch.tensor([5]), copy)
+    assert len(stepped["cache"].layers[0]) == 2 and len(after["cache"].layers[0]) == 1
+    assert len(stepped["cache"].cross[0]) == 4 and stepped["cache"].cross[0] is not after["cache"].cross[0]
 
 
 def _stale_states():

@@ -1,6 +1,6 @@
 """The grading pipeline, chapter by chapter, in a throwaway course with a fresh gradebook.
 
-For every chapter six notebooks are submitted and autograded by the real grader (nbgrader in the
+For every chapter five notebooks are submitted and autograded by the real grader (nbgrader in the
 sandbox, records and reference run included):
 
 * ``ci-solution``: the instructor's notebook -> full autograded marks, no errors;
@@ -10,12 +10,12 @@ sandbox, records and reference run included):
   ``EXERCISE`` (wrong in its visible tests) and, for every other exercise, its ``HIDDEN_ONLY`` answer
   (right in the visible tests, wrong in the hidden ones) -> ``EXERCISE`` loses all its points, each
   other exercise exactly its hidden points, nothing else moves;
-* ``ci-tampered``: ``ci-wrong`` whose test cells were replaced by ``pass`` -> graded by the
-  original tests all the same;
 * ``ci-correct``: the solution with every exercise answered by its first correct alternative of
   ``tests/correct_answers/<chapter>.py`` -> full marks;
-* ``ci-zh-wrong``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers -> the same score,
-  cell by cell, as ``ci-wrong`` (the translation changes prose, never what is graded).
+* ``ci-zh-tampered``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers and every
+  test cell replaced by ``pass`` -> the same score, cell by cell, as ``ci-wrong``: the grader puts
+  the original tests back, and the translation changes prose, never what is graded. (One
+  submission for both: either fault alone would move its grade away from ``ci-wrong``'s.)
 
 All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``). Every
 other answer of ``tests/correct_answers`` and ``tests/wrong_answers`` (``MORE_WRONG``, ``REVIEWED``, the
@@ -89,9 +89,7 @@ def _make_wrong(src: Path, exercise: str | dict[str, str], source: str | None, d
         assert len(hits) == 1, f"no answer cell with grade_id {ex!r} in {src}"
         hits[0].source = text
     if tamper:
-        for cell in nb.cells:
-            if _meta(cell).get("grade"):
-                cell.source = "pass"
+        _tamper(nb)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -115,13 +113,13 @@ def graded(request, tmp_path_factory):
         "ci-solution": src,
         "ci-blank": release,
         "ci-wrong": _make_wrong(src, wrong, None, tmp / "wrong.ipynb"),
-        "ci-tampered": _make_wrong(src, wrong, None, tmp / "tampered.ipynb", tamper=True),
     }
     correct = _correct_set(chapter)
     if correct:
         subs["ci-correct"] = _make_wrong(src, correct, None, tmp / "correct.ipynb")
     zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
-    subs["ci-zh-wrong"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_wrong.ipynb")
+    subs["ci-zh-tampered"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_tampered.ipynb",
+                                       tamper=True)
     results = grading.autograde_in(course, chapter, subs, feedback=True)
     yield {"chapter": chapter, "course": course, "src": src, "exercise": exercise, "results": results, "subs": subs,
            "hidden_only": {ex: a for ex, a in hidden_only.items() if ex != exercise}, "correct": correct,
@@ -130,9 +128,17 @@ def graded(request, tmp_path_factory):
     shutil.rmtree(zh_course, ignore_errors=True)
 
 
-def _answered(release: Path, solution: Path, override: dict[str, str], dest: Path) -> Path:
+def _tamper(nb) -> None:
+    """Replace every graded cell of ``nb`` by ``pass`` (what a learner who edits the tests away sends)."""
+    for cell in nb.cells:
+        if _meta(cell).get("grade"):
+            cell.source = "pass"
+
+
+def _answered(release: Path, solution: Path, override: dict[str, str], dest: Path, tamper: bool = False) -> Path:
     """The ``release`` notebook (in any language) with every answer cell, code and written, taken from
-    ``solution`` by grade id, and ``override``'s answers instead where given: a learner's submission."""
+    ``solution`` by grade id, and ``override``'s answers instead where given: a learner's submission
+    (``tamper``: with its test cells replaced, :func:`_tamper`)."""
     nb = nbformat.read(release, as_version=4)
     answers = {_meta(c)["grade_id"]: c.source for c in nbformat.read(solution, as_version=4).cells
                if _meta(c).get("solution")}
@@ -140,6 +146,8 @@ def _answered(release: Path, solution: Path, override: dict[str, str], dest: Pat
     for cell in nb.cells:
         if _meta(cell).get("solution"):
             cell.source = answers[_meta(cell)["grade_id"]]
+    if tamper:
+        _tamper(nb)
     nbformat.write(nb, dest)
     return dest
 
@@ -173,10 +181,11 @@ def test_chinese_release_is_in_sync(graded):
         assert marker not in text
 
 
-def test_a_chinese_submission_gets_the_same_grade_as_the_english_one(graded):
-    """The Chinese release with the same answers (one of them wrong) as ``ci-wrong``: the same score for
-    every graded cell, hidden tests included, and the same errors."""
-    en, zh = graded["results"]["ci-wrong"], graded["results"]["ci-zh-wrong"]
+def test_a_chinese_tampered_submission_gets_the_same_grade_as_the_english_one(graded):
+    """The Chinese release with the same answers (one of them wrong) as ``ci-wrong`` and its test cells
+    replaced by ``pass``: the same score for every graded cell, hidden tests included, and the same
+    errors (the original tests were put back)."""
+    en, zh = graded["results"]["ci-wrong"], graded["results"]["ci-zh-tampered"]
     assert zh.auto_max == en.auto_max > 0
     assert {c.grade_id: (c.score, c.max_score) for c in zh.cells} == {c.grade_id: (c.score, c.max_score) for c in en.cells}
     assert zh.auto_score == en.auto_score < en.auto_max
@@ -249,7 +258,9 @@ def test_correct_alternatives_get_full_marks_from_the_real_grader(graded):
 
 def test_tampered_test_cells_are_restored(graded):
     wrong = graded["results"]["ci-wrong"]
-    tampered = graded["results"]["ci-tampered"]
+    tampered = graded["results"]["ci-zh-tampered"]
+    sub = nbformat.read(graded["subs"]["ci-zh-tampered"], as_version=4)
+    assert all(c.source == "pass" for c in sub.cells if _meta(c).get("grade") and not _meta(c).get("solution"))
     assert tampered.auto_score == wrong.auto_score, tampered.table()
 
 

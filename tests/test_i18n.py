@@ -216,3 +216,30 @@ def test_every_heading_is_translated_and_every_anchor_link_resolves(translated):
                 other = ch if not target else next((c for c in CHAPTERS if c in target), None)
                 if other is not None:
                     assert anchor in anchors[other], f"{ch}: a link to #{anchor} of {other}, which has no such heading"
+
+
+def test_a_fuzzy_entry_keeps_its_old_english_through_read_and_write(tmp_path):
+    """``#| msgid`` (the old English of a changed paragraph) survives any number of read/write
+    round trips, one line of the English per line; lines an older writer wrapped are dropped, and a
+    translator's own comment stays."""
+    from babel.messages.catalog import Catalog
+
+    cat = Catalog(locale="zh_CN")
+    cat.add("New text,\nsecond line with \"quotes\".", string="旧译文", flags={"fuzzy"},
+            previous_id="Old text,\nits second line.", auto_comments=["markdown"], user_comments=["term: kept"])
+    cat.add("Untouched.", string="未变。")
+    path = tmp_path / "x.po"
+    catalogue.write(cat, path)
+    first = path.read_text()
+    assert '#| msgid ""\n#| "Old text,\\n"\n#| "its second line."\nmsgid ""\n' in first, first
+    back = catalogue.read(path)
+    entry = back.get("New text,\nsecond line with \"quotes\".")
+    assert entry.fuzzy and entry.previous_id == ("Old text,\nits second line.",) and entry.user_comments == ["term: kept"]
+    assert not back.get("Untouched.").previous_id
+    catalogue.write(back, path)
+    assert path.read_text() == first, "a second round trip changed the catalogue"
+    # What Babel's own writer made of a previous id: wrapped, quoted pieces run together.
+    path.write_text(first.replace('#| msgid ""\n#| "Old text,\\n"\n#| "its second line."\n',
+                                  '# | msgid "" "Old text,\\n" "its\n# second line."\n'))
+    entry = catalogue.read(path).get("New text,\nsecond line with \"quotes\".")
+    assert not entry.previous_id and entry.user_comments == ["term: kept"], entry.user_comments

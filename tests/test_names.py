@@ -7,7 +7,7 @@ a mention behind fails here, not in a learner's hands. Three forms are resolved:
 * a dotted name, ``course_utils.multihead.MultiHeadAttention``;
 * a module's name with a list, `` `course_utils.llama` (`rms_norm`, `SwiGLU`) ``: each listed name
   is an attribute of the module;
-* a short dotted name in backticks whose first part is a module of the package, `` `relpos.kernel_to_heads` ``.
+* a short dotted name in backticks whose first part is a module of the package, `` `conv_attention.kernel_to_heads` ``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def _mentions(text: str) -> list[str]:
 
 def test_the_three_forms_are_found():
     text = ("see `course_utils.llama` (`rms_norm`, `SwiGLU` and `gone`), course_utils.checks.expect_close, "
-            "`relpos.kernel_to_heads` and `torch.nn.functional`")
+            "`conv_attention.kernel_to_heads` and `torch.nn.functional`")
     assert _mentions(text) == ["llama", "checks.expect_close", "llama.rms_norm", "llama.SwiGLU", "llama.gone",
-                               "relpos.kernel_to_heads"]
+                               "conv_attention.kernel_to_heads"]
 
 
 @pytest.mark.parametrize("path", TEXTS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -126,11 +126,13 @@ def test_cached_decoding_equals_teacher_forcing_and_recomputation(kw):
                 got.append(lp)
             torch.testing.assert_close(torch.stack(got, 1), want, atol=1e-5, rtol=0)
             if use_cache:
-                assert len(state["caches"][0]) == _TGT.shape[1]         # self-attention: one per step
-                assert len(state["cross_caches"][0]) == _SRC.shape[1]   # cross-attention: the source
-                assert state["caches"][0] is not state["cross_caches"][0]
+                cache = state["cache"]
+                assert len(cache) == len(cache.layers[0]) == _TGT.shape[1]   # self-attention: one per step
+                assert len(cache.cross[0]) == _SRC.shape[1]                  # cross-attention: the source
+                assert cache.layers[0] is not cache.cross[0]
             else:
-                assert "caches" not in state and "cross_caches" not in state
+                assert state["cache"].layers is None and state["cache"].cross is None
+                assert torch.equal(state["cache"].tokens, _TGT)
 
 
 def test_cross_attention_keys_are_computed_once_per_source():

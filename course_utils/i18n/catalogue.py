@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
+import io
 import re
 import unicodedata
 from collections import Counter
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 from babel.messages.catalog import Catalog
-from babel.messages.pofile import read_po, write_po
+from babel.messages.pofile import denormalize, normalize, read_po, write_po
 
 from course_utils.i18n import segments, terms
 from course_utils.i18n.segments import CODE_SPAN, INLINE_MATH, LINK_TARGET
@@ -141,14 +142,50 @@ def template(entries: dict[str, Entry], domain: str) -> Catalog:
 
 # ----------------------------------------------------------------------------------- catalogues
 def read(path: Path) -> Catalog:
+    """The catalogue at ``path``, with each fuzzy entry's old English (``#| msgid``) as its ``previous_id``."""
     with open(path, "rb") as f:
-        return read_po(f, abort_invalid=True)
+        cat = read_po(f, abort_invalid=True)
+    for message in cat:
+        _take_previous(message)
+    return cat
+
+
+def _take_previous(message) -> None:
+    """Babel (2.19) reads ``#| msgid`` lines as translator comments starting with ``|``: move them back
+    to ``previous_id``. Lines that do not parse (what older writes wrapped) are dropped."""
+    start = next((i for i, c in enumerate(message.user_comments) if c.startswith("| msgid ")), None)
+    if start is None:
+        return
+    lines, message.user_comments = message.user_comments[start:], message.user_comments[:start]
+    if not all(c.startswith("| ") for c in lines):
+        return
+    quoted = [lines[0][len("| msgid "):]] + [c[2:] for c in lines[1:]]
+    if all(q.startswith('"') and q.endswith('"') for q in quoted):
+        message.previous_id = (denormalize("\n".join(quoted)),)
 
 
 def write(cat: Catalog, path: Path) -> None:
+    """Write ``cat`` to ``path``: gettext's layout, fuzzy entries with their old English as ``#| msgid``
+    lines, one per line of the English (Babel's own writer wraps them into lines it cannot read back)."""
+    buffer = io.BytesIO()
+    write_po(buffer, cat, width=0, omit_header=False, include_previous=False, ignore_obsolete=True, sort_output=False)
+    blocks = buffer.getvalue().decode("utf-8").split("\n\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        write_po(f, cat, width=0, omit_header=False, include_previous=True, ignore_obsolete=True, sort_output=False)
+    path.write_bytes("\n\n".join(_with_previous(block, cat) for block in blocks).encode("utf-8"))
+
+
+def _with_previous(block: str, cat: Catalog) -> str:
+    """One entry of a written catalogue, with ``#| msgid`` lines before its ``msgid`` if it has a previous id."""
+    lines = block.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("msgid ")), None)
+    if at is None:
+        return block
+    end = next(i for i in range(at + 1, len(lines) + 1) if i == len(lines) or not lines[i].startswith('"'))
+    message = cat.get(denormalize("\n".join([lines[at][len("msgid "):], *lines[at + 1:end]])))
+    if message is None or not message.previous_id or not message.fuzzy:
+        return block
+    old = normalize(message.previous_id[0], width=0).split("\n")
+    return "\n".join([*lines[:at], f"#| msgid {old[0]}", *(f"#| {q}" for q in old[1:]), *lines[at:]])
 
 
 def update(path: Path, fresh: Catalog, lang: str) -> Catalog:

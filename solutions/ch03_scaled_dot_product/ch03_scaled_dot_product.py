@@ -45,7 +45,6 @@ from torch import nn
 
 from course_utils import (
     attention,
-    attention_variants,
     budget,
     checks,
     claims,
@@ -1171,7 +1170,7 @@ def _probe_cross(fn):
     return fn(*args)                   # (output, weights), compared with the reference's
 
 
-cross = checks.learner_or_reference(cross_attention, attention_variants.cross_attention, _probe_cross,
+cross = checks.learner_or_reference(cross_attention, attention.cross_attention, _probe_cross,
                                     name="cross_attention")
 x_dec, x_enc = torch.randn(2, 4, 16), torch.randn(2, 6, 12)
 W_q, W_k, W_v = torch.randn(16, 8) / 4, torch.randn(12, 8) / 3.5, torch.randn(12, 8) / 3.5
@@ -1637,7 +1636,7 @@ assert op_counts[64][1] - op_counts[32][1] == 2 * (op_counts[32][1] - op_counts[
 # * **fused + window mask**: the same call with a sliding-window mask (each query may see
 #   the keys at most 32 positions away, 65 keys): the same result as a local attention;
 # * **banded window**: the same sliding window computed without the $L \times L$ matrix:
-#   `attention_variants.sliding_window_attention` pads the keys and values, and for each of
+#   `attention.sliding_window_attention` pads the keys and values, and for each of
 #   the 65 offsets compares every query with the key at that offset at once (the keys shifted,
 #   a view): 65 scores per query, never $L$;
 # * **GRU**: one `nn.GRU(64, 64)` layer, as in chapters 1 and 2.
@@ -1660,8 +1659,8 @@ variants = {
     "naive attention": naive_attention,
     "fused attention": F.scaled_dot_product_attention,
     "fused + window mask": lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attention_variants.sliding_window_mask(q.shape[-2], radius)),
-    "banded window": lambda q, k, v: attention_variants.sliding_window_attention(q, k, v, radius)[0],
+        q, k, v, attn_mask=attention.sliding_window_mask(q.shape[-2], radius)),
+    "banded window": lambda q, k, v: attention.sliding_window_attention(q, k, v, radius)[0],
 }
 times = {name: [] for name in [*variants, "GRU"]}
 memory = {name: [] for name in [*variants, "GRU"]}
@@ -1749,8 +1748,8 @@ print("fused attention, banded window and GRU memory are linear in L:",
       all(abs(last(memory, name) - 1) < 0.05 for name in ("fused attention", "banded window", "GRU")))
 print("a window mask does not make the fused call's memory linear:", last(memory, "fused + window mask") > 1.5)
 q, k, v = (torch.randn(1, 1, 300, 16, dtype=torch.float64) for _ in range(3))
-banded, _ = attention_variants.sliding_window_attention(q, k, v, radius)
-masked = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_variants.sliding_window_mask(300, radius))
+banded, _ = attention.sliding_window_attention(q, k, v, radius)
+masked = F.scaled_dot_product_attention(q, k, v, attn_mask=attention.sliding_window_mask(300, radius))
 print("banded window equals the masked fused call:", torch.allclose(banded, masked))
 
 # %% [markdown]

@@ -27,7 +27,7 @@
 # **What you will build**: the grid of offsets key − query, the quadratic score of a head,
 # one head's attention map, the per-head value and output weights that turn a kernel into
 # attention heads, and the RoPE rotation. The reference versions live in
-# `course_utils.relpos` (RoPE in `course_utils.positional`: `apply_rope`), so the experiments run
+# `course_utils.conv_attention` (RoPE in `course_utils.positional`: `apply_rope`), so the experiments run
 # even before you have written yours.
 #
 # **Exercises** (graded by the test cells below each one): 1 `relative_offsets` (3 points),
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from matplotlib import cbook
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils import budget, checks, claims, cost, positional, relpos, train
+from course_utils import budget, checks, claims, conv_attention, cost, positional, train
 
 train.set_seed(0)
 GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
@@ -97,7 +97,7 @@ print("bias constant along every diagonal:",
 # `(height*width, height*width, 2)` whose entry `[i, j]` is the position of cell `j` minus
 # the position of cell `i`, as (row, column), with cells numbered in **row-major** order
 # (cell `n` is at row `n // width`, column `n % width`). `i` is the query, `j` the key. Do not
-# call the reference `relpos.relative_offsets` or `relpos.grid_positions`.
+# call the reference `conv_attention.relative_offsets` or `conv_attention.grid_positions`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_offsets", "locked": false, "schema_version": 3, "solution": true}
 def relative_offsets(height, width):
@@ -139,7 +139,7 @@ checks.run_checks("relative_offsets", [
 _gen = torch.Generator().manual_seed(101)
 _sizes = [(2, 5), (4, 3), (1, 4), (5, 1), (1, 1)] + [tuple(torch.randint(1, 7, (2,), generator=_gen).tolist())
                                                      for _ in range(4)]
-with checks.forbid(relpos.relative_offsets, relpos.grid_positions):
+with checks.forbid(conv_attention.relative_offsets, conv_attention.grid_positions):
     _got = [checks.call(relative_offsets, h, w) for h, w in _sizes]
 
 
@@ -258,8 +258,8 @@ assert deltas[score_flipped.argmax()].item() == -Delta, "the notes' sign must mi
 #
 # Compute it as the dot product $v^{(h)}\cdot r_\delta$ or directly from the formula; both are
 # fine. Keep the $\lVert\Delta\rVert^2$ term: the softmax ignores it, but it is part of the score.
-# Do not call the reference `relpos.quadratic_scores`, `relpos.quadratic_query` or
-# `relpos.quadratic_encoding`.
+# Do not call the reference `conv_attention.quadratic_scores`, `conv_attention.quadratic_query` or
+# `conv_attention.quadratic_encoding`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_quadratic", "locked": false, "schema_version": 3, "solution": true}
 def quadratic_scores(offsets, center, alpha):
@@ -286,7 +286,7 @@ def quadratic_scores(offsets, center, alpha):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_quadratic-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
-_off33 = relpos.relative_offsets(3, 3)
+_off33 = conv_attention.relative_offsets(3, 3)
 
 
 def _check_centre_zero():
@@ -295,7 +295,7 @@ def _check_centre_zero():
 
 
 def _check_peak():
-    got = checks.call(quadratic_scores, relpos.relative_offsets(5, 5), torch.tensor([1.0, -1.0]), 3.0)
+    got = checks.call(quadratic_scores, conv_attention.relative_offsets(5, 5), torch.tensor([1.0, -1.0]), 3.0)
     best = got[12].argmax().item()                  # query: the middle cell (2, 2)
     if best != 16:
         raise checks.CheckFailed(f"for the middle query of a 5 x 5 grid and centre (1, -1) the highest score "
@@ -319,7 +319,7 @@ checks.run_checks("quadratic_scores", [
 # spanning all of these; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
-_off = relpos.relative_offsets(4, 5)
+_off = conv_attention.relative_offsets(4, 5)
 _c = torch.randn(3, 2, generator=_g, dtype=torch.float64) * 2
 _a = torch.rand(3, generator=_g, dtype=torch.float64) * 5
 
@@ -353,7 +353,7 @@ for _i in range(6):     # random cases: grid, queries kept, heads (0 = a (D,) ce
     _h, _w = torch.randint(1, 5, (2,), generator=_g).tolist()
     _dim, _heads, _kind = int(torch.randint(1, 3, (), generator=_g)), int(torch.randint(0, 4, (), generator=_g)), _i % 3
     _dt = (torch.float64, torch.float32)[_i % 2]
-    _o = relpos.relative_offsets(_h, _w)[..., :_dim] if _dim == 2 else relpos.relative_offsets(_h, _w)[..., 1:]
+    _o = conv_attention.relative_offsets(_h, _w)[..., :_dim] if _dim == 2 else conv_attention.relative_offsets(_h, _w)[..., 1:]
     _o = _o[torch.randperm(_h * _w, generator=_g)[:max(1, _h * _w - _i)]]
     _ce = (torch.rand(*((_heads,) if _heads else ()), _dim, generator=_g, dtype=torch.float64) * 4 - 2).to(_dt)
     _al = torch.rand(max(_heads, 1), generator=_g, dtype=torch.float64) * 3 + 0.1
@@ -363,7 +363,7 @@ for _i in range(6):     # random cases: grid, queries kept, heads (0 = a (D,) ce
 ### BEGIN EXPECTED
 _want = [_want_quadratic(o, c, a) for _, o, c, a in _cases]
 ### END EXPECTED
-with checks.forbid(relpos.quadratic_scores, relpos.quadratic_query, relpos.quadratic_encoding):
+with checks.forbid(conv_attention.quadratic_scores, conv_attention.quadratic_query, conv_attention.quadratic_encoding):
     _got = [checks.call(quadratic_scores, o, c, a) for _, o, c, a in _cases]
 
 
@@ -387,7 +387,7 @@ checks.run_checks("quadratic_scores (hidden)", [
 # %%
 def _probe_quadratic(fn):
     g = torch.Generator().manual_seed(7)
-    off = relpos.relative_offsets(3, 4)
+    off = conv_attention.relative_offsets(3, 4)
     centres = torch.randn(3, 2, generator=g)
     outs = [fn(off, centres, torch.rand(3, generator=g) + 0.5),      # one alpha per head
             fn(off[2:9], centres.double(), 1.5),                      # one number for all heads, L_q != L_k
@@ -398,7 +398,7 @@ def _probe_quadratic(fn):
     return outs + [str(o.dtype) for o in outs]
 
 
-quad_scores = checks.learner_or_reference(quadratic_scores, relpos.quadratic_scores, _probe_quadratic,
+quad_scores = checks.learner_or_reference(quadratic_scores, conv_attention.quadratic_scores, _probe_quadratic,
                                           name="quadratic_scores")
 offsets_seq = (torch.arange(15)[None, :] - torch.arange(15)[:, None])[..., None]     # (15, 15, 1)
 fig, ax = plt.subplots(figsize=(8, 3))
@@ -431,7 +431,7 @@ plt.show()
 # the query cell `query = (row, column)` over every key of a `height x width` grid, for one
 # head with centre `center` (a `(2,)` float32 or float64 tensor) and width `alpha` (a number), as a `(height, width)` map
 # that sums to one. Use your `relative_offsets` and `quadratic_scores`; if you skipped those
-# exercises, `relpos.relative_offsets` and `relpos.quadratic_scores` are allowed here (this
+# exercises, `conv_attention.relative_offsets` and `conv_attention.quadratic_scores` are allowed here (this
 # exercise is about picking the query's row and turning it into a map).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_head_map", "locked": false, "schema_version": 3, "solution": true}
@@ -525,7 +525,7 @@ def _probe_map(fn):
 
 head_map = checks.learner_or_reference(
     head_attention_map,
-    lambda h, w, q, c, a: torch.softmax(relpos.quadratic_scores(relpos.relative_offsets(h, w), c, a)[q[0] * w + q[1]], -1).reshape(h, w),
+    lambda h, w, q, c, a: torch.softmax(conv_attention.quadratic_scores(conv_attention.relative_offsets(h, w), c, a)[q[0] * w + q[1]], -1).reshape(h, w),
     _probe_map, name="head_attention_map")
 alphas_paper = [0.5, 2.0, 10.0, 50.0]
 maps = {a: head_map(7, 7, (3, 3), torch.zeros(2, dtype=torch.float64), a) for a in alphas_paper}
@@ -557,7 +557,7 @@ plt.show()
 # visible; $\alpha = 50$ would make each one a single bright pixel).
 
 # %%
-centers9 = relpos.kernel_centers(3).to(torch.float64)                      # (9, 2), row-major taps
+centers9 = conv_attention.kernel_centers(3).to(torch.float64)                      # (9, 2), row-major taps
 print("head centres (row, column):", centers9.long().tolist())
 fig, axes = plt.subplots(3, 3, figsize=(7.5, 7))
 for h, ax in enumerate(axes.flat):
@@ -604,7 +604,7 @@ plt.show()
 # * `w_val`, shape `(K*K, C_in, C_out)`: `w_val[i*K + j]` is `weight[:, :, i, j]` transposed;
 # * `w_out`, shape `(K*K*C_out, C_out)`: `K*K` identity matrices `(C_out, C_out)` stacked.
 #
-# Both in `weight`'s dtype (float32 or float64). Do not call the reference `relpos.kernel_to_heads`.
+# Both in `weight`'s dtype (float32 or float64). Do not call the reference `conv_attention.kernel_to_heads`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_kernel_heads", "locked": false, "schema_version": 3, "solution": true}
 def kernel_to_heads(weight):
@@ -655,7 +655,7 @@ _kernels = [torch.randn(4, 3, 3, 3, generator=_g), torch.randn(2, 1, 5, 5, gener
 for _i in range(3):     # random sizes: C_out, C_in, K; float32 and float64
     _co, _ci, _k = torch.randint(1, 5, (3,), generator=_g).tolist()
     _kernels.append(torch.randn(_co, _ci, _k, _k, generator=_g, dtype=(torch.float32, torch.float64)[_i % 2]))
-with checks.forbid(relpos.kernel_to_heads):
+with checks.forbid(conv_attention.kernel_to_heads):
     _res = [checks.call(kernel_to_heads, w) for w in _kernels]
 ### BEGIN EXPECTED
 # head h = i*K + j: its tap weight[:, :, i, j].T (w_val[h], and w_val[h] @ w_out[block h]); w_out stacks K*K identities
@@ -722,7 +722,7 @@ checks.run_checks("kernel_to_heads (hidden)", [
 # your `quadratic_scores`, values and output projection from your `kernel_to_heads`, and the
 # attention itself from the previous chapter: `attention.scaled_dot_product_attention` with
 # queries and keys set to zero ($W_{qry} = W_{key} = 0$) and the positional scores passed as
-# its additive `attn_bias` (`relpos.positional_attention` wraps that call). No `conv2d` anywhere.
+# its additive `attn_bias` (`conv_attention.positional_attention` wraps that call). No `conv2d` anywhere.
 
 # %%
 img = plt.imread(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))     # (600, 512, 3) uint8
@@ -745,8 +745,8 @@ def _probe_kernel(fn):
     return fn(torch.randn(3, 2, 3, 3, generator=torch.Generator().manual_seed(8)))
 
 
-offsets_fn = checks.learner_or_reference(relative_offsets, relpos.relative_offsets, _probe_offsets, name="relative_offsets")
-heads_fn = checks.learner_or_reference(kernel_to_heads, relpos.kernel_to_heads, _probe_kernel, name="kernel_to_heads")
+offsets_fn = checks.learner_or_reference(relative_offsets, conv_attention.relative_offsets, _probe_offsets, name="relative_offsets")
+heads_fn = checks.learner_or_reference(kernel_to_heads, conv_attention.kernel_to_heads, _probe_kernel, name="kernel_to_heads")
 
 
 def attention_conv(image, weight, alpha, zero_padding=True):
@@ -757,27 +757,27 @@ def attention_conv(image, weight, alpha, zero_padding=True):
     keys = F.pad(image, (p, p, p, p)).flatten(2).transpose(1, 2)          # (batch, L_k, C_in)
     offsets = offsets_fn(h + 2 * p, w + 2 * p)                             # every cell of the padded grid
     inside = torch.arange((h + 2 * p) * (w + 2 * p)).reshape(h + 2 * p, w + 2 * p)[p:p + h, p:p + w].reshape(-1)
-    bias = quad_scores(offsets[inside], relpos.kernel_centers(k).to(image.dtype), alpha)   # (K*K, L_q, L_k)
+    bias = quad_scores(offsets[inside], conv_attention.kernel_centers(k).to(image.dtype), alpha)   # (K*K, L_q, L_k)
     w_val, w_out = heads_fn(weight)
-    out, _ = relpos.positional_attention(keys, bias, w_val, w_out)          # (batch, L_q, C_out)
+    out, _ = conv_attention.positional_attention(keys, bias, w_val, w_out)          # (batch, L_q, C_out)
     return out.transpose(1, 2).reshape(b, -1, h, w)
 
 
 reference_conv = F.conv2d(photo, kernel, padding=1)
 att_conv = attention_conv(photo, kernel, alpha=100.0)
 print(f"alpha = 100, float64: max |attention - conv2d| = {(att_conv - reference_conv).abs().max().item():.1e}")
-assert torch.allclose(att_conv, relpos.conv_as_attention(photo, kernel, 100.0), atol=1e-12), 'the multi-head layer must equal relpos.conv_as_attention'
+assert torch.allclose(att_conv, conv_attention.conv_as_attention(photo, kernel, 100.0), atol=1e-12), 'the multi-head layer must equal conv_attention.conv_as_attention'
 
 # %% [markdown]
 # The previous chapter's `multihead.MultiHeadAttention` module computes the same thing once its
-# weights are set: `relpos.conv_as_multihead` gives it nine heads, zero query and key
+# weights are set: `conv_attention.conv_as_multihead` gives it nine heads, zero query and key
 # projections, the taps in its value projection, an output projection that adds the heads, and
 # the quadratic scores as its additive `bias`. (Its tokens are all the cells of the padded
 # image, so the zero tokens are queries too; their outputs are cropped away.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-mha_conv = relpos.conv_as_multihead(photo, kernel, alpha=100.0)
+mha_conv = conv_attention.conv_as_multihead(photo, kernel, alpha=100.0)
 print("multihead.MultiHeadAttention vs F.conv2d, alpha = 100, float64: max error below 1e-12?",
       (mha_conv - reference_conv).abs().max().item() < 1e-12)
 
@@ -905,8 +905,8 @@ small = F.adaptive_avg_pool2d(photo, (12, 12)).float()
 target_kernel = torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(0))
 target = F.conv2d(small, target_kernel, padding=1).flatten(2).transpose(1, 2)     # (1, L, 4)
 keys_small = F.pad(small, (1, 1, 1, 1)).flatten(2).transpose(1, 2)               # zero tokens around
-offsets_small = relpos.grid_positions(14, 14)[None, :, :] - (relpos.grid_positions(12, 12) + 1)[:, None, :]
-grid9 = relpos.kernel_centers(3).float()
+offsets_small = conv_attention.grid_positions(14, 14)[None, :, :] - (conv_attention.grid_positions(12, 12) + 1)[:, None, :]
+grid9 = conv_attention.kernel_centers(3).float()
 
 
 def fit_heads(w_val, learn_values, steps, seed, keys=None, goal=None):
@@ -925,8 +925,8 @@ def fit_heads(w_val, learn_values, steps, seed, keys=None, goal=None):
     w_out = torch.eye(4).repeat(9, 1)
     history = {"centers": [centers.detach().clone()], "alpha": [], "loss": []}
     for _ in range(steps):
-        bias = relpos.quadratic_scores(offsets_small, centers, log_alpha.exp())
-        out, _ = relpos.positional_attention(keys, bias, w_val, w_out)
+        bias = conv_attention.quadratic_scores(offsets_small, centers, log_alpha.exp())
+        out, _ = conv_attention.positional_attention(keys, bias, w_val, w_out)
         loss = F.mse_loss(out, goal)
         opt.zero_grad()
         loss.backward()
@@ -940,7 +940,7 @@ def fit_heads(w_val, learn_values, steps, seed, keys=None, goal=None):
 
 
 start = time.process_time()
-fit = fit_heads(relpos.kernel_to_heads(target_kernel)[0], learn_values=False, steps=budget.pick(300, grading=20), seed=0)
+fit = fit_heads(conv_attention.kernel_to_heads(target_kernel)[0], learn_values=False, steps=budget.pick(300, grading=20), seed=0)
 print(f"{len(fit['loss'])} steps in {time.process_time() - start:.1f} s of processor time; "
       f"loss {fit['loss'][0]:.4f} -> {fit['loss'][-1]:.2e}")
 final = fit["centers"][-1]
@@ -1065,7 +1065,7 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 def best_loss(centers, alpha, keys, goal):
     """Mean squared error of the best value matrices (least squares) for these centres and widths."""
-    weights = torch.softmax(relpos.quadratic_scores(offsets_small, centers, alpha), -1)      # (9, L_q, L_k)
+    weights = torch.softmax(conv_attention.quadratic_scores(offsets_small, centers, alpha), -1)      # (9, L_q, L_k)
     features = torch.einsum("hqk,kc->qhc", weights, keys[0]).reshape(goal.shape[1], -1)      # (L_q, 9 * C_in)
     solution = torch.linalg.lstsq(features.double(), goal[0].double()).solution
     return ((features.double() @ solution - goal[0].double()) ** 2).mean().item()
@@ -1150,7 +1150,7 @@ plt.show()
 # $K^2 (L^2 C + 2 L C^2)$ in all (its scores are the precomputed bias, no multiply-adds). The
 # ratio is $(L + 2C)/C$: it grows like $L/C$. The cell counts both with PyTorch's FLOP counter on
 # $8$-channel images (the bias built once), and times three things: the convolution, the
-# attention with its bias built once, and `relpos.conv_as_attention`, which builds the
+# attention with its bias built once, and `conv_attention.conv_as_attention`, which builds the
 # $K^2 \times L \times L$ bias again at every call (one thread, best of 3 runs, processor time).
 
 # %%
@@ -1177,16 +1177,16 @@ with cost.torch_threads(1), torch.no_grad():
         x_t = torch.randn(1, 8, n, n, generator=g)
         w_t = torch.randn(8, 8, 3, 3, generator=g)
         keys_t = F.pad(x_t, (1, 1, 1, 1)).flatten(2).transpose(1, 2)
-        offsets_t = relpos.grid_positions(n + 2, n + 2)[None] - (relpos.grid_positions(n, n) + 1)[:, None]
-        bias_t = relpos.quadratic_scores(offsets_t, relpos.kernel_centers(3).float(), 50.0)   # built once
-        w_val_t, w_out_t = relpos.kernel_to_heads(w_t)
+        offsets_t = conv_attention.grid_positions(n + 2, n + 2)[None] - (conv_attention.grid_positions(n, n) + 1)[:, None]
+        bias_t = conv_attention.quadratic_scores(offsets_t, conv_attention.kernel_centers(3).float(), 50.0)   # built once
+        w_val_t, w_out_t = conv_attention.kernel_to_heads(w_t)
         with FlopCounterMode(display=False) as f_att:
-            relpos.positional_attention(keys_t, bias_t, w_val_t, w_out_t)
+            conv_attention.positional_attention(keys_t, bias_t, w_val_t, w_out_t)
         with FlopCounterMode(display=False) as f_conv:
             F.conv2d(x_t, w_t, padding=1)
         t_conv = best_time(lambda: F.conv2d(x_t, w_t, padding=1))
-        t_att = best_time(lambda: relpos.positional_attention(keys_t, bias_t, w_val_t, w_out_t))
-        t_full = best_time(lambda: relpos.conv_as_attention(x_t, w_t, 50.0))
+        t_att = best_time(lambda: conv_attention.positional_attention(keys_t, bias_t, w_val_t, w_out_t))
+        t_full = best_time(lambda: conv_attention.conv_as_attention(x_t, w_t, 50.0))
         L = n * n
         print(f"{n:>3}x{n:<3} {L:>5} {(L + 16) / 8:>9.0f} {f_att.get_total_flops() / f_conv.get_total_flops():>11.0f}"
               f" {t_conv * 1e3:>7.3f}ms {t_att * 1e3:>8.2f}ms {t_full * 1e3:>7.2f}ms {t_att / t_conv:>11.0f} {t_full / t_conv:>8.0f}")

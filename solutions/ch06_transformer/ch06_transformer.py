@@ -1291,9 +1291,13 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
 # * each layer's **cross-attention** keys and values are those of the encoder output, the same at
 #   every step of one source sentence (seed 004): they are computed at the first step and reused.
 #
-# The state is a dict whose tensors have the batch first, plus one self-attention cache per layer
-# (`state["caches"]`) and one cross-attention cache per layer (`state["cross_caches"]`); beam search reorders the caches with the hypotheses (`decoding.index_state` calls
-# `KVCache.reorder`). Cached and uncached decoding must give the same result. The cell times both on
+# The state is a dict: the encoder's output (`state["memory"]`, batch first) and one
+# `kvcache.DecoderCache` (`state["cache"]`), which counts the positions fed and holds one
+# self-attention cache per layer (`cache.layers`) and, for an encoder-decoder, one cross-attention
+# cache per layer (`cache.cross`). Stepping a state twice raises an error instead of attending over
+# keys it never fed. Beam search reorders it with the hypotheses
+# (`decoding.index_state` calls `DecoderCache.reorder`, which reorders every layer's `KVCache`).
+# Cached and uncached decoding must give the same result. The cell times both on
 # the 500 test dates: the ratio it prints is one run's, on the machine that ran it (the printout names
 # its CPU kernel and threads), and another machine, or the same one under load, gives another. With
 # outputs of 10 characters and a one-layer decoder the saving is modest; it grows with the length of
@@ -1330,7 +1334,7 @@ with torch.no_grad():
     for t in range(4):
         log_probs, state = date_model.decode_step(prev, state)
         prev = log_probs.argmax(-1)
-        self_cache, cross_cache = state["caches"][0], state["cross_caches"][0]
+        self_cache, cross_cache = state["cache"].layers[0], state["cache"].cross[0]
         print(f"step {t + 1}: self-attention cache holds {len(self_cache)} positions, "
               f"cross-attention cache {len(cross_cache)} (the source's {one.src.shape[1]} characters)")
 for h in hooks:

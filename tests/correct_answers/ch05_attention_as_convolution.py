@@ -71,7 +71,7 @@ CORRECT = {
     return torch.softmax(scores.flatten(), dim=0).reshape(height, width)
 ''',
         "the references, exp over the max": '''def head_attention_map(height, width, query, center, alpha):
-    scores = relpos.quadratic_scores(relpos.relative_offsets(height, width), center, alpha)
+    scores = conv_attention.quadratic_scores(conv_attention.relative_offsets(height, width), center, alpha)
     row = scores[query[0] * width + query[1]].reshape(height, width)
     e = torch.exp(row - row.max())
     return e / e.sum()
