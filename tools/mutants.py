@@ -477,14 +477,16 @@ def grade_answers(chapter: str, jobs: int) -> bool:
     return ok
 
 
-def write_table(rows: list[dict], seconds: float) -> None:
+def write_table(rows: list[dict], seconds: float, ran: int | None = None) -> None:
+    """Write ``tools/mutants.md`` with ``rows``; ``ran``: how many of them this run measured (all if ``None``)."""
     lines = ["# Mutation scores of the exercises' tests", "",
              "Written by `make mutants` (`tools/mutants.py`): every exercise's solution mutated one small change at",
              "a time and graded in-process with its visible and hidden tests. *Equivalent*: survivors listed with",
              "their reasons in `tools/mutants/<chapter>.toml`. `tests/test_mutants.py` checks that this table is",
              "current (the fingerprint of each exercise's cells and of the tool) and that every exercise reaches",
              f"{GOAL:.0%}.", "",
-             f"Last run: {len(rows)} exercises in {seconds:.0f} s.", "",
+             f"Last run: {len(rows) if ran is None else ran} exercises in {seconds:.0f} s"
+             + ("." if ran is None or ran == len(rows) else " (the other rows are from earlier runs)."), "",
              "| chapter | exercise | mutants | killed | equivalent | killed % | fingerprint |",
              "|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -537,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             old[(r["chapter"], r["exercise"])] = r
         merged = [{"chapter": c, "exercise": e, **v} for (c, e), v in old.items()]
         merged.sort(key=lambda r: (r["chapter"], _order(r)))
-        write_table(merged, time.perf_counter() - t0)
+        write_table(merged, time.perf_counter() - t0, ran=len(rows))
         print(f"updated {len(rows)} rows of {TABLE.relative_to(ROOT)}")
     for r in bad:
         print(f"FAIL {r['chapter']} {r['exercise']}: {r['killed']}/{r['mutants']} killed, "
