@@ -287,6 +287,11 @@ def test_claim_spread_writes_and_merges_its_header(tmp_path):
     assert merged.count("| ch02: y (share)") == 1                                  # other chapters kept
     assert "## ch01 (2026-01-02)\n\nMade by `tools/claim_spread.py ch01 --merge x` on 2026-01-02" in merged
     assert "Why." in merged
+    # Measured again: the section that held only ch01's rows goes, its text with it.
+    again = claim_spread.merge_document(merged, new_table, ["ch01"], "tools/claim_spread.py ch01 --merge x",
+                                        "a CPU", day="2026-01-03")
+    assert "## ch01 (2026-01-02)" not in again and "Why." not in again and "## ch01 (2026-01-03)" in again
+    assert again.count("| ch01: y (share)") == 1 and again.count("| ch02: y (share)") == 1
     path = tmp_path / "spread.md"
     path.write_text(merged)
     tables = _tables(merged)

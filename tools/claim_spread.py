@@ -217,9 +217,12 @@ def markdown_document(table: str, command: str, where: str, day: str | None = No
 def merge_document(old: str, table: str, chapters_run: list[str], command: str, where: str,
                    note: str = "", day: str | None = None) -> str:
     """``old`` (a document this tool wrote) with the rows of ``chapters_run`` (e.g. ``["ch01"]``)
-    removed from every table, and a section with ``table`` appended (``--merge``)."""
+    removed from every table, a section (``## ``) left without rows removed whole (its text described
+    them), and a section with ``table`` appended (``--merge``)."""
     kept = [ln for ln in old.rstrip("\n").split("\n")
             if not ((m := ROW.match(ln)) and m.group(1) in chapters_run)]
+    sections = re.split(r"\n(?=## )", "\n".join(kept))
+    kept = ["\n".join(s for s in sections if not (s.startswith("## ") and not any(map(ROW.match, s.split("\n")))))]
     day = day or time.strftime("%Y-%m-%d")
     heading = f"## {', '.join(chapters_run)} ({day})"
     replaced = (f"The rows of {', '.join(chapters_run)} in the tables above were removed by this run and are "
