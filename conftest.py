@@ -10,7 +10,8 @@ the end of the run.
 Scopes keep together what must run in one process: a notebook's cells share one kernel (their
 scope is the notebook), and the tests of a module share its module-scoped fixtures (their scope is
 the module). ``tests/test_grading.py`` is split further, one scope per chapter (``scope_of``), so
-that the chapters' graded classes run on both workers.
+that the chapters' graded classes run on both workers, and the costliest scopes go out first
+(``heaviest_first``).
 Each worker enforces the budgets of the notebooks it runs; the summary is made from the reports
 that reach the main process.
 """
@@ -52,6 +53,21 @@ def scope_of(nodeid: str) -> str:
     return path
 
 
+# The costliest scopes, most costly first. xdist queues scopes by their number of tests, which puts a
+# graded class (a dozen tests, two minutes of grading) behind the unit-test modules: a worker then
+# starts one late and the other waits for it. Longest first, the small modules fill the end.
+HEAVY_FIRST = ("tests/test_grading_hostile.py", "tests/test_grading.py", "tests/test_grading_class.py",
+               "solutions/", "tests/test_answers.py", "tests/test_hub_rehearsal.py")
+
+
+def heaviest_first(scopes: list[str]) -> list[str]:
+    """``scopes`` in the order the workers get them: by the first prefix of HEAVY_FIRST each starts
+    with, the rest after them; the order given within each group."""
+    def rank(scope: str) -> int:
+        return next((i for i, prefix in enumerate(HEAVY_FIRST) if scope.startswith(prefix)), len(HEAVY_FIRST))
+    return sorted(scopes, key=rank)
+
+
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadscope":
         return None
@@ -60,6 +76,13 @@ def pytest_xdist_make_scheduler(config, log):
     class ByScope(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "_ordered", False):   # once, before the first unit goes out
+                self._ordered = True
+                for scope in heaviest_first(list(self.workqueue)):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     return ByScope(config, log)
 
