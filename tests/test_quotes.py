@@ -292,6 +292,8 @@ def test_claim_spread_writes_and_merges_its_header(tmp_path):
                                         "a CPU", day="2026-01-03")
     assert "## ch01 (2026-01-02)" not in again and "Why." not in again and "## ch01 (2026-01-03)" in again
     assert again.count("| ch01: y (share)") == 1 and again.count("| ch02: y (share)") == 1
+    prose = claim_spread.merge_document(merged + "\n## Notes\n\nNo table here.\n", new_table, ["ch01"], "x", "a CPU")
+    assert "## Notes\n\nNo table here." in prose, "a section without a table was dropped"
     path = tmp_path / "spread.md"
     path.write_text(merged)
     tables = _tables(merged)

@@ -214,6 +214,13 @@ def markdown_document(table: str, command: str, where: str, day: str | None = No
     return f"{TITLE}\n\n{made_by(command, where, day)} {COLUMNS}\n\n{table}\n"
 
 
+def _emptied(section: str) -> bool:
+    """A ``## `` section with a claims table but no row left in it (a section of prose alone stays)."""
+    lines = section.split("\n")
+    return section.startswith("## ") and any(ln.startswith("| claim |") for ln in lines) \
+        and not any(map(ROW.match, lines))
+
+
 def merge_document(old: str, table: str, chapters_run: list[str], command: str, where: str,
                    note: str = "", day: str | None = None) -> str:
     """``old`` (a document this tool wrote) with the rows of ``chapters_run`` (e.g. ``["ch01"]``)
@@ -222,7 +229,7 @@ def merge_document(old: str, table: str, chapters_run: list[str], command: str, 
     kept = [ln for ln in old.rstrip("\n").split("\n")
             if not ((m := ROW.match(ln)) and m.group(1) in chapters_run)]
     sections = re.split(r"\n(?=## )", "\n".join(kept))
-    kept = ["\n".join(s for s in sections if not (s.startswith("## ") and not any(map(ROW.match, s.split("\n")))))]
+    kept = ["\n".join(s for s in sections if not _emptied(s))]
     day = day or time.strftime("%Y-%m-%d")
     heading = f"## {', '.join(chapters_run)} ({day})"
     replaced = (f"The rows of {', '.join(chapters_run)} in the tables above were removed by this run and are "
