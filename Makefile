@@ -119,7 +119,7 @@ test: $(STAMP) lint
 # The unit tests of course_utils alone, for the edit-and-test loop: every tests/test_*.py except those
 # that execute chapters, grade, start a hub or time benchmarks (make test runs them all).
 UNIT_TESTS = $(filter-out tests/test_grading% tests/test_hub_rehearsal.py tests/test_probes.py tests/test_bench.py \
-	tests/test_sources.py tests/test_sandbox_paths.py tests/test_answers.py tests/test_collect.py,$(wildcard tests/test_*.py))
+	tests/test_sources.py tests/test_sandbox_paths.py tests/test_answers.py tests/test_collect.py tests/test_warm.py,$(wildcard tests/test_*.py))
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT_TESTS)
 

@@ -4,6 +4,7 @@ One module per idea:
 
 - :mod:`~course_utils.grading.cli` -- ``python -m course_utils.grading {grade,release,autograde,execute}``
 - :mod:`~course_utils.grading.course` -- the explicit course root, chapters, nbgrader as a program, release
+- :mod:`~course_utils.grading.warm` -- nbgrader and the reference run forked from a process that imported them once
 - :mod:`~course_utils.grading.intake` -- a submission read safely and rebuilt from the trusted release
 - :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
 - :mod:`~course_utils.grading.parallel` -- N submissions at a time, merged into the gradebook by one writer

@@ -9,7 +9,6 @@ sandboxed kernel runs the same Python, and must not be able to find the course f
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import nbformat
+
+from course_utils.grading import warm
 
 ORIGIN = ".grading-origin"   # in a throwaway course: the course root it was made from
 
@@ -72,19 +73,6 @@ def _env() -> dict[str, str]:
 GRADER_MEMORY_MB = 3072   # the address space of one nbgrader process (GRADING_GRADER_MEMORY_MB overrides it)
 
 
-def _grader_memory(memory_mb: int | None):
-    """A ``preexec_fn`` that caps the nbgrader process's address space (its *soft* limit: the kernel
-    launcher it starts raises its own back, then sets the box's limits; see ``sandbox._kernel_main``)."""
-    if memory_mb is None:
-        return None
-
-    def cap() -> None:   # runs in the forked child, which may come from a threaded parent: no import here
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        want = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
-    return cap
-
-
 def grader_memory_mb() -> int:
     """The memory cap of each nbgrader process: ``GRADING_GRADER_MEMORY_MB``, else :data:`GRADER_MEMORY_MB`."""
     raw = os.environ.get("GRADING_GRADER_MEMORY_MB", "")
@@ -95,12 +83,10 @@ def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str
              timeout: float | None = None, memory_mb: int | None = None) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course directory ``course`` (which holds the config), with at most
     ``timeout`` seconds and ``memory_mb`` MiB of address space where they are given."""
-    try:
-        proc = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course,
-                              env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=_grader_memory(memory_mb))
-    except subprocess.TimeoutExpired as e:
-        proc = subprocess.CompletedProcess(e.cmd, 124, "", f"[ERROR] nbgrader ran past {timeout:g} s")
+    # Its address space is capped with the *soft* limit: the kernel launcher it starts raises its own
+    # back, then sets the box's limits (see ``sandbox._kernel_main``).
+    proc = warm.run_module("nbgrader", [*args, "--log-level=WARN"], cwd=course, env={**_env(), **(env or {})},
+                           timeout=timeout, memory_mb=memory_mb)
     if proc.returncode != 0 and memory_mb is not None and "MemoryError" in (proc.stderr or ""):
         proc.stderr += f"\n[ERROR] nbgrader ran out of its {memory_mb} MiB"
     if check and proc.returncode != 0:

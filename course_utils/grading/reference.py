@@ -24,11 +24,9 @@ import fcntl
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from course_utils.grading import sandbox, withhold
+from course_utils.grading import sandbox, warm, withhold
 from course_utils.grading.course import chapter_notebook, origin
 from course_utils.grading.results import GRADER_VERSION
 
@@ -64,9 +62,8 @@ def ensure(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
             return path
         env = {**os.environ, **limits.to_env(), "NBGRADER_EXECUTION": "autograde"}
         tmp = path.with_suffix(".part")
-        proc = subprocess.run([sys.executable, "-m", "course_utils.grading.reference_run", chapter, str(tmp)],
-                              cwd=course, env=env, capture_output=True, text=True,
-                              timeout=limits.notebook_s * 2 + 300)
+        proc = warm.run_module("course_utils.grading.reference_run", [chapter, str(tmp)], cwd=course, env=env,
+                               timeout=limits.notebook_s * 2 + 300)
         if proc.returncode != 0 or not tmp.exists():
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"the reference run of {chapter}'s solution failed, so nothing can be graded "
