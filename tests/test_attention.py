@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from course_utils import attention as A
 from course_utils import cost, multihead
@@ -134,6 +133,9 @@ def test_causal_mask_semantics(lq, lk):
     i, j = torch.meshgrid(torch.arange(lq), torch.arange(lk), indexing="ij")
     assert torch.equal(m, j <= i + (lk - lq))       # query i is position i + (lk - lq) of the keys
     if 0 < lq <= lk:   # (PyTorch's lower-right bias gives NaN rows when lq > lk; ours gives zeros)
+        # imported here, not at the top: it imports torch._dynamo, seconds that every worker would pay
+        from torch.nn.attention.bias import causal_lower_right
+
         assert torch.equal(m, causal_lower_right(lq, lk)._materialize())
 
 

@@ -113,3 +113,30 @@ def test_runs_from_threads_at_once_and_a_script_without_a_main_guard(tmp_path, e
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(warm.__file__).parents[2])})
     assert out.stdout.split() == ["script", "ran", "0"], out.stdout + out.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork server needs fork")
+def test_a_fork_server_that_cannot_start_leaves_runs_to_new_processes(tmp_path, env, monkeypatch):
+    monkeypatch.delenv(warm.COLD, raising=False)
+    monkeypatch.setattr(warm._Server, "_current", None)
+    monkeypatch.setattr(warm, "_START", "import sys; sys.exit(3)")
+    course = _course(tmp_path, REPORT)
+    for _ in range(2):
+        proc = warm.run_module("nbgrader", ARGS, cwd=course, env=env)
+        assert proc.returncode == 0 and "to stdout" in proc.stdout, proc.stderr
+        assert json.loads((tmp_path / "report.json").read_text())["ppid"] == os.getpid()
+    assert warm._Server.get() is None, "a server that died before forking anything is not started again"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork server needs fork")
+def test_a_run_whose_fork_server_dies_fails_with_the_reason(tmp_path, env, monkeypatch):
+    monkeypatch.delenv(warm.COLD, raising=False)
+    monkeypatch.setattr(warm._Server, "_current", None)
+    course = _course(tmp_path, "import time\ntime.sleep(3)\n")
+    assert warm.run_module("nbgrader", ARGS, cwd=course, env=env).returncode == 0   # the server is up
+    server = warm._Server.get()
+    assert server.forked
+    threading.Timer(1.5, server._proc.kill).start()
+    proc = warm.run_module("nbgrader", ARGS, cwd=course, env=env)
+    assert proc.returncode != 0 and "fork server exited" in proc.stderr, proc
+    assert warm._Server.get() is not server, "the next run gets a new fork server"

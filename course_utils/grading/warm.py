@@ -49,23 +49,25 @@ def run_module(module: str, argv: Sequence[str], cwd: Path, env: Mapping[str, st
     ``subprocess.run(..., capture_output=True, text=True)`` gives them (124 when it ran past ``timeout``)."""
     cmd = [sys.executable, "-m", module, *argv]
     server = None if os.environ.get(COLD) or not hasattr(os, "fork") else _Server.get()
-    if server is None:
-        try:
-            return subprocess.run(cmd, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout,
-                                  preexec_fn=None if memory_mb is None else lambda: _cap(memory_mb))
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(cmd, 124, "", f"[ERROR] {module} ran past {timeout:g} s")
-    with tempfile.TemporaryDirectory(prefix="nbgrader-run-") as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        code = server.run({"module": module, "argv": list(argv), "cwd": str(cwd), "env": dict(env),
-                           "memory_mb": memory_mb, "out": str(out), "err": str(err)}, timeout)
-        stdout = out.read_text(errors="replace") if out.exists() else ""
-        stderr = err.read_text(errors="replace") if err.exists() else ""
-    if code is None:
-        return subprocess.CompletedProcess(cmd, 124, stdout, stderr + f"\n[ERROR] {module} ran past {timeout:g} s")
-    if server.dead and code == -signal.SIGKILL:
-        stderr += "\n[ERROR] the grader's fork server exited during this run"
-    return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+    if server is not None:
+        with tempfile.TemporaryDirectory(prefix="grader-run-") as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            forked, code = server.run({"module": module, "argv": list(argv), "cwd": str(cwd), "env": dict(env),
+                                              "memory_mb": memory_mb, "out": str(out), "err": str(err)}, timeout)
+            stdout = out.read_text(errors="replace") if out.exists() else ""
+            stderr = err.read_text(errors="replace") if err.exists() else ""
+        if forked and code is None:
+            return subprocess.CompletedProcess(cmd, 124, stdout, f"{stderr}\n[ERROR] {module} ran past {timeout:g} s")
+        if forked:
+            if code == -signal.SIGKILL and server.dead:
+                stderr += "\n[ERROR] the grader's fork server exited during this run"
+            return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+        # the fork server could not start or is gone: this run starts as a new process
+    try:
+        return subprocess.run(cmd, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=None if memory_mb is None else lambda: _cap(memory_mb))
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"[ERROR] {module} ran past {timeout:g} s")
 
 
 def _cap(memory_mb: int) -> None:
@@ -78,6 +80,10 @@ def _cap(memory_mb: int) -> None:
 
 # --- the caller's side ----------------------------------------------------------------------------
 
+# The fork server's program: the caller's import path, then the loop.
+_START = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from course_utils.grading import warm; warm._serve()"
+
+
 class _Server:
     """The caller's handle on its fork server: one per process, shared by its threads."""
 
@@ -85,20 +91,25 @@ class _Server:
     _current: _Server | None = None
 
     @classmethod
-    def get(cls) -> _Server:
+    def get(cls) -> _Server | None:
+        """This process's fork server, started now if it has none; None where one died before it
+        forked anything (it cannot start here: every run then starts as a new process)."""
         with cls._lock:
-            if cls._current is None or cls._current.pid != os.getpid() or cls._current.dead:
+            old = cls._current
+            if old is not None and old.pid == os.getpid() and old.dead and not old.forked:
+                return None
+            if old is None or old.pid != os.getpid() or old.dead:
                 cls._current = cls()
             return cls._current
 
     def __init__(self):
         self.pid = os.getpid()
         self.dead = False
+        self.forked = False
         self._next = 0
         self._write = threading.Lock()
         self._waiting: dict[int, queue.Queue] = {}
-        code = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from course_utils.grading import warm; warm._serve()"
-        self._proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(sys.path)], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-c", _START, json.dumps(sys.path)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         threading.Thread(target=self._read, name="nbgrader-fork-server", daemon=True).start()
 
@@ -106,23 +117,24 @@ class _Server:
         for line in self._proc.stdout:
             try:
                 msg = json.loads(line)
-            except ValueError:
+                box = self._waiting.get(msg["id"])
+            except (ValueError, KeyError, TypeError):
                 continue
-            box = self._waiting.get(msg["id"])
             if box is not None:
                 box.put(msg)
         self.dead = True   # it exited: every run still waiting ends with an error
         for box in list(self._waiting.values()):
-            box.put({"code": -signal.SIGKILL, "lost": True})
+            box.put({"code": -signal.SIGKILL})
 
     def _send(self, msg: dict) -> None:
         with self._write:
             self._proc.stdin.write(json.dumps(msg).encode() + b"\n")
             self._proc.stdin.flush()
 
-    def run(self, request: dict, timeout: float | None) -> int | None:
-        """The exit status of one run: None where it was killed at ``timeout``; ``-SIGKILL`` where the
-        fork server itself is gone."""
+    def run(self, request: dict, timeout: float | None) -> tuple[bool, int | None]:
+        """``(forked, status)`` of one run: ``forked`` is False where the fork server was gone before
+        it could fork (nothing ran); the status is None where the run was killed at ``timeout``, and
+        ``-SIGKILL`` where the fork server went away while it ran."""
         box: queue.Queue = queue.Queue()
         with self._write:
             self._next += 1
@@ -130,17 +142,19 @@ class _Server:
             self._waiting[rid] = box
         try:
             self._send({"id": rid, "run": request})
-            msg = box.get()   # forked (or the server is gone)
+            msg = box.get()   # forked, or the server is gone
             if "code" in msg:
-                return msg["code"]
+                return False, msg["code"]
+            self.forked = True
             try:
-                return box.get(timeout=timeout)["code"]
+                return True, box.get(timeout=timeout)["code"]
             except queue.Empty:
                 self._send({"id": rid, "kill": True})
                 box.get()
-                return None
-        except (BrokenPipeError, OSError):
-            return -signal.SIGKILL
+                return True, None
+        except OSError:   # its stdin is closed: it has exited
+            self.dead = True
+            return False, None
         finally:
             self._waiting.pop(rid, None)
 
