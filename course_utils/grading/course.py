@@ -83,8 +83,6 @@ def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str
              timeout: float | None = None, memory_mb: int | None = None) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course directory ``course`` (which holds the config), with at most
     ``timeout`` seconds and ``memory_mb`` MiB of address space where they are given."""
-    # Its address space is capped with the *soft* limit: the kernel launcher it starts raises its own
-    # back, then sets the box's limits (see ``sandbox._kernel_main``).
     proc = warm.run_module("nbgrader", [*args, "--log-level=WARN"], cwd=course, env={**_env(), **(env or {})},
                            timeout=timeout, memory_mb=memory_mb)
     if proc.returncode != 0 and memory_mb is not None and "MemoryError" in (proc.stderr or ""):

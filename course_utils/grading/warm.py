@@ -53,7 +53,7 @@ def run_module(module: str, argv: Sequence[str], cwd: Path, env: Mapping[str, st
         with tempfile.TemporaryDirectory(prefix="grader-run-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
             forked, code = server.run({"module": module, "argv": list(argv), "cwd": str(cwd), "env": dict(env),
-                                              "memory_mb": memory_mb, "out": str(out), "err": str(err)}, timeout)
+                                       "memory_mb": memory_mb, "out": str(out), "err": str(err)}, timeout)
             stdout = out.read_text(errors="replace") if out.exists() else ""
             stderr = err.read_text(errors="replace") if err.exists() else ""
         if forked and code is None:
@@ -140,21 +140,22 @@ class _Server:
             self._next += 1
             rid = self._next
             self._waiting[rid] = box
+        forked = False
         try:
             self._send({"id": rid, "run": request})
             msg = box.get()   # forked, or the server is gone
             if "code" in msg:
                 return False, msg["code"]
-            self.forked = True
+            forked = self.forked = True
             try:
                 return True, box.get(timeout=timeout)["code"]
             except queue.Empty:
                 self._send({"id": rid, "kill": True})
                 box.get()
                 return True, None
-        except OSError:   # its stdin is closed: it has exited
+        except OSError:   # its stdin is closed: it has exited (a run it forked is not run again)
             self.dead = True
-            return False, None
+            return forked, -signal.SIGKILL if forked else None
         finally:
             self._waiting.pop(rid, None)
 
@@ -247,15 +248,15 @@ def _child(module: str, argv: list[str], cwd: str, env: dict[str, str], memory_m
             fd = os.open(path, flags, 0o600)
             os.dup2(fd, stream)
             os.close(fd)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        if memory_mb is not None:
-            _cap(memory_mb)
-        sys.argv = [module, *argv]   # run_module puts the module's file first
-        code = 0
         try:
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            if memory_mb is not None:
+                _cap(memory_mb)
+            sys.argv = [module, *argv]   # run_module puts the module's file first
             runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if not isinstance(e.code, (int, type(None))):
