@@ -32,7 +32,7 @@ LENGTH_TASK_BUDGET = dict(steps=700, batch_size=64, lr=3e-3)
 
 
 
-def length_task_config(grading_steps: int = 20, **overrides) -> TrainConfig:
+def length_task_config(grading_steps: int = 3, **overrides) -> TrainConfig:
     """The training settings of :data:`LENGTH_TASK_BUDGET` (``steps``, ``lr``; gradient norms clipped
     at 1.0) as a :class:`~course_utils.train.TrainConfig`, with ``overrides`` (its fields), shrunk to
     ``grading_steps`` steps while nbgrader runs the notebook (:func:`course_utils.budget.grading`)."""

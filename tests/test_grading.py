@@ -1,21 +1,28 @@
 """The grading pipeline, chapter by chapter, in a throwaway course with a fresh gradebook.
 
-For every chapter five notebooks are submitted and autograded by the real grader (nbgrader in the
+For every chapter four notebooks are submitted and autograded by the real grader (nbgrader in the
 sandbox, records and reference run included):
 
-* ``ci-solution``: the instructor's notebook -> full autograded marks, no errors;
+* ``ci-correct``: the instructor's notebook, stored outputs and all (as a learner saves it), with
+  every exercise answered by its first correct alternative of ``tests/correct_answers/<chapter>.py``
+  (Hugging Face's way, another loop, another dtype rule) -> full autograded marks, no errors;
 * ``ci-blank``: the student release as handed out -> 0 points, and every error it raises is
   inside a graded test cell (the chapter's experiments still run on the references);
 * ``ci-wrong``: the solution with wrong answers (``tests/wrong_answers/<chapter>.py``): ``SOURCE`` for
   ``EXERCISE`` (wrong in its visible tests) and, for every other exercise, its ``HIDDEN_ONLY`` answer
   (right in the visible tests, wrong in the hidden ones) -> ``EXERCISE`` loses all its points, each
   other exercise exactly its hidden points, nothing else moves;
-* ``ci-correct``: the solution with every exercise answered by its first correct alternative of
-  ``tests/correct_answers/<chapter>.py`` -> full marks;
 * ``ci-zh-tampered``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers and every
   test cell replaced by ``pass`` -> the same score, cell by cell, as ``ci-wrong``: the grader puts
   the original tests back, and the translation changes prose, never what is graded. (One
   submission for both: either fault alone would move its grade away from ``ci-wrong``'s.)
+
+The instructor's own answers are not a submission of their own: the grader's reference run executes
+the unmodified solution in the same sandbox and executor before any submission is graded, and a
+solution that fails one of its tests stops the run (``test_grading_reference.py``), so the fixture
+fails; ``tests/test_answers.py`` grades those answers too. ``ci-correct`` is that notebook with
+other correct answers, so its full marks show both that nbgrader scores a correct notebook in full
+and that a correct answer written another way is not penalised.
 
 All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``). Every
 other answer of ``tests/correct_answers`` and ``tests/wrong_answers`` (``MORE_WRONG``, ``REVIEWED``, the
@@ -79,19 +86,16 @@ def _meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
 
-def _make_wrong(src: Path, exercise: str | dict[str, str], source: str | None, dest: Path,
-                tamper: bool = False) -> Path:
-    """``src`` with ``exercise``'s answer replaced by ``source`` (or every ``{exercise: source}``)."""
+def _with_answers(src: Path, answers: dict[str, str], dest: Path, keep_outputs: bool = False) -> Path:
+    """``src`` with the answer cell of each exercise of ``answers`` replaced by its source (its
+    stored outputs cleared unless ``keep_outputs``)."""
     nb = nbformat.read(src, as_version=4)
-    answers = exercise if isinstance(exercise, dict) else {exercise: source}
     for ex, text in answers.items():
         hits = [c for c in nb.cells if _meta(c).get("grade_id") == ex and _meta(c).get("solution")]
         assert len(hits) == 1, f"no answer cell with grade_id {ex!r} in {src}"
         hits[0].source = text
-    if tamper:
-        _tamper(nb)
     for cell in nb.cells:
-        if cell.cell_type == "code":
+        if cell.cell_type == "code" and not keep_outputs:
             cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, dest)
     return dest
@@ -109,14 +113,12 @@ def graded(request, tmp_path_factory):
     # One wrong submission holds every kind of wrong answer: SOURCE where the visible tests catch it,
     # HIDDEN_ONLY answers (caught by the hidden tests alone) in every other exercise.
     wrong = {**hidden_only, exercise: wrong_source}
-    subs = {
-        "ci-solution": src,
-        "ci-blank": release,
-        "ci-wrong": _make_wrong(src, wrong, None, tmp / "wrong.ipynb"),
-    }
     correct = _correct_set(chapter)
-    if correct:
-        subs["ci-correct"] = _make_wrong(src, correct, None, tmp / "correct.ipynb")
+    subs = {
+        "ci-correct": _with_answers(src, correct, tmp / "correct.ipynb", keep_outputs=True),
+        "ci-blank": release,
+        "ci-wrong": _with_answers(src, wrong, tmp / "wrong.ipynb"),
+    }
     zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
     subs["ci-zh-tampered"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_tampered.ipynb",
                                        tamper=True)
@@ -208,12 +210,15 @@ def test_fresh_release_holds_the_notebook_only(graded):
     assert fresh == [src.name], f"a fresh release of {ch} holds {fresh}, not only {src.name}"
 
 
-def test_solution_scores_full_marks(graded):
-    res = graded["results"]["ci-solution"]
+def test_correct_answers_score_full_marks(graded):
+    """``ci-correct``: every exercise answered by its first correct alternative -> every autograded
+    point, and no error anywhere in the notebook."""
+    assert graded["correct"], f"tests/correct_answers/{graded['chapter']}.py is missing"
+    res = graded["results"]["ci-correct"]
     assert res.auto_max > 0
-    failed = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
-    assert not failed, f"the solution loses points: {failed}"
-    assert not res.errors, f"the solution raises errors: {res.errors}"
+    lost = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
+    assert not lost, f"the first correct alternatives ({sorted(graded['correct'])}) lose points: {lost}"
+    assert not res.errors, f"a correct notebook raises errors: {res.errors}"
 
 
 def test_blank_release_scores_zero_and_still_runs(graded):
@@ -227,7 +232,7 @@ def test_blank_release_scores_zero_and_still_runs(graded):
 
 
 def test_every_exercise_has_visible_and_hidden_tests(graded):
-    res = graded["results"]["ci-solution"]
+    res = graded["results"]["ci-correct"]
     auto = {c.grade_id for c in res.cells if not c.manual}
     exercises = {grading.exercise_of(g) for g in auto}
     assert len(exercises) >= 5, f"{graded['chapter']} has only {len(exercises)} autograded exercises"
@@ -240,20 +245,13 @@ def test_one_wrong_exercise_loses_exactly_its_points(graded):
     """``ci-wrong``: ``EXERCISE`` loses all its points; each HIDDEN_ONLY exercise loses its hidden points
     (below); the total is the solution's less exactly those."""
     ex = graded["exercise"]
-    full = graded["results"]["ci-solution"]
+    full = graded["results"]["ci-correct"]
     wrong = graded["results"]["ci-wrong"]
     own = sum(c.max_score for c in full.cells if c.exercise == ex)
     hidden = sum(c.max_score for c in full.cells if c.grade_id in {f"{h}-hidden" for h in graded["hidden_only"]})
     assert own > 0
     assert wrong.auto_score == full.auto_max - own - hidden, wrong.table()
     assert all(c.score == 0 for c in wrong.cells if c.exercise == ex), wrong.table()
-
-
-def test_correct_alternatives_get_full_marks_from_the_real_grader(graded):
-    assert graded["correct"], f"tests/correct_answers/{graded['chapter']}.py is missing"
-    res = graded["results"]["ci-correct"]
-    lost = [(c.grade_id, c.error) for c in res.cells if not c.manual and c.score < c.max_score]
-    assert not lost, f"the first correct alternatives ({sorted(graded['correct'])}) lose points: {lost}"
 
 
 def test_tampered_test_cells_are_restored(graded):

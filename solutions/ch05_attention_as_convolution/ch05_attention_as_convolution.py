@@ -812,7 +812,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-alpha_grid = [0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 1024, 10000]
+alpha_grid = budget.pick([0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 1024, 10000], grading=[0.25, 32, 64])
 errors = {torch.float64: [], torch.float32: []}
 for dtype in errors:
     x_d, w_d = photo.to(dtype), kernel.to(dtype)
@@ -940,7 +940,7 @@ def fit_heads(w_val, learn_values, steps, seed, keys=None, goal=None):
 
 
 start = time.process_time()
-fit = fit_heads(conv_attention.kernel_to_heads(target_kernel)[0], learn_values=False, steps=budget.pick(300, grading=20), seed=0)
+fit = fit_heads(conv_attention.kernel_to_heads(target_kernel)[0], learn_values=False, steps=budget.pick(300, grading=3), seed=0)
 print(f"{len(fit['loss'])} steps in {time.process_time() - start:.1f} s of processor time; "
       f"loss {fit['loss'][0]:.4f} -> {fit['loss'][-1]:.2e}")
 final = fit["centers"][-1]
@@ -1017,7 +1017,7 @@ for name, image in images.items():
     goal_i = F.conv2d(image, target_kernel, padding=1).flatten(2).transpose(1, 2)
     for s in starts:
         w0 = 0.1 * torch.randn(9, 3, 4, generator=torch.Generator().manual_seed(1 + s))
-        free_fits[(name, s)] = fit_heads(w0, learn_values=True, steps=budget.pick(300, grading=20), seed=s, keys=keys_i, goal=goal_i)
+        free_fits[(name, s)] = fit_heads(w0, learn_values=True, steps=budget.pick(300, grading=3), seed=s, keys=keys_i, goal=goal_i)
         free_fits[(name, s)]["keys"], free_fits[(name, s)]["goal"] = keys_i, goal_i
 
 

@@ -201,7 +201,9 @@ centred = x_demo - x_demo.mean(-1, keepdim=True)
 ones = torch.ones(64, dtype=torch.float64)
 print(f"centred input: max |RMSNorm - LayerNorm| = {(rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs().max().item():.1e}")
 print(f"raw input (mean 3): max |RMSNorm - LayerNorm| = {(rms(x_demo, ones, 1e-5) - F.layer_norm(x_demo, (64,), eps=1e-5)).abs().max().item():.2f}")
-assert (rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs().max() < 1e-9, \
+# equal to rounding: float64's for the reference, float32's for a function that computes in float32 as
+# Hugging Face's LlamaRMSNorm does (the exercise's tests accept both)
+assert (rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs().max() < 1e-5, \
     "on centred vectors RMSNorm must equal LayerNorm without bias"
 
 # %% [markdown]
@@ -719,13 +721,14 @@ def _probe_keys(fn):
 
 
 key_fn = checks.learner_or_reference(course_key, llama.hf_key_to_ours, _probe_keys, name="course_key")
-try:
-    import os
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
-except ImportError:
-    transformers = None
-    print("transformers is not installed: pip install -e '.[dev]' (make install) pins it; the comparison is skipped")
+transformers = None
+if not GRADING:   # the comparison is not graded, and importing transformers alone takes seconds
+    try:
+        import os
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import transformers
+    except ImportError:
+        print("transformers is not installed: pip install -e '.[dev]' (make install) pins it; the comparison is skipped")
 
 if transformers is not None:
     hf_cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
