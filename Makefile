@@ -15,7 +15,7 @@ JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # process: float sums then round the same way in every run, and two test workers fill 2 cores.
 # (make lab leaves the learner's default alone.)
 THREADS ?= 1
-RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal mutants
+RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal mutants correct-notebooks
 $(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
 $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 
@@ -23,7 +23,7 @@ $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
 .PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-browser site site-serve grade release autograde sync execute bench clean \
-	hub-install hub-rehearsal mutants update instructor-lab translations
+	hub-install hub-rehearsal mutants correct-notebooks update instructor-lab translations
 
 help:
 	@echo "make lab                  open JupyterLab on your own copy of the course (workspace/, never overwritten)"
@@ -47,6 +47,7 @@ help:
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
 	@echo "make mutants              mutation testing of every exercise's tests (5-10 min on 2 cores; CH=ch03 for one chapter)"
+	@echo "make correct-notebooks    every correct answer of tests/correct_answers/ run inside its whole chapter (3 min on 2 cores; CH=ch08)"
 	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
@@ -241,6 +242,11 @@ execute: sync
 # make test. CH=ch03: one chapter; SHOW=1: print each survivor's diff.
 mutants: $(STAMP)
 	$(BIN)/python tools/mutants.py $(CH) $(if $(SHOW),--show)
+
+# The correct answers inside their chapters: an experiment that asks more of a learner's function than
+# its exercise does stops a correct notebook (tools/correct_in_chapter.py). Not part of make test.
+correct-notebooks: $(STAMP)
+	$(BIN)/python tools/correct_in_chapter.py $(CH)
 
 # The course's performance claims as tables of ratios measured side by side in one run, each row with
 # the machine's own ceiling (matmul peak, copy bandwidth) measured in the same run; one thread and

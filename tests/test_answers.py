@@ -57,3 +57,25 @@ def test_correct_answers_get_full_marks_and_wrong_ones_lose_points(chapter):
         assert verdict == "loses" and f"{ex}-visible" not in lost and f"{ex}-hidden" in lost, (
             f"{chapter} {ex}: the HIDDEN_ONLY answer must pass the visible tests and fail the hidden ones, "
             f"but it {verdict} {' '.join(lost)}")
+
+
+def test_correct_notebooks_install_every_alternative_once():
+    """``make correct-notebooks`` (tools/correct_in_chapter.py): over its rounds, every correct alternative
+    sits in its exercise's answer cell exactly once, and nothing else of the solution changes."""
+    import correct_in_chapter as tool
+    import nbformat
+
+    chapter = CHAPTERS[-1]
+    alternatives = mutants.correct_answers(chapter)
+    solution = nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
+    seen = {ex: [] for ex in alternatives}
+    for k, names in tool.rounds(chapter):
+        nb, answers = tool.answered(chapter, k)
+        assert set(answers.values()) == set(names), (k, names)
+        for i, (cell, original) in enumerate(zip(nb.cells, solution.cells)):
+            if i in answers:
+                seen[answers[i]].append(cell.source)
+            else:
+                assert cell.source == original.source, f"round {k} changed cell {i}"
+            assert not cell.get("outputs"), f"round {k} kept the outputs of cell {i}"
+    assert seen == {ex: [src for _, src in alts] for ex, alts in alternatives.items()}
