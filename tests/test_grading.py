@@ -86,21 +86,6 @@ def _meta(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
 
-def _with_answers(src: Path, answers: dict[str, str], dest: Path, keep_outputs: bool = False) -> Path:
-    """``src`` with the answer cell of each exercise of ``answers`` replaced by its source (its
-    stored outputs cleared unless ``keep_outputs``)."""
-    nb = nbformat.read(src, as_version=4)
-    for ex, text in answers.items():
-        hits = [c for c in nb.cells if _meta(c).get("grade_id") == ex and _meta(c).get("solution")]
-        assert len(hits) == 1, f"no answer cell with grade_id {ex!r} in {src}"
-        hits[0].source = text
-    for cell in nb.cells:
-        if cell.cell_type == "code" and not keep_outputs:
-            cell.outputs, cell.execution_count = [], None
-    nbformat.write(nb, dest)
-    return dest
-
-
 @pytest.fixture(scope="module", params=CHAPTERS)
 def graded(request, tmp_path_factory):
     chapter = request.param
@@ -115,9 +100,9 @@ def graded(request, tmp_path_factory):
     wrong = {**hidden_only, exercise: wrong_source}
     correct = _correct_set(chapter)
     subs = {
-        "ci-correct": _with_answers(src, correct, tmp / "correct.ipynb", keep_outputs=True),
+        "ci-correct": _answered(src, src, correct, tmp / "correct.ipynb", keep_outputs=True),
         "ci-blank": release,
-        "ci-wrong": _with_answers(src, wrong, tmp / "wrong.ipynb"),
+        "ci-wrong": _answered(src, src, wrong, tmp / "wrong.ipynb"),
     }
     zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
     subs["ci-zh-tampered"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_tampered.ipynb",
@@ -137,17 +122,23 @@ def _tamper(nb) -> None:
             cell.source = "pass"
 
 
-def _answered(release: Path, solution: Path, override: dict[str, str], dest: Path, tamper: bool = False) -> Path:
-    """The ``release`` notebook (in any language) with every answer cell, code and written, taken from
-    ``solution`` by grade id, and ``override``'s answers instead where given: a learner's submission
-    (``tamper``: with its test cells replaced, :func:`_tamper`)."""
+def _answered(release: Path, solution: Path, override: dict[str, str], dest: Path, tamper: bool = False,
+              keep_outputs: bool = False) -> Path:
+    """The ``release`` notebook (in any language, or the solution itself) with every answer cell, code
+    and written, taken from ``solution`` by grade id, and ``override``'s answers instead where given: a
+    learner's submission (``tamper``: with its test cells replaced, :func:`_tamper`; its stored outputs
+    cleared unless ``keep_outputs``)."""
     nb = nbformat.read(release, as_version=4)
     answers = {_meta(c)["grade_id"]: c.source for c in nbformat.read(solution, as_version=4).cells
                if _meta(c).get("solution")}
+    unknown = set(override) - set(answers)
+    assert not unknown, f"no answer cell with grade_id {sorted(unknown)} in {solution}"
     answers.update(override)
     for cell in nb.cells:
         if _meta(cell).get("solution"):
             cell.source = answers[_meta(cell)["grade_id"]]
+        if cell.cell_type == "code" and not keep_outputs:
+            cell.outputs, cell.execution_count = [], None
     if tamper:
         _tamper(nb)
     nbformat.write(nb, dest)

@@ -43,7 +43,7 @@ def rounds(chapter: str) -> list[tuple[int, dict[str, str]]]:
 
 def answered(chapter: str, k: int):
     """The solution notebook with the ``k``-th correct alternative in every answer cell that has one
-    (outputs cleared), and ``{cell index: exercise}`` of those answer cells."""
+    (outputs cleared), and ``{cell index: (exercise, alternative's name)}`` of those answer cells."""
     alternatives = mutants.correct_answers(chapter)
     nb = nbformat.read(runner.ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
     answers = {}
@@ -51,8 +51,8 @@ def answered(chapter: str, k: int):
         meta = cell.metadata.get("nbgrader", {})
         options = alternatives.get(meta.get("grade_id"), [])
         if cell.cell_type == "code" and meta.get("solution") and k < len(options):
+            answers[i] = meta["grade_id"], options[k][0]
             cell.source = options[k][1]
-            answers[i] = meta["grade_id"]
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb, answers
@@ -66,7 +66,6 @@ def run_round(chapter: str, k: int) -> list[str]:
     os.environ.update(NBGRADER_EXECUTION="autograde", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(runner.ROOT / "solutions" / chapter)}}).execute()
-    names = dict(rounds(chapter))[k]
     problems = []
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
@@ -74,7 +73,7 @@ def run_round(chapter: str, k: int) -> list[str]:
                 continue
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             before = max((j for j in answers if j <= i), default=None)
-            last = f"{answers[before]} ({names[answers[before]]!r})" if before is not None else "none"
+            last = "{} ({!r})".format(*answers[before]) if before is not None else "none"
             where = f"test cell {grade_id}" if grade_id else f"cell {i}"
             problems.append(f"{where}, after the answer {last}: {out['ename']}: {str(out['evalue'])[:300]}")
     return problems
