@@ -186,7 +186,7 @@ browser-tool:
 # The site's pages and the learner's path in JupyterLab, in headless Chromium (tests_site/; not
 # part of make test, run by CI after it). Screenshots go to site/_build/screenshots/.
 test-browser: site browser-tool
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests_site
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=10 tests_site
 
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
@@ -232,6 +232,8 @@ hub-rehearsal: $(HUB_STAMP)
 sync: $(STAMP)
 	$(BIN)/jupytext --quiet --update --to ipynb $(SOURCES)
 
+# The stored outputs show every run trained, never one reused from the run cache (course_utils/runcache.py).
+execute: export COURSE_RUN_CACHE = off
 execute: sync
 	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
 

@@ -14,8 +14,14 @@ that the chapters' graded classes run on both workers, and the costliest scopes 
 (``heaviest_first``).
 Each worker enforces the budgets of the notebooks it runs; the summary is made from the reports
 that reach the main process.
+
+A run of pytest gets a fresh folder for the training runs chapters share (``COURSE_RUN_CACHE``,
+``course_utils.runcache``), which its workers and their kernels inherit: within the run, chapter 6
+reuses the chapter 1-2 baselines a chapter before it trained, but nothing comes from an earlier run.
 """
 import os
+import shutil
+import tempfile
 from collections import defaultdict
 
 import pytest
@@ -85,6 +91,18 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return ByScope(config, log)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and os.environ.get("COURSE_RUN_CACHE", "").lower() != "off":
+        # the main process, before any worker starts
+        config._run_cache = tempfile.mkdtemp(prefix="course-runs-")
+        os.environ["COURSE_RUN_CACHE"] = config._run_cache
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_run_cache", None):
+        shutil.rmtree(config._run_cache, ignore_errors=True)
 
 
 def _is_notebook_cell(item) -> bool:

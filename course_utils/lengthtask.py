@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import torch
 from torch import nn
 
 from .budget import grading
 from .data import PAD_ID, Pair, Vocab, make_batch
+from .runcache import reuse_or_train
 from .train import History, Scores, TrainConfig, set_seed, train_seq2seq
 
 __all__ = [
@@ -50,12 +52,17 @@ def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: 
     Every model of the length comparison starts from the same seed and sees the same batches.
     ``overrides`` change the training settings (``steps``, ``lr``: see :func:`length_task_config`);
     ``device``, ``progress`` and ``desc`` go to :func:`course_utils.train.train_seq2seq`.
+    A run another chapter made before on this machine, the same to the last bit, is reused
+    (:func:`course_utils.runcache.reuse_or_train`; not with a schedule ``lr_at`` or a time budget).
     Returns ``(model, history)``.
     """
     set_seed(seed)
     model = make_model()
-    history = train_seq2seq(model, pairs, vocab, vocab, length_task_config(**overrides), batch_size=batch_size,
-                            seed=seed, device=device, progress=progress, desc=desc)
+    config = length_task_config(**overrides)
+    inputs = None if config.lr_at or config.max_seconds else (list(pairs), vocab.itos, seed, batch_size, asdict(config))
+    history = reuse_or_train(model, lambda: train_seq2seq(model, pairs, vocab, vocab, config, batch_size=batch_size,
+                                                          seed=seed, device=device, progress=progress, desc=desc),
+                             inputs, device=device, label=desc)
     return model, history
 
 

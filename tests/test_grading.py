@@ -1,6 +1,6 @@
 """The grading pipeline, chapter by chapter, in a throwaway course with a fresh gradebook.
 
-For every chapter four notebooks are submitted and autograded by the real grader (nbgrader in the
+For every chapter three notebooks are submitted and autograded by the real grader (nbgrader in the
 sandbox, records and reference run included):
 
 * ``ci-correct``: the instructor's notebook, stored outputs and all (as a learner saves it), with
@@ -8,21 +8,14 @@ sandbox, records and reference run included):
   (Hugging Face's way, another loop, another dtype rule) -> full autograded marks, no errors;
 * ``ci-blank``: the student release as handed out -> 0 points, and every error it raises is
   inside a graded test cell (the chapter's experiments still run on the references);
-* ``ci-wrong``: the solution with wrong answers (``tests/wrong_answers/<chapter>.py``): ``SOURCE`` for
-  ``EXERCISE`` (wrong in its visible tests) and, for every other exercise, its ``HIDDEN_ONLY`` answer
-  (right in the visible tests, wrong in the hidden ones) -> ``EXERCISE`` loses all its points, each
-  other exercise exactly its hidden points, nothing else moves;
-* ``ci-zh-tampered``: the Chinese release (notebooks-zh_CN) with ``ci-wrong``'s answers and every
-  test cell replaced by ``pass`` -> the same score, cell by cell, as ``ci-wrong``: the grader puts
-  the original tests back, and the translation changes prose, never what is graded. (One
-  submission for both: either fault alone would move its grade away from ``ci-wrong``'s.)
-
-The instructor's own answers are not a submission of their own: the grader's reference run executes
-the unmodified solution in the same sandbox and executor before any submission is graded, and a
-solution that fails one of its tests stops the run (``test_grading_reference.py``), so the fixture
-fails; ``tests/test_answers.py`` grades those answers too. ``ci-correct`` is that notebook with
-other correct answers, so its full marks show both that nbgrader scores a correct notebook in full
-and that a correct answer written another way is not penalised.
+* ``ci-zh-tampered``: the Chinese release (notebooks-zh_CN) with wrong answers
+  (``tests/wrong_answers/<chapter>.py``: ``SOURCE`` for ``EXERCISE``, wrong in its visible tests, and
+  for every other exercise its ``HIDDEN_ONLY`` answer, right in the visible tests and wrong in the
+  hidden ones) and every test cell replaced by ``pass`` -> each graded cell scores what the answers
+  alone decide: ``EXERCISE``'s cells 0, each other exercise's hidden cell 0, every other cell in full.
+  The grader puts the original tests back, and the translation changes prose, never what is graded:
+  either fault would move a cell away from that score, which is derived from the solution's points
+  alone, so no English copy of this submission is needed to compare with.
 
 All of them are graded in one nbgrader run (hostile submissions: ``test_grading_hostile.py``). Every
 other answer of ``tests/correct_answers`` and ``tests/wrong_answers`` (``MORE_WRONG``, ``REVIEWED``, the
@@ -102,7 +95,6 @@ def graded(request, tmp_path_factory):
     subs = {
         "ci-correct": _answered(src, src, correct, tmp / "correct.ipynb", keep_outputs=True),
         "ci-blank": release,
-        "ci-wrong": _answered(src, src, wrong, tmp / "wrong.ipynb"),
     }
     zh_course = grading.new_course([chapter], REPO, lang="zh_CN")
     subs["ci-zh-tampered"] = _answered(zh_course / "notebooks" / chapter / src.name, src, wrong, tmp / "zh_tampered.ipynb",
@@ -174,15 +166,22 @@ def test_chinese_release_is_in_sync(graded):
         assert marker not in text
 
 
-def test_a_chinese_tampered_submission_gets_the_same_grade_as_the_english_one(graded):
-    """The Chinese release with the same answers (one of them wrong) as ``ci-wrong`` and its test cells
-    replaced by ``pass``: the same score for every graded cell, hidden tests included, and the same
-    errors (the original tests were put back)."""
-    en, zh = graded["results"]["ci-wrong"], graded["results"]["ci-zh-tampered"]
-    assert zh.auto_max == en.auto_max > 0
-    assert {c.grade_id: (c.score, c.max_score) for c in zh.cells} == {c.grade_id: (c.score, c.max_score) for c in en.cells}
-    assert zh.auto_score == en.auto_score < en.auto_max
-    assert zh.errors == en.errors
+def test_wrong_answers_lose_exactly_their_points_in_a_tampered_chinese_notebook(graded):
+    """``ci-zh-tampered``: ``EXERCISE`` loses all its points, each HIDDEN_ONLY exercise exactly its hidden
+    points (below), every other cell keeps its full marks, although every test cell was sent as ``pass``
+    and the prose is Chinese; and no error outside the test cells."""
+    ex, hidden_only = graded["exercise"], graded["hidden_only"]
+    full, res = graded["results"]["ci-correct"], graded["results"]["ci-zh-tampered"]
+    sub = nbformat.read(graded["subs"]["ci-zh-tampered"], as_version=4)
+    assert all(c.source == "pass" for c in sub.cells if _meta(c).get("grade") and not _meta(c).get("solution"))
+    lost = {f"{h}-hidden" for h in hidden_only}
+    expected = {c.grade_id: (0 if c.exercise == ex or c.grade_id in lost else c.max_score, c.max_score)
+                for c in full.cells if not c.manual}
+    assert sum(m for s, m in expected.values() if s == 0 and m > 0) > 0
+    got = {c.grade_id: (c.score, c.max_score) for c in res.cells if not c.manual}
+    assert got == expected, res.table()
+    assert res.auto_max == full.auto_max > res.auto_score
+    assert not res.errors, f"wrong answers raise errors outside the test cells: {res.errors}"
 
 
 def test_release_has_no_solutions_or_hidden_tests(graded):
@@ -232,27 +231,6 @@ def test_every_exercise_has_visible_and_hidden_tests(graded):
     assert any(c.manual for c in res.cells), "each chapter has at least one written question"
 
 
-def test_one_wrong_exercise_loses_exactly_its_points(graded):
-    """``ci-wrong``: ``EXERCISE`` loses all its points; each HIDDEN_ONLY exercise loses its hidden points
-    (below); the total is the solution's less exactly those."""
-    ex = graded["exercise"]
-    full = graded["results"]["ci-correct"]
-    wrong = graded["results"]["ci-wrong"]
-    own = sum(c.max_score for c in full.cells if c.exercise == ex)
-    hidden = sum(c.max_score for c in full.cells if c.grade_id in {f"{h}-hidden" for h in graded["hidden_only"]})
-    assert own > 0
-    assert wrong.auto_score == full.auto_max - own - hidden, wrong.table()
-    assert all(c.score == 0 for c in wrong.cells if c.exercise == ex), wrong.table()
-
-
-def test_tampered_test_cells_are_restored(graded):
-    wrong = graded["results"]["ci-wrong"]
-    tampered = graded["results"]["ci-zh-tampered"]
-    sub = nbformat.read(graded["subs"]["ci-zh-tampered"], as_version=4)
-    assert all(c.source == "pass" for c in sub.cells if _meta(c).get("grade") and not _meta(c).get("solution"))
-    assert tampered.auto_score == wrong.auto_score, tampered.table()
-
-
 def _hidden_lines(src: Path) -> list[str]:
     lines = []
     for cell in nbformat.read(src, as_version=4).cells:
@@ -265,7 +243,7 @@ def _hidden_lines(src: Path) -> list[str]:
 def test_feedback_never_shows_hidden_tests(graded):
     hidden = _hidden_lines(graded["src"])
     assert hidden, "no hidden tests found"
-    for student in ("ci-wrong", "ci-blank"):
+    for student in ("ci-zh-tampered", "ci-blank"):
         fb = graded["results"][student].feedback
         assert fb is not None and fb.exists(), f"no feedback for {student}"
         # Strip tags: syntax highlighting splits code into <span>s.
@@ -284,7 +262,7 @@ def test_feedback_never_shows_hidden_tests(graded):
 def test_hidden_only_answers_pass_visible_and_fail_hidden(graded):
     hidden_only = graded["hidden_only"]
     assert hidden_only, f"tests/wrong_answers/{graded['chapter']}.py defines no HIDDEN_ONLY"
-    res = graded["results"]["ci-wrong"]
+    res = graded["results"]["ci-zh-tampered"]
     cells = {c.grade_id: c for c in res.cells}
     for ex in hidden_only:
         visible, hidden = cells[f"{ex}-visible"], cells[f"{ex}-hidden"]

@@ -99,7 +99,10 @@ def test_browser_tests_are_out_of_make_test():
     pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "tests_site" not in pytest_ini["testpaths"]
     assert (ROOT / "tests_site" / "test_site_browser.py").exists()
-    assert "pytest tests_site" in _makefile_rule("test-browser")
+    rule = _makefile_rule("test-browser")
+    assert re.search(r"-m pytest\b.* tests_site\b", rule), rule
+    # two workers, a test module each at a time: a module's fixtures (a JupyterLab, a graded class) made once
+    assert "--dist loadfile" in rule, rule
 
 
 def test_make_lab_ships_its_jupyterlab_defaults():

@@ -10,7 +10,8 @@
 * ``watch``: a page whose console errors, failed requests and requests outside the local
   servers are recorded (a request elsewhere is aborted and recorded), for the test to assert on.
 
-Screenshots go to ``SCREENSHOTS`` (site/_build/screenshots/).
+Screenshots go to ``SCREENSHOTS`` (site/_build/screenshots/), emptied once by the main process
+before the run (``make test-browser`` runs the modules on two workers, ``--dist loadfile``).
 """
 from __future__ import annotations
 
@@ -134,9 +135,13 @@ def watch(browser):
     page.close()
 
 
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):   # the main process, before any worker starts
+        shutil.rmtree(SCREENSHOTS, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
-    """The folder the screenshots are written to (emptied at the start of the session)."""
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)
-    SCREENSHOTS.mkdir(parents=True)
+    """The folder the screenshots are written to (emptied at the start of the run)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
