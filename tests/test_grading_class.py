@@ -284,7 +284,6 @@ def test_parallel_grades_equal_serial_grades(tmp_path, monkeypatch):
     course = grading.new_course([CHAPTER], REPO)
     try:
         src = grading.chapter_notebook(CHAPTER, course)
-        release = course / "notebooks" / CHAPTER / src.name
         wrong_ex, wrong_src = _wrong()
         exercises = [_meta(c)["grade_id"] for c in _lean(src).cells
                      if _meta(c).get("solution") and not _meta(c).get("grade")]
@@ -296,7 +295,7 @@ def test_parallel_grades_equal_serial_grades(tmp_path, monkeypatch):
         at = next(i for i, c in enumerate(poisoned.cells) if _meta(c).get("grade_id") == f"{exercises[1]}-hidden")
         poisoned.cells.insert(at + 1, nbformat.v4.new_code_cell(DEAD))
         notebooks = {"c-solution": _lean(src), "c-wrong": _set_answer(_lean(src), wrong_ex, wrong_src),
-                     "c-poisoned": poisoned, "c-blank": _lean(release)}
+                     "c-poisoned": poisoned}   # three at once: the blank notebook's 0 is tests/test_grading.py's
         subs = {}
         for student, nb in notebooks.items():
             subs[student] = tmp_path / f"{student}.ipynb"
@@ -319,7 +318,7 @@ def test_parallel_grades_equal_serial_grades(tmp_path, monkeypatch):
         kept = {c.grade_id: c.score for c in grading.read_grades(course, CHAPTER, ["c-solution"])["c-solution"].cells}
         assert kept[written] == 1.5, kept
         full = serial["c-solution"][2]
-        assert full > 0 and serial["c-blank"][2] == 0, serial
+        assert full > 0, serial
         assert 0 < serial["c-wrong"][2] < full, serial
         assert 0 < serial["c-poisoned"][2] < full and any("kernel died" in f for f in serial["c-poisoned"][1]), serial
     finally:

@@ -33,7 +33,7 @@ from course_utils.grading import exchange, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
-LIMITS = sandbox.Limits(notebook_s=120, cell_s=20, memory_mb=2048, processes=64, children=8, file_mb=64)
+LIMITS = sandbox.Limits(notebook_s=120, cell_s=12, memory_mb=2048, processes=64, children=8, file_mb=64)
 pytestmark = [
     pytest.mark.skipif(CHAPTER not in grading.chapters(REPO), reason=f"needs {CHAPTER}"),
     pytest.mark.skipif(not sandbox.isolation().sandboxed, reason="the hostile suite needs the real sandbox: "
