@@ -7,12 +7,13 @@ run's result (its weights, its :class:`~course_utils.train.History`, and the ran
 generators' states after it) under a key made of everything the run depends on, and the next
 chapter that makes the same run loads it instead of training again, and says so.
 
-The key: the model's initial weights, its modules and the files their methods come from, the
-training inputs the caller names (data, settings, seed), every source file of ``course_utils``,
-and torch's version, CPU kernel (``ATEN_CPU_CAPABILITY`` changes the float rounding), thread count,
-default dtype and determinism setting. A run is not kept (it always trains) when a method of the
-model was written outside ``course_utils`` and ``torch`` (a learner's own module or patch), when
-it trains on a GPU, or when the caller passes no key (a schedule function, a time budget).
+The key: the model's initial weights and architecture (``repr``), the training inputs the caller
+names (data, settings, seed), every source file of ``course_utils``, and torch's version, CPU kernel
+(``ATEN_CPU_CAPABILITY`` changes the float rounding), thread count, default dtype and determinism
+setting. A run is not kept (it always trains) when code from outside ``course_utils`` and ``torch``
+takes part in the model (a learner's own module class, a method patched onto one of ours, a function
+or hook set on a module), when it trains on a GPU, or when the caller passes no key (a schedule
+function, a time budget).
 
 The folder is ``COURSE_RUN_CACHE`` (``off``: never reuse), else ``$XDG_CACHE_HOME/attention-course/runs``
 (``~/.cache/...``); nothing is kept while nbgrader grades (:func:`course_utils.budget.grading`).
@@ -52,10 +53,14 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-course" / "runs"
 
 
+def _ours(f) -> bool:
+    return str(getattr(f, "__module__", None)).split(".")[0] in ("course_utils", "torch")
+
+
 def _methods_are_ours(model: nn.Module) -> bool:
-    """Whether every class of ``model``'s modules, and every method on them, is course_utils' (torch's
-    own classes are taken as they are: a library may add a method to ``nn.Module``, as
-    ``transformers`` does, without changing what a run computes)."""
+    """Whether only course_utils' and torch's code runs in ``model``: its modules' classes (torch's own
+    taken as they are: a library may add a method to ``nn.Module``, as ``transformers`` does, without
+    changing what a run computes) and their methods, the callables set on the modules, no hooks."""
     for cls in {type(m) for m in model.modules()}:
         for klass in cls.__mro__:
             if klass.__module__.split(".")[0] in ("torch", "builtins"):
@@ -64,9 +69,14 @@ def _methods_are_ours(model: nn.Module) -> bool:
                 return False   # a learner's class, or one subclassed from ours
             for value in vars(klass).values():
                 f = getattr(value, "__func__", value)
-                if hasattr(f, "__code__") and not str(getattr(f, "__module__", "")).startswith("course_utils."):
+                if hasattr(f, "__code__") and not _ours(f):
                     return False   # a method replaced from outside
-    return not any(vars(m).get("forward") for m in model.modules())   # a forward set on an instance
+    for m in model.modules():
+        if any(callable(v) and not isinstance(v, (nn.Module, torch.Tensor)) and not _ours(v) for v in vars(m).values()):
+            return False   # a function set on the module (``forward``, a score, a partial)
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks:
+            return False
+    return True
 
 
 def _key(model: nn.Module, inputs: tuple) -> str:

@@ -88,6 +88,11 @@ def test_a_model_with_code_from_outside_the_course_always_trains(cache):
     patched = _gru()
     patched.encoder.forward = lambda *a: None   # a method replaced on one instance
     assert _count(patched, ("x",)) == 2
+    hooked = _gru()
+    hooked.encoder.register_forward_hook(lambda *a: None)
+    assert _count(hooked, ("x",)) == 2
+    class_patched = type("Patched", (rnn.Seq2Seq,), {"__module__": "course_utils.rnn", "encode": lambda *a: None})
+    assert _count(class_patched(len(VOCAB), len(VOCAB), emb_dim=8, hidden=16), ("x",)) == 2
     assert _count(nn.Sequential(nn.Linear(2, 2)), None) == 2   # no key: a schedule, a time budget
 
 
