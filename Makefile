@@ -131,8 +131,8 @@ test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=$(PORTABLE_KERNEL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
 
 # The course site, in English (site/_build/html) and Chinese (site/_build/html/zh_CN, from the catalogues
-# of locale/, with a language switch on every page; built apart, then copied in, since myst-nb writes its
-# notebook copies next to the output folder): site/prepare.py writes the learner's version of every executed chapter (nbgrader's
+# of locale/, with a language switch on every page; built apart, at the same time, then copied in, since
+# myst-nb writes its notebook copies next to the output folder): site/prepare.py writes the learner's version of every executed chapter (nbgrader's
 # ClearSolutions and ClearHiddenTests, stored outputs kept, nothing executed) with the index and
 # the glossary to site/_build/src; Sphinx (site/conf.py, -W: a warning fails the build, a broken
 # glossary anchor included) writes site/_build/html. Its packages are the `site` extra, which
@@ -159,12 +159,15 @@ $(MATHJAX)/.version-$(MATHJAX_VERSION):
 	rm -rf site/_vendor/.fetch
 	touch $@
 
-site: $(SITE_STAMP) $(MATHJAX)/.version-$(MATHJAX_VERSION)
-	$(BIN)/python site/prepare.py
+# The two languages are built side by side (one core each), the Chinese one in site/_build/zh_CN/ so
+# that each build has its own notebook copies (myst-nb's jupyter_execute/, next to the output folder).
+SITE_EN := $(BIN)/python site/prepare.py && \
 	$(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/doctrees -c site site/_build/src site/_build/html
-	$(BIN)/python site/prepare.py --lang zh_CN
-	COURSE_SITE_LANG=zh_CN $(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/doctrees-zh_CN -c site site/_build/src-zh_CN site/_build/html-zh_CN
-	rm -rf site/_build/html/zh_CN && cp -r site/_build/html-zh_CN site/_build/html/zh_CN
+SITE_ZH := $(BIN)/python site/prepare.py --lang zh_CN && COURSE_SITE_LANG=zh_CN \
+	$(BIN)/sphinx-build -q -W --keep-going -b html -d site/_build/zh_CN/doctrees -c site site/_build/src-zh_CN site/_build/zh_CN/html
+site: $(SITE_STAMP) $(MATHJAX)/.version-$(MATHJAX_VERSION)
+	( $(SITE_ZH) ) & zh=$$!; status=0; ( $(SITE_EN) ) || status=$$?; wait $$zh || status=$$?; exit $$status
+	rm -rf site/_build/html/zh_CN && cp -r site/_build/zh_CN/html site/_build/html/zh_CN
 	@echo "site: site/_build/html/index.html (make site-serve, or python3 -m http.server -d site/_build/html)"
 
 site-serve:
