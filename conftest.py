@@ -16,8 +16,10 @@ Each worker enforces the budgets of the notebooks it runs; the summary is made f
 that reach the main process.
 
 A run of pytest gets a fresh folder for the training runs chapters share (``COURSE_RUN_CACHE``,
-``course_utils.runcache``), which its workers and their kernels inherit: within the run, chapter 6
-reuses the chapter 1-2 baselines a chapter before it trained, but nothing comes from an earlier run.
+``course_utils.runcache``), which its workers and their kernels inherit: within the run, a chapter
+reuses a length-task baseline that another chapter finished training before it asked (xdist sends
+chapter 6 first, most cells first, and chapter 2 then loads its runs; a run two notebooks make at the
+same moment is trained twice), but nothing comes from an earlier run.
 """
 import os
 import shutil
