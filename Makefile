@@ -175,14 +175,18 @@ site-serve:
 	python3 -m http.server --bind 127.0.0.1 --directory site/_build/html $(SITE_PORT)
 
 # Headless Chromium from Debian's packages, for make test-browser, with a CJK font (the glossary's
-# Chinese in the screenshots). As root with apt-get (CI), install them; otherwise say how (the
-# browser tests then skip, saying why).
+# Chinese in the screenshots). As root with apt-get (CI), install them, or bring them up to Debian's
+# current release: the package lists are read afresh first (under a second), since a machine's stored
+# lists may name an older Chromium than Debian's security updates ship, and the pinned Playwright
+# follows the current one (tests_site/test_browser_versions.py). Otherwise say how (the browser tests
+# then skip, saying why).
 BROWSER_PACKAGES := chromium fonts-wqy-zenhei
 browser-tool:
-	@if [ -x /usr/bin/chromium ] && fc-list :lang=zh 2>/dev/null | grep -q .; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing $(BROWSER_PACKAGES) (the browser tests' browser and a CJK font)"; \
-	  apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null; }; \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing or updating $(BROWSER_PACKAGES) (the browser tests' browser and a CJK font)"; \
+	  apt-get update -q >/dev/null || echo "apt-get update failed: installing from the package lists on this machine"; \
+	  apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null; \
+	elif [ -x /usr/bin/chromium ] && fc-list :lang=zh 2>/dev/null | grep -q .; then :; \
 	else echo "NOTE: /usr/bin/chromium is missing: the browser tests will skip."; \
 	  echo "      Install it: sudo apt-get install chromium (Debian/Ubuntu)."; fi
 
