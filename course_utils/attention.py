@@ -43,12 +43,22 @@ def _shape(t) -> str:
     return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
+def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to, or None where they do not (``torch.broadcast_shapes``'
+    rules, without its cost: every attention call checks its mask)."""
+    out = [1] * max(len(s) for s in shapes)
+    for s in shapes:
+        for i, n in enumerate(s, len(out) - len(s)):
+            if n != 1:
+                if out[i] not in (1, n):
+                    return None
+                out[i] = n
+    return tuple(out)
+
+
 def _broadcasts_to(t: torch.Tensor, shape: torch.Size) -> bool:
     """True when ``t`` broadcasts to exactly ``shape`` (not to something larger)."""
-    try:
-        return torch.broadcast_shapes(t.shape, shape) == shape
-    except RuntimeError:
-        return False
+    return _broadcast(t.shape, shape) == tuple(shape)
 
 
 def _check_mask(mask: torch.Tensor | None, scores: torch.Tensor) -> None:
@@ -76,11 +86,9 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
                          f"k {tuple(k.shape)}")
     if q.dtype != k.dtype:
         raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
+    if _broadcast(q.shape[:-2], k.shape[:-2]) is None:
         raise ValueError(f"the leading (batch, heads) dimensions of q {tuple(q.shape)} and "
-                         f"k {tuple(k.shape)} do not broadcast") from None
+                         f"k {tuple(k.shape)} do not broadcast")
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -208,11 +216,9 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
         if out is None:
             out = m
             continue
-        try:
-            torch.broadcast_shapes(out.shape, m.shape)
-        except RuntimeError:
+        if _broadcast(out.shape, m.shape) is None:
             raise ValueError(f"mask {i} of shape {tuple(m.shape)} does not broadcast with the "
-                             f"masks before it, of shape {tuple(out.shape)}") from None
+                             f"masks before it, of shape {tuple(out.shape)}")
         out = out & m
     return out
 

@@ -284,8 +284,11 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
         raise ValueError("the model has no parameters to train")
     device = torch.device(device or params[0].device)
     model.to(device).train()
+    params = list(model.parameters())   # after the move: the tensors the optimiser updates and clips
+    # foreach: one call per update for all tensors (PyTorch's default on CUDA); on the CPU it computes
+    # the same bits as the loop over tensors, with less Python per step
     opt = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
-                            eps=config.eps)
+                            eps=config.eps, foreach=True)
     history = History()
     _evaluate(model, evaluate, 0, history)
     start = time.perf_counter()
@@ -295,7 +298,7 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
         if config.lr_at is not None:
             for group in opt.param_groups:
                 group["lr"] = config.lr_at(step)
-        _update(model, opt, loss_fn(model, _to(batch, device)), config.clip, history)
+        _update(params, opt, loss_fn(model, _to(batch, device)), config.clip, history)
         bar.update(1)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{history.smoothed()[-1]:.3f}")
@@ -311,12 +314,13 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
     return history
 
 
-def _update(model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, clip: float | None,
+def _update(params: list[nn.Parameter], opt: torch.optim.Optimizer, loss: torch.Tensor, clip: float | None,
             history: History) -> None:
-    """One optimiser step on ``loss``, the gradient norm clipped to ``clip``; recorded in ``history``."""
+    """One optimiser step on ``loss``, the gradient norm of ``params`` (the model's) clipped to ``clip``;
+    recorded in ``history``."""
     opt.zero_grad()
     loss.backward()
-    norm = nn.utils.clip_grad_norm_(list(model.parameters()), math.inf if clip is None else clip)
+    norm = nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
     opt.step()
     history.loss.append(loss.item())
     history.grad_norm.append(float(norm))

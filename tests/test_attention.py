@@ -351,3 +351,17 @@ def test_bad_radius(radius):
 def test_banded_attention_rejects_cross_attention_shapes():
     with pytest.raises(ValueError, match="same shape"):
         A.sliding_window_attention(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2), 1)
+
+
+def test_the_shape_check_broadcasts_as_pytorch_does():
+    """``attention._broadcast`` (the masks' and heads' shape check, without ``torch.broadcast_shapes``'
+    cost) agrees with PyTorch on random shapes with sizes 0, 1 and more, of different ranks."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3000):
+        shapes = [tuple(int(n) for n in torch.randint(0, 4, (int(torch.randint(0, 5, (1,), generator=gen)),),
+                                                   generator=gen)) for _ in range(int(torch.randint(1, 4, (1,), generator=gen)))]
+        try:
+            expected = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            expected = None
+        assert A._broadcast(*shapes) == expected, shapes

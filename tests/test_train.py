@@ -244,6 +244,8 @@ def test_weight_decay_only_on_weight_matrices():
 
 
 def test_fit_equals_a_plain_adam_loop_and_records_its_schedule():
+    """The same bits as ``torch.optim.Adam``'s defaults (on the CPU, its loop over tensors): fit's
+    ``foreach`` AdamW must not move any number a chapter stored."""
     def loss_fn(m, b):
         return nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
 

@@ -18,11 +18,11 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[
     """Right-pad id lists into a ``(batch, max_len)`` long tensor; also return the lengths ``(batch,)``."""
     if len(seqs) == 0:
         raise ValueError("pad_sequences needs at least one sequence")
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    out = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
-    return out, lengths
+    rows = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
+    width = max(len(r) for r in rows)
+    # one tensor from padded lists: a training step pads three batches, and a copy per row cost more
+    out = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    return out.reshape(len(rows), width), torch.tensor([len(r) for r in rows], dtype=torch.long)
 
 
 def shift_targets(targets: Sequence[Sequence[int]], sos_id: int = SOS_ID, eos_id: int = EOS_ID,
