@@ -63,6 +63,19 @@ def test_bad_arguments_are_explained():
         data.format_date(dt.date(2000, 1, 1), 99)
 
 
+def test_pad_sequences_pads_right_from_any_sequence_of_ids():
+    """Lists, tuples, ranges and tensors, empty rows included: a (batch, max_len) long tensor padded
+    with ``pad_id`` on the right, and the lengths."""
+    out, lengths = data.pad_sequences([[5, 6, 7], (8,), torch.tensor([9, 10]), range(0), range(3, 5)], pad_id=1)
+    assert out.dtype == lengths.dtype == torch.long
+    assert out.tolist() == [[5, 6, 7], [8, 1, 1], [9, 10, 1], [1, 1, 1], [3, 4, 1]]
+    assert lengths.tolist() == [3, 1, 2, 0, 2]
+    out, lengths = data.pad_sequences([[], []])
+    assert out.shape == (2, 0) and lengths.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="at least one sequence"):
+        data.pad_sequences([])
+
+
 def test_shift_targets_offset():
     dec_in, dec_out = data.shift_targets([[7, 8, 9], [5]])
     assert dec_in.tolist() == [[1, 7, 8, 9], [1, 5, 0, 0]]

@@ -20,9 +20,9 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[
         raise ValueError("pad_sequences needs at least one sequence")
     rows = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
     width = max(len(r) for r in rows)
-    # one tensor from padded lists: a training step pads three batches, and a copy per row cost more
+    # one tensor from padded lists (a training step pads three), not a tensor copied in per row
     out = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
-    return out.reshape(len(rows), width), torch.tensor([len(r) for r in rows], dtype=torch.long)
+    return out, torch.tensor([len(r) for r in rows], dtype=torch.long)
 
 
 def shift_targets(targets: Sequence[Sequence[int]], sos_id: int = SOS_ID, eos_id: int = EOS_ID,
