@@ -15,14 +15,17 @@ JUPYTER_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # process: float sums then round the same way in every run, and two test workers fill 2 cores.
 # (make lab leaves the learner's default alone.)
 THREADS ?= 1
-RUNS_CHAPTERS := execute sync test unit test-portable grade autograde hub-rehearsal mutants correct-notebooks
+RUNS_CHAPTERS := execute sync test unit test-portable test-cpus grade autograde hub-rehearsal mutants correct-notebooks
 $(RUNS_CHAPTERS): export OMP_NUM_THREADS = $(THREADS)
 $(RUNS_CHAPTERS): export MKL_NUM_THREADS = $(THREADS)
+# Where the course checks itself, a claim that does not hold fails (course_utils/claims.py); in the
+# learner's Lab it prints what it expected, what the run gave and the measured spread, and goes on.
+$(RUNS_CHAPTERS): export COURSE_CLAIMS = strict
 
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-browser site site-serve grade release autograde sync execute bench clean \
+.PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-cpus test-browser site site-serve grade release autograde sync execute bench clean \
 	hub-install hub-rehearsal mutants correct-notebooks update instructor-lab translations
 
 help:
@@ -41,7 +44,8 @@ help:
 	@echo "make hub-rehearsal        a class on a local JupyterHub: release, fetch, submit, collect, autograde, feedback"
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
-	@echo "make test-portable        run the notebooks again under PyTorch's portable CPU kernel"
+	@echo "make test-portable        run the notebooks again on an emulated AVX2 laptop (tools/cpu_profiles.py)"
+	@echo "make test-cpus            run the notebooks under every emulated CPU profile (avx2, avx; about 15 min)"
 	@echo "make site                 build the course site (learner's version, stored outputs) in site/_build/html"
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
@@ -124,11 +128,20 @@ UNIT_TESTS = $(filter-out tests/test_grading% tests/test_hub_rehearsal.py tests/
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(UNIT_TESTS)
 
-# The notebooks once more under another of PyTorch's CPU kernels, which rounds floats the way
-# another machine does: every experiment claim must hold there too (CI runs it after make test).
-PORTABLE_KERNEL ?= default
+# The notebooks once more on an emulated CPU (tools/cpu_profiles.py: ATen's, MKL's and oneDNN's vector
+# code limited together), which rounds floats the way another machine does: every experiment claim must
+# hold there too. test-portable: the AVX2 laptop (CI runs it after make test); test-cpus: every
+# emulated profile in turn (PROFILES="avx2 avx" by default).
+PORTABLE_PROFILE ?= avx2
+PROFILES ?= avx2 avx
+NBVAL_UNDER = vars="$$($(BIN)/python tools/cpu_profiles.py env $(1))" && \
+	env -u ATEN_CPU_CAPABILITY -u MKL_ENABLE_INSTRUCTIONS -u ONEDNN_MAX_CPU_ISA $$vars \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
 test-portable: $(STAMP)
-	ATEN_CPU_CAPABILITY=$(PORTABLE_KERNEL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope solutions
+	$(call NBVAL_UNDER,$(PORTABLE_PROFILE))
+
+test-cpus: $(STAMP)
+	@for p in $(PROFILES); do echo "== the notebooks under the CPU profile $$p"; $(call NBVAL_UNDER,$$p) || exit 1; done
 
 # The course site, in English (site/_build/html) and Chinese (site/_build/html/zh_CN, from the catalogues
 # of locale/, with a language switch on every page; built apart, at the same time, then copied in, since

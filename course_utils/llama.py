@@ -35,13 +35,15 @@ LLaMA-style configuration (:meth:`course_utils.lm.LMConfig.llama`; :func:`Decode
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from course_utils.decoding import greedy_decode
 from course_utils.lm import DecoderLM, LMConfig
 
-__all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "from_hf", "greedy_generate", "hf_key_to_ours",
-           "load_hf_llama"]
+__all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "float32_tolerance", "from_hf", "greedy_agrees",
+           "greedy_generate", "hf_key_to_ours", "load_hf_llama"]
 
 #: The LLaMA-style decoder is the course's one decoder-only model, :class:`course_utils.lm.DecoderLM`,
 #: built from :meth:`LMConfig.llama <course_utils.lm.LMConfig.llama>`: ``ModernDecoder(cfg)`` is ``DecoderLM(cfg)``.
@@ -153,3 +155,41 @@ def from_hf(hf_model) -> DecoderLM:
     model = DecoderLM(config_from_hf(hf_model.config))
     return load_hf_llama(model, hf_model.state_dict()).to(next(hf_model.parameters()).dtype).eval()
 
+
+
+# --- Equal to float32's rounding ---------------------------------------------------------------
+
+@torch.no_grad()
+def float32_tolerance(model: DecoderLM, tokens: torch.Tensor, factor: float = 8.0) -> float:
+    """How far two correct float32 implementations of ``model``'s logits on ``tokens`` ``(batch, L)``
+    may differ on this machine: ``factor`` times the float32 forward's own rounding error (its logits
+    against the same weights run in float64), and never less than ``factor`` units in the last place
+    of the largest logit.
+
+    Two implementations that compute the same sums in another order (or with another CPU's vector
+    code) round differently, each by about that error; a fixed 1e-5 is exact only where both round
+    alike. A wrong model (a missing norm weight, another RoPE layout) is off by orders of magnitude more.
+    """
+    logits = model(tokens)
+    exact = copy.deepcopy(model).double()(tokens)
+    rounding = (logits.double() - exact).abs().max().item()
+    ulp = torch.finfo(torch.float32).eps * logits.abs().max().item()
+    return factor * max(rounding, ulp)
+
+
+def greedy_agrees(want: torch.Tensor, got: torch.Tensor, want_logits: torch.Tensor, prompt_len: int,
+                  tol: float) -> bool:
+    """Two greedy generations ``(batch, P + n)`` agree: token for token, or up to a step where the
+    reference's two best logits lie within ``tol`` of each other (a near tie that float32 rounding may
+    break either way; after it the two continue from different text). ``want_logits`` ``(batch, P + n,
+    vocab)``: the reference's logits over ``want`` itself (position ``t`` predicts token ``t + 1``)."""
+    if want.shape != got.shape:
+        return False
+    for row in range(want.shape[0]):
+        differs = (want[row, prompt_len:] != got[row, prompt_len:]).nonzero()
+        if len(differs):
+            step = prompt_len + int(differs[0]) - 1
+            best = want_logits[row, step].topk(2).values
+            if (best[0] - best[1]).item() > tol:
+                return False
+    return True

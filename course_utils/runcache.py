@@ -9,8 +9,9 @@ chapter that makes the same run loads it instead of training again, and says so.
 
 The key: the model's initial weights and architecture (``repr``), the training inputs the caller
 names (data, settings, seed), every source file of ``course_utils``, and torch's version, CPU kernel
-(``ATEN_CPU_CAPABILITY`` changes the float rounding), thread count, default dtype and determinism
-setting. A run is not kept (it always trains) when code from outside ``course_utils`` and ``torch``
+(``ATEN_CPU_CAPABILITY`` changes the float rounding), the limits set on MKL's and oneDNN's vector code
+(``MKL_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``: another emulated CPU), thread count, default
+dtype and determinism setting. A run is not kept (it always trains) when code from outside ``course_utils`` and ``torch``
 takes part in the model (a learner's own module class, a method patched onto one of ours, a function
 or hook set on a module), when it trains on a GPU, or when the caller passes no key (a schedule
 function, a time budget).
@@ -82,6 +83,7 @@ def _methods_are_ours(model: nn.Module) -> bool:
 def _key(model: nn.Module, inputs: tuple) -> str:
     h = hashlib.sha256()
     for part in (repr(model), *inputs, torch.__version__, torch.backends.cpu.get_cpu_capability(),
+                 os.environ.get("MKL_ENABLE_INSTRUCTIONS"), os.environ.get("ONEDNN_MAX_CPU_ISA"),
                  torch.get_num_threads(), torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled()):
         h.update(repr(part).encode() + b"\0")
     for name, value in model.state_dict().items():

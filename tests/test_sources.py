@@ -89,6 +89,7 @@ def test_chapter_asserts_say_what_failed_and_never_time(nb_path):
 
 def test_a_claim_names_itself_when_it_fails(monkeypatch):
     monkeypatch.delenv(claims.LOG_VARIABLE, raising=False)
+    monkeypatch.setenv(claims.MODE_VARIABLE, "strict")
     claims.check("holds", 0.9, above=0.8, below=1.0)
     with pytest.raises(AssertionError, match=r"claim failed: attention keeps long inputs right: measured 0\.7.*above 0\.75"):
         claims.check("attention keeps long inputs right", 0.7, above=0.75)
@@ -98,6 +99,45 @@ def test_a_claim_names_itself_when_it_fails(monkeypatch):
         claims.check("no bound", 1.0)
     with pytest.raises(TypeError, match="one number"):
         claims.check("a list", [1.0, 2.0], above=0)
+
+
+def test_a_failed_claim_informs_the_learner_and_the_chapter_goes_on(monkeypatch, capsys):
+    # The learner's kernel (COURSE_CLAIMS unset or inform): no exception, a notice that says what was
+    # expected, what this run gave, the measured spread of that very claim and what it means.
+    monkeypatch.delenv(claims.LOG_VARIABLE, raising=False)
+    name, spread = next(iter(claims._spreads().items()))
+    name = name.split(" [#")[0]
+    measured = claims.measured_spread(name)
+    assert measured is not None and measured["min"] <= spread["min"] and measured["max"] >= spread["max"]
+    for mode in (None, "inform"):
+        if mode is None:
+            monkeypatch.delenv(claims.MODE_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(claims.MODE_VARIABLE, mode)
+        claims.check(name, -123.5, above=1e9)
+        out = capsys.readouterr().out
+        assert f"Claim not met on this run: {name}" in out
+        assert "Expected: above 1e+09." in out and "Your run: -123.5." in out
+        assert f"{measured['min']:.4g} to {measured['max']:.4g} over {measured['runs']} runs" in out
+        assert "The chapter goes on." in out
+        claims.check(name, 2e9, above=1e9)          # a claim that holds prints nothing
+        assert capsys.readouterr().out == ""
+    claims.check("a claim never measured", 0.1, above=0.5)
+    assert "no recorded spread" in capsys.readouterr().out
+    monkeypatch.setenv(claims.MODE_VARIABLE, "loud")
+    with pytest.raises(ValueError, match="COURSE_CLAIMS='loud': expected one of strict, inform"):
+        claims.check(name, 0.1, above=0.5)
+
+
+def test_every_measured_spread_is_one_the_table_holds():
+    # claims.check quotes course_utils/claim_spread.json to the learner: every entry is a row of
+    # tools/claim_spread.md, with the same range over every run, written by the same run.
+    table = (ROOT / "tools" / "claim_spread.md").read_text(encoding="utf-8")
+    for name, e in claims._spreads().items():
+        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {name} | ")), None)
+        assert row is not None, f"course_utils/claim_spread.json: {name!r} has no row in tools/claim_spread.md"
+        assert f"| {e['min']:.4g}–{e['max']:.4g} ({e['runs']}) |" in row, (
+            f"{name}: the JSON's range {e['min']:.4g}–{e['max']:.4g} ({e['runs']}) is not the table's: {row}")
 
 
 def test_a_claim_is_recorded_not_raised_under_the_log(tmp_path, monkeypatch):

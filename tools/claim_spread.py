@@ -1,27 +1,28 @@
-"""Measure every experiment claim of the chapters over seeds and CPU kernels, and print the spread.
+"""Measure every experiment claim of the chapters over seeds and CPU profiles, and print the spread.
 
 A chapter states a trained or sampled result as ``course_utils.claims.check(claim, value,
 above=..., below=...)``. This script executes the solution notebooks (never in place) with
-``COURSE_CLAIMS_LOG`` set, so each check records its value instead of raising, under:
+``COURSE_CLAIMS_LOG`` set, so each check records its value instead of raising, for every pair of
 
-* seed offsets 0 .. N-1 (``--seeds N``, default 5) on this machine's native CPU kernel: every seed
-  the notebook sets (``random``, ``numpy``, ``torch.manual_seed``, ``torch.Generator``,
-  ``random.Random``: the data as well as the weights) is shifted by the offset;
-* seed offset 0 under each of PyTorch's other CPU kernels (``--kernels``, default ``default avx2``):
-  ``ATEN_CPU_CAPABILITY`` changes the vector code, and so the float rounding, the way another
-  machine does.
+* a seed offset 0 .. N-1 (``--seeds N``, default 5): every seed the notebook sets (``random``,
+  ``numpy``, ``torch.manual_seed``, ``torch.Generator``, ``random.Random``: the data as well as the
+  weights) is shifted by the offset;
+* a CPU profile (``--profiles``, default every one of ``tools/cpu_profiles.py``: ``native``, ``avx2``
+  and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine.
 
-It prints, per claim, its bound, the value of the stored run's setting (offset 0, native), the
-range over the seeds, the value under each kernel and the smallest margin to the bound, and marks
-a claim that failed anywhere. It also reports cells that raised, and, for offset 0, cells marked
-``# NBVAL_CHECK_OUTPUT`` whose output differs from the stored one (what `make test-portable` would
-catch). Thresholds in the chapters are set from this table: a bound must hold with room to spare
-over every run.
+It prints, per claim, its bound, the stored run's value (offset 0, native), the range over every
+run, the range under each profile and the smallest margin to the bound, and marks a claim that
+failed anywhere. It also reports cells that raised, and, for offset 0, cells marked
+``# NBVAL_CHECK_OUTPUT`` whose output differs from the stored one (what the portable stage of CI
+would catch). Thresholds in the chapters are set from this table: a bound must hold with room to
+spare over every run. ``--merge`` also writes each claim's measured range to
+``course_utils/claim_spread.json``, which ``claims.check`` quotes to a learner whose run falls
+outside its bound.
 
-    .venv/bin/python tools/claim_spread.py                       # every chapter, 5 seeds, 2 kernels
+    .venv/bin/python tools/claim_spread.py                       # every chapter, 5 seeds x 3 profiles
     .venv/bin/python tools/claim_spread.py ch02 --seeds 3 --jobs 2
     .venv/bin/python tools/claim_spread.py --json spread.json    # also keep the raw records
-    .venv/bin/python tools/claim_spread.py ch01 ch02 --kernels default --merge tools/claim_spread.md
+    .venv/bin/python tools/claim_spread.py ch01 ch02 --profiles native avx2 --merge tools/claim_spread.md
 
 ``--markdown FILE`` writes a new document (its header line says which tool made it, when and on
 what machine); ``--merge FILE`` updates an existing one: it removes the rows of the chapters that
@@ -31,8 +32,8 @@ earlier run. The tables are never edited by hand (``tests/test_quotes.py`` check
 ``claims.check`` of the chapters has its row, and that every table sits under a header line of the
 tool that wrote it).
 
-One execution of every chapter takes about 6 minutes of one core; the default (7 runs a chapter)
-about 40 minutes with ``--jobs 1``.
+One execution of every chapter takes about 6 minutes of one core natively (about twice that under
+``avx``); the default (15 runs a chapter) about 2 hours of one core, 1 hour with ``--jobs 2``.
 """
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import cpu_profiles  # noqa: E402
+
+SPREAD_JSON = ROOT / "course_utils" / "claim_spread.json"
 
 # Prepended to the notebook when the offset is not 0. It shifts every seed the chapter sets,
 # through the functions the chapters and course_utils call.
@@ -91,8 +96,9 @@ def _outputs_text(cell) -> str:
     return re.sub(r"\b0x[0-9a-fA-F]{6,16}\b", "0x", "".join(parts))
 
 
-def run_one(notebook: str, offset: int, kernel: str) -> dict:
-    """Execute one notebook copy; return its claims, the cells that raised and the changed checked outputs."""
+def run_one(notebook: str, offset: int, profile: str) -> dict:
+    """Execute one notebook copy under ``profile`` with every seed shifted by ``offset``; return its
+    claims, the cells that raised, the changed checked outputs and (offset 0) every code cell's output."""
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
@@ -106,13 +112,10 @@ def run_one(notebook: str, offset: int, kernel: str) -> dict:
         shift = 1
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
-        env = dict(os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        env = cpu_profiles.environment(profile, dict(
+            os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"))
         env.pop("NBGRADER_EXECUTION", None)
-        if kernel == "native":
-            env.pop("ATEN_CPU_CAPABILITY", None)
-        else:
-            env["ATEN_CPU_CAPABILITY"] = kernel
         km = KernelManager(kernel_name="python3")
         km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         start = time.perf_counter()
@@ -121,7 +124,7 @@ def run_one(notebook: str, offset: int, kernel: str) -> dict:
         client.execute(env=env)
         seconds = time.perf_counter() - start
         records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    errors, changed = [], []
+    errors, changed, outputs = [], [], {}
     for i, cell in enumerate(nb.cells[shift:]):
         if cell.cell_type != "code":
             continue
@@ -130,8 +133,10 @@ def run_one(notebook: str, offset: int, kernel: str) -> dict:
                 errors.append(f"cell {i}: {o.ename}: {o.evalue[:200]}")
         if stored[i] is not None and _outputs_text(cell) != stored[i]:
             changed.append(i)
-    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": kernel, "seconds": round(seconds, 1),
-            "claims": records, "errors": errors, "changed_checked_outputs": changed}
+        if offset == 0:
+            outputs[i] = _outputs_text(cell)
+    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": profile, "seconds": round(seconds, 1),
+            "claims": records, "errors": errors, "changed_checked_outputs": changed, "outputs": outputs}
 
 
 def _bound(rec: dict) -> str:
@@ -148,32 +153,39 @@ def _margin(rec: dict) -> float:
     return min(m)
 
 
-def report(runs: list[dict], kernels: list[str]) -> str:
-    by_claim: dict[str, dict] = {}
+def _range(values: list[float]) -> str:
+    return f"{min(values):.4g}–{max(values):.4g} ({len(values)})" if values else "–"
+
+
+def by_claim(runs: list[dict]) -> dict[str, dict]:
+    """Every claim's records gathered over the runs: its bound, its values by (profile, offset),
+    its margins and the runs where it failed. A claim checked in a loop under one name gets a
+    running number (``name [#2]``)."""
+    claims: dict[str, dict] = {}
     for run in runs:
         seen: dict[str, int] = {}
         for rec in run["claims"]:
-            # A claim checked in a loop with one name gets a running number.
             n = seen[rec["claim"]] = seen.get(rec["claim"], 0) + 1
             name = rec["claim"] if n == 1 else f"{rec['claim']} [#{n}]"
-            entry = by_claim.setdefault(name, {"bound": _bound(rec), "seeds": {}, "kernels": {}, "margin": [],
-                                               "failed": []})
-            if run["kernel"] == "native":
-                entry["seeds"][run["offset"]] = rec["value"]
-            if run["offset"] == 0 and run["kernel"] != "native":
-                entry["kernels"][run["kernel"]] = rec["value"]
+            entry = claims.setdefault(name, {"bound": _bound(rec), "above": rec["above"], "below": rec["below"],
+                                             "values": {}, "margin": [], "failed": []})
+            entry["values"][(run["kernel"], run["offset"])] = rec["value"]
             entry["margin"].append(_margin(rec))
             if not rec["holds"]:
                 entry["failed"].append(f"{run['kernel']}/seed+{run['offset']}")
+    return claims
+
+
+def report(runs: list[dict], profiles: list[str]) -> str:
+    """The markdown table of every claim over the runs (one column per profile), then the errors."""
     lines = ["| claim | bound | seed+0 | over seeds (min–max) | "
-             + " | ".join(kernels) + " | smallest margin | failed in |",
-             "|---|---|---|---|" + "---|" * len(kernels) + "---|---|"]
-    for name, e in by_claim.items():
-        seeds = list(e["seeds"].values())
-        spread = f"{min(seeds):.4g}–{max(seeds):.4g} ({len(seeds)})" if seeds else "–"
-        lines.append(f"| {name} | {e['bound']} | {e['seeds'].get(0, float('nan')):.4g} | {spread} | "
-                     + " | ".join(f"{e['kernels'][k]:.4g}" if k in e["kernels"] else "–" for k in kernels)
-                     + f" | {min(e['margin']):.4g} | {', '.join(e['failed']) or '–'} |")
+             + " | ".join(profiles) + " | smallest margin | failed in |",
+             "|---|---|---|---|" + "---|" * len(profiles) + "---|---|"]
+    for name, e in by_claim(runs).items():
+        stored = e["values"].get(("native", 0), float("nan"))
+        per = [_range([v for (k, _), v in e["values"].items() if k == p]) for p in profiles]
+        lines.append(f"| {name} | {e['bound']} | {stored:.4g} | {_range(list(e['values'].values()))} | "
+                     + " | ".join(per) + f" | {min(e['margin']):.4g} | {', '.join(e['failed']) or '–'} |")
     for run in runs:
         tag = f"{run['notebook']} {run['kernel']} seed+{run['offset']} ({run['seconds']} s)"
         for err in run["errors"]:
@@ -183,10 +195,25 @@ def report(runs: list[dict], kernels: list[str]) -> str:
     return "\n".join(lines)
 
 
-TITLE = "# Experiment claims over seeds and CPU kernels"
-COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 on the native kernel (the stored outputs' "
-           "setting); its range over the seed offsets; its value at offset 0 under each other kernel; the "
-           "smallest distance to the bound over all runs.")
+def spread_summary(runs: list[dict], old: dict | None = None) -> dict:
+    """``claim -> {bound, min, max, runs, seeds, profiles}`` over ``runs``, on top of ``old`` (the
+    entries of chapters not run are kept): what ``claims.check`` tells a learner whose run falls
+    outside the bound."""
+    chapters_run = {run["notebook"][:4] for run in runs}
+    summary = {k: v for k, v in (old or {}).items() if k[:4] not in chapters_run}
+    for name, e in by_claim(runs).items():
+        values = list(e["values"].values())
+        summary[name] = {"bound": e["bound"], "min": min(values), "max": max(values), "runs": len(values),
+                         "seeds": len({o for _, o in e["values"]}), "profiles": sorted({k for k, _ in e["values"]})}
+    return dict(sorted(summary.items()))
+
+
+TITLE = "# Experiment claims over seeds and CPU profiles"
+COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 under the native profile (the stored "
+           "outputs' setting); its range over every run (seed offsets x CPU profiles, the number of runs in "
+           "brackets); its range over the seed offsets under each CPU profile of tools/cpu_profiles.py "
+           "(native: this machine; avx2: ATen, MKL and oneDNN limited to AVX2; avx: ATen's portable kernel, "
+           "MKL and oneDNN limited to AVX); the smallest distance to the bound over all runs.")
 ROW = re.compile(r"^\| (ch\d\d): ")
 
 
@@ -243,14 +270,15 @@ def merge_document(old: str, table: str, chapters_run: list[str], command: str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter names or parts of them (default: all)")
-    parser.add_argument("--seeds", type=int, default=5, help="seed offsets 0..N-1 on the native kernel")
-    parser.add_argument("--kernels", nargs="*", default=["default", "avx2"],
-                        help="ATEN_CPU_CAPABILITY values run at seed offset 0")
+    parser.add_argument("--seeds", type=int, default=5, help="seed offsets 0..N-1, under every profile")
+    parser.add_argument("--profiles", nargs="*", default=list(cpu_profiles.PROFILES), choices=list(cpu_profiles.PROFILES),
+                        help="CPU profiles of tools/cpu_profiles.py (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
-    parser.add_argument("--json", type=Path, help="also write the raw records here")
+    parser.add_argument("--json", type=Path, help="also write the raw records here (after every run)")
     parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on")
     parser.add_argument("--merge", type=Path,
-                        help="update this document: drop the rows of the chapters run, append a section with the new table")
+                        help="update this document: drop the rows of the chapters run, append a section with the "
+                             "new table; and update course_utils/claim_spread.json")
     parser.add_argument("--note", default="", help="a paragraph for the section --merge appends")
     parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
     args = parser.parse_args(argv)
@@ -261,17 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         runs = json.loads(args.from_json.read_text())
     else:
-        plan = [(str(nb), off, "native") for nb in chapters(args.chapters) for off in range(args.seeds)]
-        plan += [(str(nb), 0, k) for nb in chapters(args.chapters) for k in args.kernels]
+        plan = [(str(nb), off, prof) for nb in chapters(args.chapters) for prof in args.profiles
+                for off in range(args.seeds)]
         runs = []
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             for run in pool.map(run_one, *zip(*plan)):
                 print(f"ran {run['notebook']} {run['kernel']} seed+{run['offset']}: {run['seconds']} s, "
                       f"{len(run['claims'])} claims, {len(run['errors'])} errors", flush=True)
                 runs.append(run)
-    if args.json and not args.from_json:
-        args.json.write_text(json.dumps(runs, indent=1))
-    table = report(runs, args.kernels)
+                if args.json:
+                    args.json.write_text(json.dumps(runs, indent=1))
+    table = report(runs, args.profiles)
     print(table)
     if args.markdown:
         args.markdown.write_text(markdown_document(table, command, machine()))
@@ -279,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         run_chapters = sorted({run["notebook"][:4] for run in runs})
         args.merge.write_text(merge_document(args.merge.read_text(), table, run_chapters, command, machine(),
                                              args.note))
+        old = json.loads(SPREAD_JSON.read_text()) if SPREAD_JSON.exists() else {}
+        SPREAD_JSON.write_text(json.dumps(spread_summary(runs, old), indent=1, ensure_ascii=False) + "\n")
     failed = any(not r["holds"] for run in runs for r in run["claims"]) or any(run["errors"] for run in runs)
     return 1 if failed else 0
 

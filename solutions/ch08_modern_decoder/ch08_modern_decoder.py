@@ -747,13 +747,17 @@ if transformers is not None:
     with torch.no_grad():
         want, got = hf(prompt).logits, ours(prompt)
     logit_err = (got - want).abs().max().item()
+    tol = llama.float32_tolerance(ours, prompt)   # 8 x float32's own rounding of this forward, on this machine
     hf_tokens = hf.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0)
     our_tokens = llama.greedy_generate(ours, prompt, 30)
     same = int((hf_tokens == our_tokens).sum()) - prompt.shape[1]
+    with torch.no_grad():
+        hf_logits = hf(hf_tokens).logits
     print(f"transformers {transformers.__version__}: max |logit difference| = {logit_err:.1e} "
-          f"(logits up to {want.abs().max().item():.1f})")
+          f"(logits up to {want.abs().max().item():.1f}; float32's rounding allows {tol:.0e})")
     print(f"greedy generation with the KV cache: {same} of 30 tokens equal to HF's generate")
-    assert logit_err <= 1e-5 and same == 30, "the course's decoder must equal Hugging Face's Llama"
+    assert logit_err <= tol and llama.greedy_agrees(hf_tokens, our_tokens, hf_logits, prompt.shape[1], tol), \
+        "the course's decoder must equal Hugging Face's Llama to float32's rounding"
     long_prompt = torch.randint(0, 128, (1, 200), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         err64 = (hf.double()(long_prompt).logits - ours.double()(long_prompt)).abs().max().item()
@@ -762,8 +766,11 @@ if transformers is not None:
           "(the course's angles in float64, Hugging Face's in float32)")
 
 # %% [markdown]
-# Equal to rounding in float32, the dtype of the comparison (tests/test_llama.py keeps it: three
-# configurations, 1e-5, and 40 generated tokens). In float64 the two differ, by
+# Equal to rounding in float32, the dtype of the comparison: the cell allows 8 times the error of
+# the float32 forward against the same weights in float64, measured on your machine (another CPU's
+# vector code rounds otherwise, and a fixed 1e-5 holds only where both sides round alike), and a
+# generated token may differ only after a near tie of Hugging Face's two best logits.
+# `tests/test_llama.py` keeps it: three configurations and 40 generated tokens. In float64 the two differ, by
 # about <!-- q:out#in float64, 200 tokens -->1e-4<!-- /q --> on 200 tokens, far more than float64's rounding: Hugging Face
 # computes the rotation angles $m\,\theta_i$ in float32 whatever the model's dtype, the course's
 # `positional.rope_cos_sin` in float64 for a float64 model, and a float32 angle at position $m$ is off
