@@ -298,3 +298,92 @@ def test_claim_spread_writes_and_merges_its_header(tmp_path):
     path.write_text(merged)
     tables = _tables(merged)
     assert len(tables) == 2 and all("`tools/claim_spread.py" in s for s, _ in tables)
+
+
+# -- no run-specific number in the text without its source ----------------------------------------
+
+# Every decimal number and percentage of a chapter's Markdown (text, tables, model answers) is either
+# quoted from its source (a q: marker above) or listed in tests/text_constants.toml as a constant of
+# the text: a formula's value, a setting the code states, a paper's figure with its citation. Numbers
+# inside $math$, `code` and link targets are formulas and code, not claims about a run; whole numbers
+# (sizes, steps, years, counts of a setting) are not checked.
+CONSTANTS = ROOT / "tests" / "text_constants.toml"
+UNMARKED = re.compile(r"(?<![\w.$\\{^_/:-])(\d+\.\d+|\d+(?:\.\d+)?\s?%)(?![\w.])")
+_MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$(?!\$)(?:\\.|[^$\\])+?\$", re.S)
+_CODE = re.compile(r"(`+).+?\1", re.S)
+_LINK = re.compile(r"\]\([^)]*\)|<[^>]+>")
+
+
+def _prose(text: str) -> str:
+    """``text`` with its quoted values, math, code spans, link targets and HTML tags blanked out."""
+    for pattern in (QUOTE, _CODE, _MATH, _LINK):
+        text = pattern.sub(" ", text)
+    return text
+
+
+def unmarked_numbers(text: str) -> list[str]:
+    """The decimal numbers and percentages of a Markdown ``text`` outside quotes, math, code and links."""
+    return [re.sub(r"\s", "", m.group(1)) for m in UNMARKED.finditer(_prose(text))]
+
+
+@cache
+def text_constants() -> list[dict]:
+    import tomllib
+    entries = tomllib.loads(CONSTANTS.read_text(encoding="utf-8")).get("constant", [])
+    for e in entries:
+        assert set(e) == {"chapter", "value", "context", "why"} and all(isinstance(v, str) and v for v in e.values()), (
+            f"{CONSTANTS.name}: an entry needs chapter, value, context and why, all non-empty text: {e}")
+    return entries
+
+
+def unmarked_errors(chapter: Path, constants: list[dict]) -> list[str]:
+    """Every unmarked number of ``chapter`` that no constant covers, and every constant of the
+    chapter that covers nothing (the text moved on without it)."""
+    name, short = chapter.parent.name, chapter.parent.name[:4]
+    mine = [c for c in constants if c["chapter"] == short]
+    used, errors = set(), []
+    for cell in _notebook(chapter).cells:
+        if cell.cell_type != "markdown":
+            continue
+        flat = " ".join(cell.source.split())
+        for value in unmarked_numbers(cell.source):
+            hit = next((i for i, c in enumerate(mine) if c["value"] == value and " ".join(c["context"].split()) in flat),
+                       None)
+            if hit is None:
+                at = flat.find(value)
+                errors.append(f"{name}: {value!r} is neither quoted (<!-- q:SOURCE#KEY -->{value}<!-- /q -->) nor a "
+                              f"constant of tests/text_constants.toml: ...{flat[max(0, at - 80):at + 40]}...")
+            else:
+                used.add(hit)
+    errors += [f"{name}: tests/text_constants.toml lists {c['value']!r} ({c['context']!r}), which the text no "
+               "longer holds" for i, c in enumerate(mine) if i not in used]
+    return errors
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=_ids(CHAPTERS))
+def test_every_number_in_the_text_has_a_source(chapter):
+    errors = unmarked_errors(chapter, text_constants())
+    assert not errors, f"{len(errors)} numbers without a source:\n" + "\n".join(errors)
+
+
+def test_the_unmarked_number_checker():
+    text = ("Exact match <!-- q:out#x -->0.94<!-- /q --> here; the bound 0.95 and $p = 0.5$, `lr=3e-3`, "
+            "[a](b/1.2.md), 12 layers, 7 % of tokens, version 3.11.2 and 0.3.")
+    assert unmarked_numbers(text) == ["0.95", "7%", "0.3"]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(text)]
+    path = ROOT / "tests" / "_tmp_unmarked" / "chXX_demo.ipynb"
+    constants = [{"chapter": "chXX", "value": "0.95", "context": "the bound", "why": "a setting"},
+                 {"chapter": "chXX", "value": "0.3", "context": "not in the text", "why": "stale"}]
+    _notebook.cache_clear()
+    try:
+        path.parent.mkdir(exist_ok=True)
+        nbformat.write(nb, path)
+        errors = "\n".join(unmarked_errors(path, constants))
+    finally:
+        path.unlink(missing_ok=True)
+        path.parent.rmdir()
+        _notebook.cache_clear()
+    assert "'0.95'" not in errors.split("lists")[0]                   # covered by its constant
+    assert "'7%' is neither quoted" in errors and "'0.3' is neither quoted" in errors
+    assert "lists '0.3' ('not in the text'), which the text no longer holds" in errors
