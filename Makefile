@@ -45,7 +45,7 @@ help:
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
 	@echo "make test-portable        run the notebooks again on an emulated AVX2 laptop (tools/cpu_profiles.py)"
-	@echo "make test-cpus            run the notebooks under every emulated CPU profile (avx2, avx; about 15 min)"
+	@echo "make test-cpus            run the notebooks under every emulated CPU profile (avx2, then avx)"
 	@echo "make site                 build the course site (learner's version, stored outputs) in site/_build/html"
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"

@@ -208,6 +208,36 @@ def spread_summary(runs: list[dict], old: dict | None = None) -> dict:
     return dict(sorted(summary.items()))
 
 
+def moved_quotes(run: dict) -> tuple[int, list[str]]:
+    """The text's quotes of the chapter's own outputs (``<!-- q:out#KEY -->``, tests/test_quotes.py)
+    checked against ``run``'s outputs instead of the stored ones: (how many quotes, the ones that moved)."""
+    import nbformat
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_quotes
+
+    chapter = ROOT / "solutions" / run["notebook"] / f"{run['notebook']}.ipynb"
+    lines = [ln for text in run["outputs"].values() for ln in text.splitlines()]
+    quotes, moved = 0, []
+    for line in test_quotes.markdown_lines(nbformat.read(chapter, as_version=4)):
+        for source, key, value in test_quotes.QUOTE.findall(line):
+            if source == "out":
+                quotes += 1
+                if test_quotes.check_quote(lines, key, value, unique=False):
+                    moved.append(f"{key} -> {value}")
+    return quotes, moved
+
+
+def quotes_report(runs: list[dict]) -> str:
+    """Per chapter and profile (seed offset 0): how many of the text's output quotes would move."""
+    lines = []
+    for run in runs:
+        if run["offset"] == 0 and run.get("outputs"):
+            quotes, moved = moved_quotes(run)
+            lines.append(f"QUOTES {run['notebook']} {run['kernel']}: {len(moved)} of {quotes} move"
+                         + (": " + "; ".join(moved) if moved else ""))
+    return "\n".join(lines)
+
+
 TITLE = "# Experiment claims over seeds and CPU profiles"
 COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 under the native profile (the stored "
            "outputs' setting); its range over every run (seed offsets x CPU profiles, the number of runs in "
@@ -281,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                              "new table; and update course_utils/claim_spread.json")
     parser.add_argument("--note", default="", help="a paragraph for the section --merge appends")
     parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
+    parser.add_argument("--quotes", action="store_true",
+                        help="also print, per chapter and profile, the text's output quotes that move (seed offset 0)")
     args = parser.parse_args(argv)
     given = list(sys.argv[1:] if argv is None else argv)
     if "--note" in given:   # the note is printed as its own paragraph, not in the command
@@ -301,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                     args.json.write_text(json.dumps(runs, indent=1))
     table = report(runs, args.profiles)
     print(table)
+    if args.quotes:
+        print(quotes_report(runs))
     if args.markdown:
         args.markdown.write_text(markdown_document(table, command, machine()))
     if args.merge:
