@@ -210,11 +210,11 @@ assert (rms(centred, ones, 1e-5) - F.layer_norm(centred, (64,), eps=1e-5)).abs()
 # What does the saving look like in time? The cell times the two formulas written out in PyTorch
 # operations (each operation one pass over the tensor: LayerNorm needs a mean, a subtraction, a
 # second mean and a bias more than RMSNorm) and PyTorch's own `F.layer_norm` and `F.rms_norm`, on
-# one thread. Times are one run on this machine (printed, never asserted). In the run stored here
-# the written-out RMSNorm took <!-- q:out#RMSNorm, written out -->24.44<!-- /q --> ms against the written-out LayerNorm's <!-- q:out#LayerNorm, written out -->31.65<!-- /q --> ms, but
+# one thread. Times are one run on the machine that runs the cell (printed, never asserted). In the
+# stored run, on the machine that made it, the written-out RMSNorm took <!-- q:out#RMSNorm, written out -->24.44<!-- /q --> ms against the written-out LayerNorm's <!-- q:out#LayerNorm, written out -->31.65<!-- /q --> ms, but
 # PyTorch's `F.layer_norm`, one fused CPU kernel that reads the tensor once, beat both
-# (<!-- q:out#F.layer_norm (fused) -->0.84<!-- /q --> ms), and `F.rms_norm` (<!-- q:out#F.rms_norm -->13.47<!-- /q --> ms) was slower than it (in this PyTorch build it is not
-# one fused kernel on the CPU). Your run prints its own times, and their ratios move from run to run
+# (<!-- q:out#F.layer_norm (fused) -->0.84<!-- /q --> ms), and `F.rms_norm` (<!-- q:out#F.rms_norm -->13.47<!-- /q --> ms) was slower than it (in that run's PyTorch build it
+# is not one fused kernel on the CPU). Your run prints its own times, and their ratios move from run to run
 # and machine to machine. The lesson is the
 # one section 8 draws for attention: how many passes over memory an operation needs decides its time
 # once it is fused; the saving RMSNorm offers shows when both norms are fused kernels, as they are
@@ -823,9 +823,9 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# The held-out loss printed above is one run (seed 0; <!-- q:out#held out: -->1.605<!-- /q --> nats per byte in the run stored here):
-# over 5 seeds it was <!-- q:tools/ch08_ablation.md#| 1.615 | 1.584-1.658 -->1.58-1.66<!-- /q --> (`tools/ch08_ablation.md`, section 7), and the cell claims only that
-# it stays below 1.8, a bound that every seed met with room to spare. The curve is the same single run.
+# The held-out loss printed above is one run (seed 0; <!-- q:out#held out: -->1.605<!-- /q --> nats per byte in the stored run):
+# over seeds and CPUs it was <!-- q:tools/claim_spread.md#ch08: the decoder learns the stdlib's bytes -->1.58-1.66<!-- /q --> (`tools/claim_spread.md`), and the cell claims only that
+# it stays below 1.8, a bound that every run met with room to spare. The curve is the same single run.
 
 # %% [markdown]
 # The training loss in that figure is measured on the very batches the model learns from. `train.fit`
@@ -871,27 +871,27 @@ if not GRADING:
                  "(at the end - lowest, nats per byte)", climb["whole training text"], below=0.05)
 
 # %% [markdown]
-# On the whole text the two curves fall together and end at about the same loss (training
-# loss <!-- q:out#whole training text: training loss -->1.79<!-- /q -->, held out <!-- q:out#whole training text: training loss -->1.77<!-- /q --> nats per byte). On the small part, each byte
+# In the stored run, on the whole text the two curves fall together and end at about the same loss
+# (training loss <!-- q:out#whole training text: training loss -->1.79<!-- /q -->, held out <!-- q:out#whole training text: training loss -->1.77<!-- /q --> nats per byte). On the small part, each byte
 # of which the model saw <!-- q:out#first 16,000 bytes: 16,000 bytes -->38.4<!-- /q --> times on average, the training loss falls much further,
 # to only <!-- q:out#first 16,000 bytes: training loss -->0.77<!-- /q -->, while the held-out loss is lowest at step <!-- q:out#first 16,000 bytes: training loss -->120<!-- /q --> (<!-- q:out#first 16,000 bytes: training loss -->2.46<!-- /q -->) and then climbs,
 # to <!-- q:out#first 16,000 bytes: training loss -->2.86<!-- /q --> at the end. The model learns its few thousand bytes by heart: it **overfits**,
 # and gets worse on text it has not seen while its training loss says it is still improving. The two
 # runs differ only in the amount of text (same model, seed, schedule and number of steps), so that
-# amount is what makes the second one overfit. These numbers are one seed, the run stored here. Over 5
-# seeds (`tools/claim_spread.md`) the held-out loss on the small text climbed
-# by <!-- q:tools/claim_spread.md#the held-out loss climbs -->0.28-0.41<!-- /q --> from its lowest point to the end, and on the whole text it was lowest at the
-# last measurement in every seed; the cell claims a climb of more than 0.1 on the small text and less
-# than 0.05 on the whole text. The held-out curve is what early stopping watches: keep the weights of
+# amount is what makes the second one overfit. These numbers are one seed, the stored run's. Over
+# seeds and CPUs (`tools/claim_spread.md`) the held-out loss on the small text climbed
+# by <!-- q:tools/claim_spread.md#the held-out loss climbs from its lowest point -->0.28-0.41<!-- /q --> from its lowest point to the end, and on the whole
+# text by <!-- q:tools/claim_spread.md#ends at or near its lowest point -->0<!-- /q --> (it was lowest at the last measurement in every run); the cell claims a climb
+# of more than 0.1 on the small text and less than 0.05 on the whole text. The held-out curve is what early stopping watches: keep the weights of
 # its lowest point.
 #
 # Samples at several temperatures (chapter 7's `decoding.sample_decode` on the model's
 # `decode_step`, one KV cache per layer), from the prompt `    def `. Temperature 0 is greedy
-# decoding: with a model this small it soon repeats itself (`__name__ = __name__ = ...`). At 0.6 and
-# 0.8 the stored samples look like Python only at a glance: indentation, the dunder name `__new__`
-# after the prompt, `= None`, a `#` comment, identifiers joined by underscores, but no `self` or
-# `return`, and most of the "words" are not words. At 1.0 it invents more freely, and the sample
-# happens to contain `from`, `None:` and `self.`. A byte-level model of 109 000 parameters after 500
+# decoding: with a model this small it soon repeats itself (in the stored run,
+# `__name__ = __name__ = ...`). At 0.6 and 0.8 the stored samples look like Python only at a glance:
+# indentation, the dunder name `__new__` after the prompt, `= None`, a `#` comment, identifiers
+# joined by underscores, but no `self` or `return`, and most of the "words" are not words. At 1.0 it
+# invents more freely, and the stored sample happens to contain `from`, `None:` and `self.`. A byte-level model of 109 000 parameters after 500
 # steps has learned the texture of the code (its spacing, its frequent names), not its structure.
 
 # %%
@@ -928,18 +928,18 @@ if transformers is not None:
 #
 # Swap each modern part for its chapter 6 counterpart, one at a time, with the same budget, and
 # measure the held-out loss. One run per variant is not enough to tell differences of a few
-# hundredths apart: `tools/ch08_ablation.py` trained every variant with 5 seeds (the seed sets the
-# weights and the training windows) and wrote `tools/ch08_ablation.md`:
+# hundredths apart: `tools/ch08_ablation.py` trained every variant with 5 seeds on one CPU (the seed
+# sets the weights and the training windows) and wrote `tools/ch08_ablation.md`:
 #
 # | variant | parameters | loss, mean | min-max | std | difference to modern, mean (min-max) |
 # |---|---|---|---|---|---|
-# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | 108,864 | 1.615 | 1.584-1.658 | 0.027 | +0.000 (+0.000 to +0.000) |
-# | LayerNorm instead of RMSNorm | 109,184 | 1.605 | 1.564-1.647 | 0.031 | -0.011 (-0.041 to +0.006) |
-# | ReLU FFN (4d) instead of SwiGLU | 107,456 | 1.674 | 1.647-1.690 | 0.017 | +0.058 (+0.027 to +0.079) |
-# | learned positions instead of RoPE | 141,632 | 1.768 | 1.757-1.775 | 0.007 | +0.152 (+0.109 to +0.180) |
-# | sinusoidal positions instead of RoPE | 108,864 | 1.997 | 1.978-2.010 | 0.014 | +0.382 (+0.351 to +0.420) |
-# | MHA (4 K/V heads) instead of GQA | 117,056 | 1.612 | 1.603-1.626 | 0.009 | -0.004 (-0.055 to +0.027) |
-# | all four swapped (chapter 6/7 GPT-style) | 148,736 | 1.837 | 1.807-1.862 | 0.022 | +0.221 (+0.149 to +0.278) |
+# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | 108,864 | <!-- q:tools/ch08_ablation.md#+0.000 (+0.000 to +0.000) -->1.615<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.000 (+0.000 to +0.000) -->1.584-1.658<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.000 (+0.000 to +0.000) -->0.027<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.000 (+0.000 to +0.000) -->+0.000 (+0.000 to +0.000)<!-- /q --> |
+# | LayerNorm instead of RMSNorm | 109,184 | <!-- q:tools/ch08_ablation.md#LayerNorm instead of RMSNorm -->1.605<!-- /q --> | <!-- q:tools/ch08_ablation.md#LayerNorm instead of RMSNorm -->1.564-1.647<!-- /q --> | <!-- q:tools/ch08_ablation.md#LayerNorm instead of RMSNorm -->0.031<!-- /q --> | <!-- q:tools/ch08_ablation.md#LayerNorm instead of RMSNorm -->-0.011 (-0.041 to +0.006)<!-- /q --> |
+# | ReLU FFN (4d) instead of SwiGLU | 107,456 | <!-- q:tools/ch08_ablation.md#ReLU FFN (4d) instead of SwiGLU -->1.674<!-- /q --> | <!-- q:tools/ch08_ablation.md#ReLU FFN (4d) instead of SwiGLU -->1.647-1.690<!-- /q --> | <!-- q:tools/ch08_ablation.md#ReLU FFN (4d) instead of SwiGLU -->0.017<!-- /q --> | <!-- q:tools/ch08_ablation.md#ReLU FFN (4d) instead of SwiGLU -->+0.058 (+0.027 to +0.079)<!-- /q --> |
+# | learned positions instead of RoPE | 141,632 | <!-- q:tools/ch08_ablation.md#+0.152 (+0.109 to +0.180) -->1.768<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.152 (+0.109 to +0.180) -->1.757-1.775<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.152 (+0.109 to +0.180) -->0.007<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.152 (+0.109 to +0.180) -->+0.152 (+0.109 to +0.180)<!-- /q --> |
+# | sinusoidal positions instead of RoPE | 108,864 | <!-- q:tools/ch08_ablation.md#+0.382 (+0.351 to +0.420) -->1.997<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.382 (+0.351 to +0.420) -->1.978-2.010<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.382 (+0.351 to +0.420) -->0.014<!-- /q --> | <!-- q:tools/ch08_ablation.md#+0.382 (+0.351 to +0.420) -->+0.382 (+0.351 to +0.420)<!-- /q --> |
+# | MHA (4 K/V heads) instead of GQA | 117,056 | <!-- q:tools/ch08_ablation.md#MHA (4 K/V heads) instead of GQA -->1.612<!-- /q --> | <!-- q:tools/ch08_ablation.md#MHA (4 K/V heads) instead of GQA -->1.603-1.626<!-- /q --> | <!-- q:tools/ch08_ablation.md#MHA (4 K/V heads) instead of GQA -->0.009<!-- /q --> | <!-- q:tools/ch08_ablation.md#MHA (4 K/V heads) instead of GQA -->-0.004 (-0.055 to +0.027)<!-- /q --> |
+# | all four swapped (chapter 6/7 GPT-style) | 148,736 | <!-- q:tools/ch08_ablation.md#all four swapped -->1.837<!-- /q --> | <!-- q:tools/ch08_ablation.md#all four swapped -->1.807-1.862<!-- /q --> | <!-- q:tools/ch08_ablation.md#all four swapped -->0.022<!-- /q --> | <!-- q:tools/ch08_ablation.md#all four swapped -->+0.221 (+0.149 to +0.278)<!-- /q --> |
 #
 # (Held-out loss in nats per byte, lower is better; the difference is paired: same seed, same
 # training windows. The ReLU FFN of width $4d$ has about as many weights as SwiGLU of width 176;
@@ -999,12 +999,13 @@ if not GRADING:
                  above=0.8)
 
 # %% [markdown]
-# Again one seed (in the run stored here: <!-- q:out#held-out loss, windows of 64 -->1.605<!-- /q --> against <!-- q:out#held-out loss, windows of 64 -->1.774<!-- /q --> on windows of the training
-# length, and <!-- q:out#RoPE               loss by position -->1.90<!-- /q --> against <!-- q:out#learned positions  loss by position -->3.52<!-- /q --> at positions 64-127). Over 5 seeds learned positions were worse
-# by <!-- q:tools/claim_spread.md#0.1687 | 0.1089–0.1805 -->0.11-0.18<!-- /q --> on windows of the training length, in every seed, and by <!-- q:tools/claim_spread.md#1.629 | 1.583–1.798 -->1.58-1.80<!-- /q --> at positions
-# 64-127 (`tools/claim_spread.md`); the cell claims more than 0.03 and more than 0.8.
+# Again one seed (in the stored run: <!-- q:out#held-out loss, windows of 64 -->1.605<!-- /q --> against <!-- q:out#held-out loss, windows of 64 -->1.774<!-- /q --> on windows of the training
+# length, and <!-- q:out#RoPE               loss by position -->1.90<!-- /q --> against <!-- q:out#learned positions  loss by position -->3.52<!-- /q --> at positions 64-127). Over seeds and CPUs learned positions
+# were worse by <!-- q:tools/claim_spread.md#RoPE beats learned positions on windows of the training length -->0.11-0.18<!-- /q --> on windows of the training length, in every run, and
+# by <!-- q:tools/claim_spread.md#learned positions break down more than RoPE -->1.58-1.80<!-- /q --> at positions 64-127 (`tools/claim_spread.md`); the cell claims more than 0.03
+# on windows of the training length and more than 0.8 at positions 64-127.
 #
-# How bad is a loss of 3.5 nats per byte? Two models that ignore the context set the scale: a
+# How bad is a loss of <!-- q:out#learned positions  loss by position -->3.5<!-- /q --> nats per byte? Two models that ignore the context set the scale: a
 # unigram model (each byte's frequency) and a bigram model (the next byte's frequency given the
 # byte before it), both counted on the training bytes with add-one smoothing and scored on the
 # held-out ones. The plot draws them as horizontal lines.
@@ -1032,13 +1033,13 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# Over 5 seeds (`tools/ch08_ablation.md`; loss by range of positions, mean and min-max):
+# Over 5 seeds on one CPU (`tools/ch08_ablation.md`; loss by range of positions, mean and min-max):
 #
 # | positions | 0-63 (seen) | 64-127 | 128-255 |
 # |---|---|---|---|
-# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | 1.59 (1.57-1.62) | 1.93 (1.82-2.09) | 3.27 (3.04-3.53) |
-# | learned positions instead of RoPE | 1.77 (1.76-1.80) | 3.61 (3.52-3.67) | 3.64 (3.53-3.73) |
-# | sinusoidal positions instead of RoPE | 2.00 (1.97-2.01) | 3.31 (3.22-3.45) | 3.40 (3.16-3.62) |
+# | modern (RMSNorm, SwiGLU, RoPE, GQA 4/2) | <!-- q:tools/ch08_ablation.md#1.59 (1.57-1.62) -->1.59 (1.57-1.62)<!-- /q --> | <!-- q:tools/ch08_ablation.md#1.59 (1.57-1.62) -->1.93 (1.82-2.09)<!-- /q --> | <!-- q:tools/ch08_ablation.md#1.59 (1.57-1.62) -->3.27 (3.04-3.53)<!-- /q --> |
+# | learned positions instead of RoPE | <!-- q:tools/ch08_ablation.md#1.77 (1.76-1.80) -->1.77 (1.76-1.80)<!-- /q --> | <!-- q:tools/ch08_ablation.md#1.77 (1.76-1.80) -->3.61 (3.52-3.67)<!-- /q --> | <!-- q:tools/ch08_ablation.md#1.77 (1.76-1.80) -->3.64 (3.53-3.73)<!-- /q --> |
+# | sinusoidal positions instead of RoPE | <!-- q:tools/ch08_ablation.md#2.00 (1.97-2.01) -->2.00 (1.97-2.01)<!-- /q --> | <!-- q:tools/ch08_ablation.md#2.00 (1.97-2.01) -->3.31 (3.22-3.45)<!-- /q --> | <!-- q:tools/ch08_ablation.md#2.00 (1.97-2.01) -->3.40 (3.16-3.62)<!-- /q --> |
 # | unigram model of the bytes (no context; any position) | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->3.09<!-- /q --> | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->3.09<!-- /q --> | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->3.09<!-- /q --> |
 # | bigram model of the bytes (the previous byte only) | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->2.42<!-- /q --> | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->2.42<!-- /q --> | <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->2.42<!-- /q --> |
 #
@@ -1049,7 +1050,7 @@ plt.show()
 # (<!-- q:tools/ch08_ablation.md#3.61 (3.52-3.67) -->1.77<!-- /q --> -> <!-- q:tools/ch08_ablation.md#3.61 (3.52-3.67) -->3.61<!-- /q -->): worse than the unigram model (<!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->3.09<!-- /q -->), which ignores the context altogether,
 # and far worse than the bigram model (<!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->2.42<!-- /q -->). The untrained rows of the learned table do not merely
 # carry no information; they mislead the model. At 2-4 times the training length RoPE has broken
-# down too (<!-- q:tools/ch08_ablation.md#3.27 (3.04-3.53) -->3.27<!-- /q -->, again worse than the unigram), and so have the sinusoids
+# down too (<!-- q:tools/ch08_ablation.md#3.27 (3.04-3.53) -->3.27<!-- /q -->, on average again worse than the unigram), and so have the sinusoids
 # (<!-- q:tools/ch08_ablation.md#3.40 (3.16-3.62) -->3.40<!-- /q -->). RoPE's scores depend only on offsets, but offsets above 63 were never
 # seen in training: relative positions are not enough to extrapolate. That is why long-context
 # models extend RoPE explicitly (position interpolation, NTK-aware scaling, YaRN) and train on long
@@ -1083,7 +1084,7 @@ for name, curve in (("RoPE", by_pos["RoPE"]), ("RoPE, positions / 4", pi_curve))
           f"128-255 {curve[128:].mean():.2f}")
 
 # %% [markdown]
-# Interpolated, the loss is nearly flat along the window: <!-- q:out#RoPE, positions / 4 -->2.71<!-- /q -->, <!-- q:out#RoPE, positions / 4 -->2.79<!-- /q --> and <!-- q:out#RoPE, positions / 4 -->2.68<!-- /q --> nats per byte over
+# Interpolated, in the stored run, the loss is nearly flat along the window: <!-- q:out#RoPE, positions / 4 -->2.71<!-- /q -->, <!-- q:out#RoPE, positions / 4 -->2.79<!-- /q --> and <!-- q:out#RoPE, positions / 4 -->2.68<!-- /q --> nats per byte over
 # positions 0-63, 64-127 and 128-255, against <!-- q:out#RoPE                 loss by position -->1.58<!-- /q -->, <!-- q:out#RoPE                 loss by position -->1.90<!-- /q --> and <!-- q:out#RoPE                 loss by position -->3.21<!-- /q --> for plain RoPE. Far beyond the training
 # length it helps (every offset is now one the model has seen, at a quarter of its trained angle),
 # and it stays below the unigram model's <!-- q:tools/ch08_ablation_control.md#Models that ignore the context -->3.09<!-- /q --> everywhere; but it is much worse than plain RoPE where
@@ -1354,7 +1355,7 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 
 # %% [markdown]
 # Equal values and gradients, and memory linear instead of quadratic. The times are one run
-# (printed, never asserted). In the run stored here the explicit version took <!-- q:out#explicit / tiled -->1.86<!-- /q --> times as
+# (printed, never asserted). In the stored run, on the machine that made it, the explicit version took <!-- q:out#explicit / tiled -->1.86<!-- /q --> times as
 # long as the tiled one (the explicit one writes and reads a $1024 \times 1024$ matrix per head and
 # computes the masked half too; the tiled one skips the tiles above the diagonal but walks the other
 # 136 tiles of $64 \times 64$, each a few PyTorch calls going through main memory; which of the two
@@ -1420,10 +1421,10 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # the memory table (linear against quadratic) and that the algorithm gives the same values and
 # gradients. What it cannot: the speed. Section 8's tiled version is Python: every tile is a
 # separate PyTorch call that reads and writes main memory, with per-call overhead, and a CPU has no
-# programmer-managed SRAM to keep the tile in, so its time says little (in the run stored here the
-# explicit version took <!-- q:out#explicit / tiled -->1.86<!-- /q --> times as long as the tiled one); the fused CPU kernel of
-# F.scaled_dot_product_attention, tiled too, was <!-- q:out#explicit / tiled -->2.4<!-- /q -->x faster than the tiled version
-# and <!-- q:out#explicit / tiled -->4.4<!-- /q -->x faster than the explicit one: the algorithm is there in Python, the speed needs the
+# programmer-managed SRAM to keep the tile in, so its time says little (in the stored run, on the
+# machine that made it, the explicit version took <!-- q:out#explicit / tiled -->1.86<!-- /q --> times as long as the tiled one); in
+# that run the fused CPU kernel of F.scaled_dot_product_attention, tiled too, was <!-- q:out#explicit / tiled -->2.4<!-- /q -->x faster
+# than the tiled version and <!-- q:out#explicit / tiled -->4.4<!-- /q -->x faster than the explicit one: the algorithm is there in Python, the speed needs the
 # fused kernel.
 # ### END SOLUTION
 
