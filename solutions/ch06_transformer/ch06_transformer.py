@@ -1465,9 +1465,10 @@ if not GRADING:
 #   times Pre-LN's over the seeds (the table's first column of norms shows your run's pair). The gap
 #   grows during training: with warmup at peak 0.03, Post-LN's largest norm was <!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | warmup | 0.40; 0.32–0.55 -->4.9-7.9<!-- /q --> against
 #   Pre-LN's <!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | warmup | 0.46; 0.39–0.68 -->2.3-5.2<!-- /q -->.
-#   A larger maximum does not mark the failing run: in 4 of 5 seeds Post-LN without warmup had the
-#   *smaller* maximum, its norm at step 1, because its gradients died out as it collapsed onto the
-#   uniform guess. The clipping at 1.0 caps every update, and is part of why no run diverged.
+#   A larger maximum does not mark the failing run: in the stored run Post-LN without warmup had the
+#   *smaller* maximum (<!-- q:out#Post-LN, no warmup -->1.93<!-- /q -->, its norm at step 1, against <!-- q:out#Post-LN, warmup -->4.89<!-- /q --> with warmup), because its
+#   gradients died out as it collapsed onto the uniform guess (not in every seed: the sweep's largest
+#   maximum, <!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | no warmup | 0.00; 0.00–0.00 | 2.19; 2.13–2.19 -->46.5<!-- /q -->, is also Post-LN's without warmup). The clipping at 1.0 caps every update, and is part of why no run diverged.
 #
 # This matches the practice the paper's schedule stands for (warmup for Post-LN at a high rate), not
 # the stronger claim that Pre-LN can do without warmup: Xiong et al. measured that with deeper models
