@@ -894,8 +894,8 @@ plt.show()
 # the wrong pixel, and the gradient that would move it is of order $e^{-\alpha d^2}$ for a distance
 # $d$, so it can stall. Started at $\alpha = 1$ instead, the fit left one head stranded away from
 # its tap in two of the five seeds that `tools/claim_spread.py` ran (its note at the top of
-# `tools/claim_spread.md`); started at $e^{-1}$, every head found its tap in all five (the claim
-# below; over the seeds, the largest distance of a head from its tap was
+# `tools/claim_spread.md`); started at $e^{-1}$, every head found its tap in every run over seeds
+# and CPUs (the claim below; the largest distance of a head from its tap was
 # between <!-- q:tools/claim_spread.md#with the values fixed, every head ends at its own tap -->0.13–0.25<!-- /q --> pixels).
 
 # %%
