@@ -162,8 +162,8 @@ checks.run_checks("relative_offsets (hidden)", [
 # %% [markdown]
 # ## 2. The quadratic encoding, in one dimension
 #
-# The source notes of this course (seed 002) follow the construction of Cordonnier, Loukas and
-# Jaggi (2020). Their starting point (the paper's §2.2, after the relative attention of Dai et
+# This chapter follows the construction of Cordonnier, Loukas and Jaggi (2020). Their starting
+# point (the paper's §2.2, after the relative attention of Dai et
 # al. 2019) is a score with four terms, for query pixel $q$ with input $x_q$ and key pixel $k$
 # with input $x_k$, at offset $\delta = k - q$, in one head:
 #
@@ -179,8 +179,8 @@ checks.run_checks("relative_offsets (hidden)", [
 #
 # * $r_\delta$, an encoding of the offset, **shared by all heads**;
 # * $v^{(h)}$, a learned vector **per head**: a *query* for positions (it plays the part $x_q^\top
-#   W_{qry}^\top$ plays for contents), not a value. The notes call it "Value" ($V$), which is easy
-#   to mix up with the values the head then averages.
+#   W_{qry}^\top$ plays for contents), not a value. It is sometimes called "Value" ($V$), which
+#   is easy to mix up with the values the head then averages.
 #
 # The paper's choice is
 #
@@ -196,16 +196,15 @@ checks.run_checks("relative_offsets (hidden)", [
 # inputs, so the head's attention is $\operatorname{softmax}_\delta\big(-\alpha(\delta - \Delta)^2\big)$:
 # a bell centred on the key $q + \Delta$.
 #
-# **The notes' version is wrong.** They write $V = -\alpha[1, -2\delta]$ with the *same*
-# $\delta$ as in $R = [\delta^2, \delta]$, and conclude $A = -\alpha\delta^2$. With one symbol
-# for both, the product is $-\alpha(\delta^2 - 2\delta^2) = +\alpha\delta^2$: an *upward*
-# parabola that peaks at the keys farthest away. (And $-\alpha\delta^2$, their stated result,
-# would peak at $\delta = 0$ for every head, so heads could not look in different
+# **A common mistake: one symbol for two things.** A frequent version of this derivation writes $V = -\alpha[1, -2\delta]$ with the *same* $\delta$ as in
+# $R = [\delta^2, \delta]$, and concludes $A = -\alpha\delta^2$. With one symbol for both, the
+# product is $-\alpha(\delta^2 - 2\delta^2) = +\alpha\delta^2$: an *upward* parabola that peaks
+# at the keys farthest away. (And $-\alpha\delta^2$, the stated result, would peak at $\delta = 0$ for every head, so heads could not look in different
 # directions.) The next cell evaluates both products for every offset of a 9-token window.
 #
-# **And the sign of $\delta$.** The notes define the offset as $\delta = q - k$, query minus key;
-# the paper (and this course) as $\delta = k - q$. That is not a harmless convention: with the same
-# $v^{(h)}$ the notes' sign mirrors the parabola, and the head looks at the key $q - \Delta$
+# **And the sign of $\delta$.** The same version defines the offset as $\delta = q - k$, query
+# minus key; the paper (and this course) as $\delta = k - q$. That is not a harmless convention:
+# with the same $v^{(h)}$ the sign $q - k$ mirrors the parabola, and the head looks at the key $q - \Delta$
 # instead of $q + \Delta$, the opposite side. The cell checks that too.
 
 # %%
@@ -241,8 +240,8 @@ assert deltas[score_flipped.argmax()].item() == -Delta, "the notes' sign must mi
 #   v^{(h)} = -\alpha^{(h)}(1,\ -2\Delta_1,\ -2\Delta_2),\qquad
 #   v^{(h)}\cdot r_\delta = -\alpha\big(\lVert\delta - \Delta\rVert^2 - \lVert\Delta\rVert^2\big)$$
 #
-# (the paper's Lemma 2; the notes' 2-D line "$A = \alpha\lVert\delta\rVert^2$" repeats the
-# 1-D mistake). Three numbers per offset suffice, whatever the size of the image.
+# (the paper's Lemma 2; writing "$A = \alpha\lVert\delta\rVert^2$" in 2-D repeats the 1-D
+# mistake). Three numbers per offset suffice, whatever the size of the image.
 #
 # ### Exercise 2: the quadratic score (1 + 3 points)
 #
@@ -593,8 +592,8 @@ plt.show()
 #
 # (Lemma 1 of the paper). One simple choice: $W_\text{val}^{(h)} = W[:, :, i, j]^\top$, of shape
 # $(C_\text{in}, C_\text{out})$, and $W_\text{out}$ made of $K^2$ identity blocks stacked, so
-# that the output projection *adds* the heads. That is the notes' "concatenate and apply a
-# $1\times 1$ convolution": the output projection is a $1\times 1$ convolution over the
+# that the output projection *adds* the heads. That is what "concatenate the heads and apply a
+# $1\times 1$ convolution" means: the output projection is a $1\times 1$ convolution over the
 # $K^2 C_\text{out}$ concatenated channels.
 #
 # ### Exercise 4: a kernel as per-head weights (1 + 2 points)
@@ -895,8 +894,8 @@ plt.show()
 # the wrong pixel, and the gradient that would move it is of order $e^{-\alpha d^2}$ for a distance
 # $d$, so it can stall. Started at $\alpha = 1$ instead, the fit left one head stranded away from
 # its tap in two of the five seeds that `tools/claim_spread.py` ran (its note at the top of
-# `tools/claim_spread.md`); started at $e^{-1}$, every head found its tap in all five (the claim
-# below; over the seeds, the largest distance of a head from its tap was
+# `tools/claim_spread.md`); started at $e^{-1}$, every head found its tap in every run over seeds
+# and CPUs (the claim below; the largest distance of a head from its tap was
 # between <!-- q:tools/claim_spread.md#with the values fixed, every head ends at its own tap -->0.13–0.25<!-- /q --> pixels).
 
 # %%
@@ -985,8 +984,8 @@ axes[2].legend()
 plt.show()
 
 # %% [markdown]
-# Each head walks to its own tap (with this wide start, in every one of 5 seeds and under the
-# portable CPU kernel: largest distance 0.13 to 0.25 pixels). The centres end close to the grid but need not sit *on*
+# Each head walks to its own tap (with this wide start, in every run over seeds and CPUs
+# ([tools/claim_spread.md](../../tools/claim_spread.md)): largest distance <!-- q:tools/claim_spread.md#with the values fixed, every head ends at its own tap -->0.13 to 0.25<!-- /q --> pixels). The centres end close to the grid but need not sit *on*
 # it: once $\alpha$ is around 10, what a head computes depends almost only on which key is
 # nearest its centre (the others get about $e^{-\alpha}$ of the weight), so the gradient that
 # would pull it the rest of the way is tiny, and the distances in the middle panel level off.
@@ -1044,14 +1043,16 @@ if not GRADING:
 
 # %% [markdown]
 # The control answers the question. White noise, whose neighbouring pixels are unrelated
-# (correlation 0.024 against the photo's 0.822), misses a tap just as the photograph does: 8 of 9
-# taps in every start on both images, in the stored run. With every seed of the cell shifted by
-# 0 to 4 (`tools/claim_spread.py`: the target kernel, the noise and the starts change), the mean
-# over the 5 starts was 6.8 to 8.2 taps on the photo and 7.2 to 8.0 on white noise. So the
+# (correlation <!-- q:out#neighbour correlation -->0.024<!-- /q --> against the photo's <!-- q:out#neighbour correlation -->0.822<!-- /q -->),
+# misses a tap just as the photograph does: 8 of 9 taps in every start on both images, in the stored run. Over seeds and
+# CPUs ([tools/claim_spread.md](../../tools/claim_spread.md): the target kernel, the noise and the
+# starts change with the seed), the mean over the 5 starts was <!-- q:tools/claim_spread.md#most taps still get a head -->6.8 to 8.2<!-- /q -->
+# taps on the photo and <!-- q:tools/claim_spread.md#on white noise too a tap is missed -->7.2 to 8.0<!-- /q --> on white noise. So the
 # photograph's smoothness does not explain why a tap is missed. What it changes is the *price*
 # of a missed tap: on the photo a head next to the missing pixel stands in for it, on noise
 # nothing can. The next cell measures that price with the best value matrices for the stuck
-# centres: 2.3·10⁻⁴ of the first loss on the photo, 1.8·10⁻² on white noise.
+# centres; in the stored run, <!-- q:out#photo, start 0 -->2.3e-4<!-- /q --> of the first loss on the
+# photo, <!-- q:out#white noise, start 0 -->1.8e-2<!-- /q --> on white noise.
 #
 # Why it is missed: the loss, as a function of one sharp head's centre, is a staircase. With
 # $\alpha$ around 5 to 10 a head takes almost all its weight from the pixel nearest its centre, so
@@ -1105,8 +1106,8 @@ plt.show()
 # %% [markdown]
 # For the first part of the way the curves are flat (the head still takes its pixel from where it
 # was; on the photo the loss even rises a little half-way), and they fall by one to three orders
-# of magnitude only in the second half of the way (at the tap itself: 1.6·10⁻⁵ of the first loss
-# on the photo, 1.8·10⁻⁵ on noise): a far better arrangement exists, but the gradient at the
+# of magnitude only in the second half of the way (at the tap itself, in the stored run: <!-- q:out#photo, start 0 -->1.6e-5<!-- /q -->
+# of the first loss on the photo, <!-- q:out#white noise, start 0 -->1.8e-5<!-- /q --> on noise): a far better arrangement exists, but the gradient at the
 # stuck one points nowhere. Starting the heads wide ($\alpha = e^{-1}$) postpones
 # the staircase, and with the value matrices fixed that was enough (each head knew its tap). With
 # the values learned too, the heads must also settle who takes which tap, and (our reading of the
@@ -1124,7 +1125,7 @@ plt.show()
 #
 # ## 9. Convolution and attention, side by side
 #
-# The notes (seed 002, and chapter 4 quoting them) liken the heads of a layer to the several
+# A common picture (chapter 4 mentions it too) likens the heads of a layer to the several
 # kernels of a convolution, one kernel per head. That is not the relation the construction found:
 # a head is one kernel **position** (tap), $K^2$ heads together make *one* $K\times K$ convolution,
 # and the output channels live in each head's value matrix. The table, made precise by what we
@@ -1211,14 +1212,14 @@ with cost.torch_threads(1), torch.no_grad():
 # Timings on your machine differ; `make bench` measures this ratio, and the FLOPs of each layer, side by side in one run, with the machine's own ceilings, see [benchmarks/results/latest.md](../../benchmarks/results/latest.md).
 
 # %% [markdown]
-# > **The source notes, corrected in this chapter** (seed 002).
-# > * The quadratic encoding: with one symbol $\delta$ for the offset and the centre, the notes'
+# > **Common mistakes about this construction.**
+# > * The quadratic encoding: with one symbol $\delta$ for the offset and the centre, the
 # >   product is $+\alpha\delta^2$, not $-\alpha\delta^2$, and with either every head would look
 # >   at the same place; the right score is $-\alpha(\lVert\delta - \Delta\rVert^2 -
 # >   \lVert\Delta\rVert^2)$ (section 2, the paper's Lemma 2), the same in 2-D.
-# > * Their offset $\delta = q - k$ mirrors where a head looks; the paper's is $k - q$ (section 2).
-# > * Their "Value" $v$ is the paper's learned positional query vector $v$ of the score's last term,
-# >   not a value (section 2).
+# > * An offset $\delta = q - k$ mirrors where a head looks; the paper's is $k - q$ (section 2).
+# > * The vector $v$ of the score's last term is a learned positional *query*, not a value, though
+# >   it is sometimes called "Value" (section 2).
 # > * Heads as several convolution kernels: a head is one kernel position (tap); $K^2$ heads make
 # >   one $K\times K$ convolution (sections 4, 5 and 9).
 

@@ -101,7 +101,7 @@ device = torch.device("cpu")   # small models and batches: the CPU is the fair p
 # %% [markdown]
 # ## 2. The architecture
 #
-# The notes of this course (seed 001) describe the data flow; the figure draws it. The
+# The figure draws the data flow. The
 # **encoder** embeds the source tokens, adds positions, and applies $N$ identical layers, each
 # a multi-head self-attention and a feed-forward network, each wrapped in a residual connection
 # and a layer norm ("add & norm"). The **decoder** embeds the target tokens shifted by one
@@ -360,18 +360,18 @@ print("exact match by length without positions:", {L: round(e, 2) for L, (_, e) 
 print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) in position_runs["sinusoidal"][2].by_length.items()})
 
 # %% [markdown]
-# In the run these notes were written from (yours prints its own numbers above), the model without
-# positions reversed no sequence of 4 symbols or more; only some sequences of 2 (0.27) and 3 (0.08) came
-# out right, and its training loss ended twice as high as the other model's. Its encoder hands the
+# In the stored run (yours prints its own numbers above), the model without positions reversed no
+# sequence of 4 symbols or more; only some sequences of 2 (<!-- q:out#exact match by length without positions -->0.27<!-- /q -->) and
+# 3 (<!-- q:out#exact match by length without positions -->0.08<!-- /q -->) came out right, and its training loss ended twice as high as the other model's. Its encoder hands the
 # decoder a *bag* of symbols, with nothing that says which came first. The model with the table, after
 # the same 100 steps, already reversed most sequences of 2 to 4 symbols and was still learning the
-# longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in exact match,
-# 0.34 in that run, was 0.26-0.56 over 5 seeds and the portable CPU kernel (`tools/claim_spread.py`):
-# always there, its size not fixed.
+# longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in exact
+# match, <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.34<!-- /q --> in the stored run, was <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.14–0.55<!-- /q --> over seeds and CPUs
+# ([tools/claim_spread.md](../../tools/claim_spread.md)): always there, its size not fixed.
 #
 # ## 4. The encoder layer
 #
-# One encoder layer, in the paper's order (seed 001's flow):
+# One encoder layer, in the paper's order:
 #
 # $$h = \operatorname{LayerNorm}\big(x + \operatorname{MultiHead}(x, x, x)\big),\qquad
 #   \text{out} = \operatorname{LayerNorm}\big(h + \operatorname{FFN}(h)\big),$$
@@ -681,7 +681,7 @@ plt.show()
 # %% [markdown]
 # ### 5.2 One decoder layer
 #
-# The decoder layer has three sub-layers (seed 001): masked self-attention over the target so
+# The decoder layer has three sub-layers: masked self-attention over the target so
 # far; **cross-attention**, whose queries come from the decoder and whose keys and values come
 # from the encoder's output `memory` (chapter 3, section 8), masked where the source is padding;
 # and the feed-forward network. Each gets a residual connection and a layer norm, after (Post-LN)
@@ -833,7 +833,7 @@ checks.run_checks("decoder_layer_forward (hidden)", [
 #
 # After the last decoder layer (and, in Pre-LN, a final layer norm), a linear layer maps each
 # position's `d_model` vector to one score per target token, and a softmax turns the scores into
-# the next token's probabilities (seed 001: $P(y_t) = \operatorname{softmax}(H W_\text{out} + b)$).
+# the next token's probabilities, $P(y_t) = \operatorname{softmax}(H W_\text{out} + b)$.
 # `T.Seq2SeqTransformer` puts it all together and follows the protocol of chapters 1-2's models:
 # `forward(src, src_lengths, tgt_in) -> logits`, `encode(src, src_lengths) -> state` and
 # `decode_step(prev_tokens, state) -> (log_probs, state)`. So the training loop, the evaluation and
@@ -967,14 +967,15 @@ for label, (_, _, sc) in smooth_runs.items():
 
 
 # %% [markdown]
-# Your run's two lines are printed above; neither difference is asserted, because over seeds neither
-# held its sign everywhere (`tools/spread_ch06.py --parts smooth`). On this machine's native CPU kernel
-# the smoothed model was less sure of its own answers in each of 5 seed offsets (confidence 0.72-0.80
-# against 0.79-0.88 without; lower by 0.02 to 0.11 seed by seed), as the loss predicts; under the
-# portable kernel the first seed gave the same confidence both ways (0.75). Exact match moved both ways
-# (-0.06 to +0.13). So after 100 steps the model is not yet confident enough for the smoothing to bind
-# (the smoothed optimum puts 0.91 on the right token; these models average 0.72-0.88 on their top
-# token), and the paper's "improves accuracy" was measured on translation, trained for 100,000 steps,
+# Your run's two lines are printed above; neither difference is asserted, because over seeds and
+# CPUs neither held its sign everywhere (`tools/spread_ch06.py --parts smooth`, in
+# [tools/spread_ch06.md](../../tools/spread_ch06.md)). On one CPU kernel the smoothed model was less
+# sure of its own answers in each of 5 seed offsets (confidence <!-- q:tools/spread_ch06.md#| 0.1 | 0.44; 0.44–0.49 -->0.72-0.80<!-- /q -->
+# against <!-- q:tools/spread_ch06.md#| 0.0 | 0.50; 0.34–0.50 -->0.79-0.88<!-- /q --> without; lower by <!-- q:tools/spread_ch06.md#label smoothing lowers the confidence -->0.02 to 0.11<!-- /q --> seed by seed), as the loss
+# predicts; under PyTorch's portable kernel the first seed gave the same confidence both ways
+# (<!-- q:tools/spread_ch06.md#label smoothing did not lower the confidence -->0.75<!-- /q -->). Exact match moved both ways (<!-- q:tools/spread_ch06.md#match goes both ways -->-0.06 to +0.13<!-- /q -->). So after 100 steps
+# the model is not yet confident enough for the smoothing to bind (the smoothed optimum puts 0.91 on
+# the right token; these models average at most <!-- q:tools/spread_ch06.md#| 0.0 | 0.50; 0.34–0.50 -->0.88<!-- /q --> on their top token), and the paper's "improves accuracy" was measured on translation, trained for 100,000 steps,
 # where many outputs are nearly right and a less confident model hedges between them. Here, one run
 # shows what to measure, not an effect you can count on.
 #
@@ -1161,19 +1162,21 @@ for s, t, p in tf_errors[:8]:
 
 
 # %% [markdown]
-# What the table and the plot show (the numbers quoted are those of the run these notes were written
-# from, yours prints its own above; over 5 seeds and the portable CPU kernel the Transformer's exact match over all lengths ranged over 0.93-0.98 and the
-# Bahdanau model's over 0.93-0.99, and the Transformer beat the GRU at lengths 10-14 by 0.86 to 0.95
+# What the table and the plot show (the numbers quoted are the stored run's, yours prints its own
+# above; over seeds and CPUs ([tools/claim_spread.md](../../tools/claim_spread.md)) the Transformer's
+# exact match over all lengths ranged over <!-- q:tools/claim_spread.md#ch06: the Transformer learns reversal -->0.88–0.98<!-- /q --> and the Bahdanau
+# model's over <!-- q:tools/claim_spread.md#ch06: chapter 2's attention model learns reversal -->0.90–1.00<!-- /q -->, and the Transformer beat the GRU at lengths 10-14 by <!-- q:tools/claim_spread.md#the Transformer beats chapter 1's GRU on lengths 10-14 -->0.85 to 0.95<!-- /q -->
 # every time: the ordering against the GRU holds, the small differences between the two attention
 # models do not):
 #
-# * the GRU of chapter 1 is right on short inputs (0.99 exact match on 2-5 symbols) and collapses on
-#   long ones (0.03 on 10-14): its single state cannot hold a long sequence (chapter 1's bottleneck);
-# * both attention models stay high at every length (0.94 or more in each range). The Transformer does
+# * the GRU of chapter 1 is right on short inputs (<!-- q:out#ch1: GRU encoder-decoder -->0.99<!-- /q --> exact match on 2-5 symbols) and
+#   collapses on long ones (<!-- q:out#ch1: GRU encoder-decoder -->0.03<!-- /q --> on 10-14): its single state cannot hold a long
+#   sequence (chapter 1's bottleneck);
+# * both attention models stay high at every length (<!-- q:out#ch2: Bahdanau attention -->0.94<!-- /q --> or more in each range). The Transformer does
 #   it with no recurrence at all: each encoder layer sees the whole source at once, and the decoder finds
 #   the symbol to copy by its position;
-# * the Transformer got 28 of the 1000 test sequences wrong, 20 of them (71 %) on a source with a symbol
-#   repeated twice in a row, against 57 % of all test sources: its errors gather there, where it writes
+# * the Transformer got <!-- q:out#the Transformer gets -->28<!-- /q --> of the 1000 test sequences wrong, <!-- q:out#the Transformer gets -->20<!-- /q --> of them (more than two
+#   thirds) on a source with a symbol repeated twice in a row, against <!-- q:out#the Transformer gets -->57 %<!-- /q --> of all test sources: its errors gather there, where it writes
 #   one copy too many or too few (`b b b f b` became `b f b b b b`). A plausible reason: attention finds
 #   a symbol by its content and its position, and where two neighbours are equal only the position tells
 #   them apart. The printed errors on sources without a repeat write one symbol too many before
@@ -1223,7 +1226,8 @@ if not GRADING:
 # %% [markdown]
 # The sinusoids did not carry the model past its training lengths: over 5 seed offsets
 # (`tools/spread_ch06.py --parts extrap`) exact match was <!-- q:tools/spread_ch06.md#| 0.97; 0.89–0.97 | -->0.89-0.97<!-- /q --> at lengths 10-14
-# and <!-- q:tools/spread_ch06.md#| 0.97; 0.89–0.97 | -->0.00-0.06<!-- /q --> at 15-18 (the mean over the four lengths): at most 0.18 at length 15, and 0 from 16 on in every seed. The table is defined at every
+# and <!-- q:tools/spread_ch06.md#| 0.97; 0.89–0.97 | -->0.00-0.06<!-- /q --> at 15-18 (the mean over the four lengths; in the
+# stored run <!-- q:out#lengths 15-18 (never seen) -->0.03<!-- /q --> at length 15 and 0 from 16 on). The table is defined at every
 # position, and a shift is the same linear map everywhere (section 3.2), but the layers were never
 # trained on the vectors of positions past 14 (past 15 in the decoder), and nothing in training made
 # them treat position 17 as position 7 moved by 10. The learned table, the control, fails one step
@@ -1238,11 +1242,11 @@ if not GRADING:
 # `YYYY-MM-DD`. A smaller Transformer than section 8's, with 1 encoder and 1 decoder layer,
 # $d_\text{model} = 64$, 4 heads and $d_\text{ff} = 256$, and the same optimizer, trained for 400 steps of
 # 64 on the CPU. The cell reports the wall-clock time, which grows when other programs share the
-# processor, and the processor time the training itself used. Over 5 seed offsets and PyTorch's portable
-# CPU kernel, 400 steps gave 0.91-0.96 (0.89 under the portable kernel) exact match on the 500 test dates, and 1000 steps
-# 0.964-0.998 (`tools/spread_ch06.py --parts dates`, `tools/claim_spread.py`): the course's target of
-# 99 % is within reach of a longer run, but the chapter keeps to 400 steps to stay within its time
-# budget, and its claim is set from the spread at 400 steps.
+# processor, and the processor time the training itself used. Over seeds and CPUs
+# ([tools/claim_spread.md](../../tools/claim_spread.md)), 400 steps gave <!-- q:tools/claim_spread.md#the small Transformer learns the date task in 400 steps -->0.89-0.96<!-- /q --> exact match on
+# the 500 test dates; 600 steps gave <!-- q:tools/spread_ch06.md#| 600 | 0.96; 0.93–0.96 -->0.93-0.96<!-- /q --> over 5 seed offsets on one CPU kernel
+# (`tools/spread_ch06.py --parts dates`), not clearly better. The chapter keeps to 400 steps to stay
+# within its time budget, and its claim is set from the spread at 400 steps.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1289,7 +1293,7 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
 # * each layer's **self-attention** cache grows by one key and one value per step: the new query
 #   attends to everything cached;
 # * each layer's **cross-attention** keys and values are those of the encoder output, the same at
-#   every step of one source sentence (seed 004): they are computed at the first step and reused.
+#   every step of one source sentence: they are computed at the first step and reused.
 #
 # The state is a dict: the encoder's output (`state["memory"]`, batch first) and one
 # `kvcache.DecoderCache` (`state["cache"]`), which counts the positions fed and holds one
@@ -1443,24 +1447,28 @@ if not GRADING:
                      em[ln, "warmup"] - em[ln, "no warmup"], above=0.15)
 
 # %% [markdown]
-# What the sweep over seeds and rates supports (`tools/spread_ch06.py --parts ln`, 5 seed offsets;
-# the table is in `tools/spread_ch06.md`; your run's own numbers are in the table above):
+# What the sweep over seeds and rates supports (`tools/spread_ch06.py --parts ln`, 5 seed offsets on
+# one CPU kernel; the table is in [tools/spread_ch06.md](../../tools/spread_ch06.md); your run's own
+# numbers are in the table above, and the claims the cell checks, with their spread over seeds and
+# CPUs, are in [tools/claim_spread.md](../../tools/claim_spread.md)):
 #
 # * **at this peak rate, 0.03, warmup is needed by both orders.** Without it Post-LN reversed nothing
-#   in any seed, its loss stuck at $\ln 9$ (2.13-2.19 over the seeds), the loss of a model that only
-#   knows which 9 tokens can come out; Pre-LN failed too (exact match 0.01-0.10), although its loss did
-#   fall (1.01-1.58). With warmup, Post-LN reached 0.31-0.55 and Pre-LN 0.39-0.68. So Pre-LN fails
+#   in any seed, its loss stuck at $\ln 9$ (<!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | no warmup | 0.00; 0.00–0.00 | 2.19; 2.13–2.19 -->2.13-2.19<!-- /q --> over the seeds), the loss of a model that only
+#   knows which 9 tokens can come out; Pre-LN failed too (exact match <!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | no warmup | 0.03; 0.01–0.10 -->0.01-0.10<!-- /q -->), although its loss did
+#   fall (<!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | no warmup | 0.03; 0.01–0.10 -->1.01-1.58<!-- /q -->). With warmup, Post-LN reached <!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | warmup | 0.40; 0.32–0.55 -->0.32-0.55<!-- /q --> and Pre-LN <!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | warmup | 0.46; 0.39–0.68 -->0.39-0.68<!-- /q -->. So Pre-LN fails
 #   less completely (the claim checked below: its final loss is lower), but it does not do without
 #   warmup here;
 # * **the rate matters more than the warmup.** At peaks of 0.01 and 0.003 every run learned, both
-#   orders, with or without warmup (0.47-0.86 exact match), and at 0.01 the runs without warmup did as
+#   orders, with or without warmup (<!-- q:tools/spread_ch06.md#| 0.003 | Pre-LN | warmup | 0.53; 0.47–0.62 -->0.47<!-- /q --> to <!-- q:tools/spread_ch06.md#| 0.01 | Pre-LN | warmup | 0.59; 0.59–0.86 -->0.86<!-- /q --> exact match), and at 0.01 the runs without warmup did as
 #   well as those with it: in 100 steps, 30 steps at a low rate are mostly time lost;
-# * **gradient norms.** With the initial weights (step 1) Post-LN's gradient norm was only 1.16-1.24
+# * **gradient norms.** With the initial weights (step 1) Post-LN's gradient norm was only <!-- q:tools/spread_ch06.md#1.16-1.24 times Pre-LN's -->1.16-1.24<!-- /q -->
 #   times Pre-LN's over the seeds (the table's first column of norms shows your run's pair). The gap
-#   grows during training: with warmup, Post-LN's largest norm was 4.1-7.9 against Pre-LN's 2.3-5.2.
-#   A larger maximum does not mark the failing run: in 4 of 5 seeds Post-LN without warmup had the
-#   *smaller* maximum, its norm at step 1, because its gradients died out as it collapsed onto the
-#   uniform guess. The clipping at 1.0 caps every update, and is part of why no run diverged.
+#   grows during training: with warmup at peak 0.03, Post-LN's largest norm was <!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | warmup | 0.40; 0.32–0.55 -->4.9-7.9<!-- /q --> against
+#   Pre-LN's <!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | warmup | 0.46; 0.39–0.68 -->2.3-5.2<!-- /q -->.
+#   A larger maximum does not mark the failing run: in the stored run Post-LN without warmup had the
+#   *smaller* maximum (<!-- q:out#Post-LN, no warmup -->1.93<!-- /q -->, its norm at step 1, against <!-- q:out#Post-LN, warmup -->4.89<!-- /q --> with warmup), because its
+#   gradients died out as it collapsed onto the uniform guess (not in every seed: the sweep's largest
+#   maximum, <!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | no warmup | 0.00; 0.00–0.00 | 2.19; 2.13–2.19 -->46.5<!-- /q -->, is also Post-LN's without warmup). The clipping at 1.0 caps every update, and is part of why no run diverged.
 #
 # This matches the practice the paper's schedule stands for (warmup for Post-LN at a high rate), not
 # the stronger claim that Pre-LN can do without warmup: Xiong et al. measured that with deeper models
@@ -1470,8 +1478,8 @@ if not GRADING:
 #
 # ### 11.1 What each layer and head attends to
 #
-# Each of the $N$ layers has its own heads (seed 002: stacking layers lets later ones combine what
-# earlier ones found). The reversal Transformer of section 8 (2 + 2 layers, 4 heads), on one test
+# Each of the $N$ layers has its own heads (stacking layers lets later ones combine what earlier
+# ones found). The reversal Transformer of section 8 (2 + 2 layers, 4 heads), on one test
 # sequence: its cross-attention per decoder layer (rows of the grid) and head (columns), which source
 # symbol the decoder reads while it writes each output symbol; then its encoder's self-attention; then a
 # measure of how focused each head is. Each figure has its own colour scale, from 0 to its largest
@@ -1530,14 +1538,14 @@ for kind in ("encoder", "cross"):
 # sequence, head 1 puts most of its weight on the query's own symbol (the diagonal), and heads 3
 # and 4 on a few other positions. What that mixing inside the source contributes to the reversal,
 # this chapter does not measure (no encoder was trained without it). The entropies over 200 test
-# sequences: the rows of layer 2's cross-attention
-# have 0.45 to 0.6 nats (as focused as an even spread over $e^{0.5} \approx 1.6$ symbols), layer 1's
-# about 1.7, and the encoder's heads 1.8 to 2.0, close to the 1.98 of attention spread evenly over the
+# sequences, in the stored run: the rows of layer 2's cross-attention have <!-- q:out#cross    layer 2 -->0.45 to 0.6<!-- /q --> nats
+# (as focused as an even spread over $e^{0.5} \approx 1.6$ symbols), layer 1's <!-- q:out#cross    layer 1 -->1.6 to 1.8<!-- /q -->, and the
+# encoder's heads <!-- q:out#encoder  layer -->1.8 to 2.0<!-- /q -->, close to the <!-- q:out#attention spread evenly over the source -->1.98<!-- /q --> of attention spread evenly over the
 # source.
 #
 # ### 11.2 Sharing weights across layers
 #
-# Seed 002 notes that some variants share one set of parameters across the layers of a stack (the
+# Some variants share one set of parameters across the layers of a stack (the
 # Universal Transformer, [Dehghani et al. 2019](https://arxiv.org/abs/1807.03819); ALBERT,
 # [Lan et al. 2020](https://arxiv.org/abs/1909.11942)): the same layer is applied $N$ times. Parameters drop by almost a factor $N$; the computation does not. Is the deep shared model
 # as good as the deep unshared one, and is it better than a single layer with the same parameters?
@@ -1558,8 +1566,8 @@ for label, (model, hist, sc) in share_runs.items():
 # for 300, **each run in a process of its own**. That matters here: in one process the same setting
 # and seed gave exact match <!-- q:tools/spread_ch06.md#**A surprise.** -->0.40<!-- /q -->, <!-- q:tools/spread_ch06.md#part, 0.55 in `share` -->0.55<!-- /q --> or <!-- q:tools/spread_ch06.md#part, 0.55 in `share` -->0.50<!-- /q --> depending on what had run before it (the float rounding
 # of these small, chaotic runs follows e.g. the memory alignment the matrix kernels see;
-# `tools/spread_ch06.md`), a spread as large as the effects compared below, so an earlier version of
-# this table, measured in one process, paired runs whose differences were partly run order.
+# `tools/spread_ch06.md`), a spread as large as the effects compared below: runs compared in one
+# process would pair differences that are partly run order.
 #
 # | exact match, 5 seeds, fresh processes | 3 layers, separate weights | 3 layers, one shared layer | 1 layer |
 # |---|---|---|---|
@@ -1598,7 +1606,7 @@ for label, (model, hist, sc) in share_runs.items():
 # token $t+1$ is appended, nothing at positions $\le t$ changes, so their keys and values are exactly
 # what they were: keeping them is not an approximation. The cross-attention keys and values are
 # projections of the encoder output, which depends only on the source sentence; the source does not
-# change while its translation is generated, so they are the same at every step (seed 004's remark).
+# change while its translation is generated, so they are the same at every step.
 # Without the causal mask position $j$ would attend to later positions, so its states (and the keys
 # and values of the next layer) would change every time a token is appended: the cache would hold stale
 # values and cached decoding would differ from recomputation (and training with full attention would
@@ -1615,7 +1623,7 @@ for label, (model, hist, sc) in share_runs.items():
 # ### BEGIN SOLUTION
 # (a) Post-LN without warmup did not learn at all: its loss stayed at ln 9, the loss of guessing
 # uniformly among the tokens that can occur, and its exact match was 0 (in every seed of the sweep). At
-# this high peak rate Pre-LN without warmup failed to reverse too (0.01-0.10 over the seeds), though its
+# this high peak rate Pre-LN without warmup failed to reverse too (<!-- q:tools/spread_ch06.md#| 0.03 | Pre-LN | no warmup | 0.03; 0.01–0.10 -->0.01-0.10<!-- /q --> over the seeds), though its
 # loss fell further; both orders learned with warmup, and at lower peak rates all four learned. What
 # makes Post-LN more fragile: each sub-layer's output is added to the residual and the sum is
 # normalised, so every path from the output back to the embeddings goes through a layer norm per
@@ -1623,7 +1631,7 @@ for label, (model, hist, sc) in share_runs.items():
 # the expected gradients near the output large, so that full-size Adam steps at the start can push the
 # model into a state it does not leave (here: the uniform guess). Pre-LN keeps an identity path from the
 # output to the input, so its gradients are better scaled. In this small model the gap at step 1 was
-# modest (Post-LN's gradient norm 1.16-1.24 times Pre-LN's over the seeds, with clipping at 1.0 in every
+# modest (Post-LN's gradient norm <!-- q:tools/spread_ch06.md#1.16-1.24 times Pre-LN's -->1.16-1.24<!-- /q --> times Pre-LN's over the seeds, with clipping at 1.0 in every
 # run); it grew during training.
 # (b) The shared model had a third of the parameters (<!-- q:out#3 layers, one shared layer -->22,540<!-- /q --> against <!-- q:out#3 layers, separate weights -->65,292<!-- /q -->). Over 5 seeds,
 # each run in a fresh process, it was neither clearly worse nor clearly better than the unshared model:
@@ -1688,5 +1696,3 @@ for label, (model, hist, sc) in share_runs.items():
 #   [`nn.TransformerEncoderLayer`](https://pytorch.org/docs/stable/generated/torch.nn.TransformerEncoderLayer.html).
 # * A. M. Rush, "The Annotated Transformer", 2018. [nlp.seas.harvard.edu/annotated-transformer](https://nlp.seas.harvard.edu/annotated-transformer/)
 #   (its `LabelSmoothing` puts no probability on the padding token).
-# * The course's source notes, seeds 001-004 (layer flow, stacking and sharing layers, positional
-#   encodings, why the Transformer replaced RNNs).
