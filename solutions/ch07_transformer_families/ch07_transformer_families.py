@@ -772,7 +772,7 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # several tied tokens a cut keeps is not tested (break ties as you like), nor are random logits whose
 # mass comes within $10^{-3}$ of `top_p`; but exact boundaries are, where the arithmetic is exact:
 # over $n$ equal logits (each of probability $1/n$) top-p keeps exactly $\lceil p\,n \rceil$ tokens, e.g. 2
-# of 4 for `top_p=0.5`, since two tokens already have mass 0.5.
+# of 4 for `top_p=0.5`, since two tokens already have mass 0.5 together.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_filter_logits", "locked": false, "schema_version": 3, "solution": true}
 def filter_logits(logits, top_k=None, top_p=None):
