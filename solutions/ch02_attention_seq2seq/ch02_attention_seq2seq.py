@@ -855,8 +855,8 @@ for kind in [dict(score="additive"), dict(score="general"), dict(score="general"
 # next to a final state (the forward GRU ends at the last symbol, the backward GRU at the first).
 # What a fixed-size summary failed at in chapter 1 was reading many symbols out of one vector:
 # beyond the first few output positions its errors were high, in copying (first output = first
-# input) as in reversal (first output = last input), peaking in the middle of the output in the
-# run shown and, in some seeds, at its end. Pooled over the lengths 12–14, the errors seem to
+# input) as in reversal (first output = last input), peaking in the middle of the output in its
+# stored run and, in some runs over seeds and CPUs, at its end. Pooled over the lengths 12–14, the errors seem to
 # grow all along the output, partly because the last output positions exist only in the longest,
 # hardest strings (and, for the same reason, are the ones practised least in training). Attention lets the
 # decoder read each symbol's own encoder state when it writes it, wherever it lies. We retrain chapter 1's model here
