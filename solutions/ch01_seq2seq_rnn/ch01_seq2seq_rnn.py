@@ -305,8 +305,8 @@ if not GRADING:  # the vanilla curve went through rnn_forward_used, which may be
 # %% [markdown]
 # The vanilla RNN's gradient at the first step is almost sixteen orders of magnitude below the one
 # at the last step (<!-- q:out#vanilla RNN: gradient norm -->3.5e-16<!-- /q -->
-# against <!-- q:out#vanilla RNN: gradient norm -->2.5<!-- /q --> in the line above; the ratio's log10
-# is <!-- q:tools/claim_spread.md#ch01: the vanilla RNN's gradient vanishes -->−17.5 to −15.4<!-- /q --> over 5 seeds):
+# against <!-- q:out#vanilla RNN: gradient norm -->2.5<!-- /q --> in the stored run; the ratio's log10
+# is <!-- q:tools/claim_spread.md#ch01: the vanilla RNN's gradient vanishes -->−17.5 to −15.4<!-- /q --> over seeds and CPUs, `tools/claim_spread.md`):
 # nothing learned at the end of the sentence reaches its beginning. The gated cells change the update into an interpolation controlled by *gates*. Side
 # by side, the **GRU** (Cho et al. 2014) and the **LSTM** (Hochreiter and Schmidhuber 1997, with
 # the forget gate that Gers, Schmidhuber and Cummins added in 2000), in PyTorch's notation:
@@ -447,7 +447,7 @@ if not GRADING:  # computed with rnn_forward_used, which may be yours
 
 # %% [markdown]
 # Below 1 the gradient of the first step vanishes as $\rho^{39}$ exactly; at 1 it is preserved;
-# above 1 it explodes — <!-- q:out#spectral radius 1.10 -->39.4<!-- /q --> times larger at $t = 0$ than
+# above 1 it explodes — in the stored run <!-- q:out#spectral radius 1.10 -->39.4<!-- /q --> times larger at $t = 0$ than
 # at the last step for $\rho = 1.1$, close to $\rho^{39} =$ <!-- q:out#spectral radius 1.10 -->41.1<!-- /q --> again. At $\rho = 1.3$ the states grow until the $\tanh$ saturates (largest
 # $|h|$ near 1), and the growth stops far short of $\rho^{39}$: the "necessary, not sufficient"
 # of Pascanu et al. (The fresh `nn.RNN` of the first plot has $\rho$ below 1 but $\sigma_{\max}$
@@ -884,7 +884,7 @@ if not GRADING:
 # %% [markdown]
 # After 300 steps of training (the time is printed above) most characters are right (the token
 # accuracy above), but most *dates* are not: exact match, the share of dates with every character
-# right, is about <!-- q:out#s; test token accuracy -->0.4<!-- /q --> (above), so six dates in ten have at least one wrong character.
+# right, is about <!-- q:out#s; test token accuracy -->0.4<!-- /q --> in the stored run (above), so there six dates in ten have at least one wrong character.
 # Look at which characters the model gets wrong: usually a digit of the day or of the year, the
 # parts it must copy rather than look up. 300 steps is a short budget, chosen so that the chapter
 # runs in a minute, and the loss is still falling: this model shows an encoder-decoder
@@ -1008,27 +1008,27 @@ if not GRADING:
 # $\sqrt{\hat v}$ at step 49: <!-- q:out#    clipped: update norm -->0.0023<!-- /q --> with clipping
 # against <!-- q:out#not clipped: update norm -->0.0053<!-- /q --> without), and yet the updates are not
 # shorter: they are *longer*, median <!-- q:out#clipped / unclipped median update norm -->1.32<!-- /q -->
-# times the unclipped one in the run shown
-# (<!-- q:tools/claim_spread.md#ch01: under Adam, clipping does not shorten -->1.28–1.45<!-- /q --> over 5 seeds), because
+# times the unclipped one in the stored run
+# (<!-- q:tools/claim_spread.md#ch01: under Adam, clipping does not shorten -->1.28–1.45<!-- /q --> over seeds and CPUs, `tools/claim_spread.md`), because
 # clipping evens out the gradients that Adam averages. So clipping does change the ordinary steps,
 # but not the way it would under SGD: the division by $\sqrt{\hat v}$ undoes the scale, and what is
 # left is a different weighting of the batches. At the spike, the unclipped update is only a few
 # times longer than usual (<!-- q:out#update at the spike / median before -->4.2<!-- /q --> times
-# here; <!-- q:tools/claim_spread.md#ch01: Adam limits the unclipped spike -->4.0–4.4<!-- /q --> over the seeds), not a hundred
+# in the stored run; <!-- q:tools/claim_spread.md#ch01: Adam limits the unclipped spike -->4.0–4.4<!-- /q --> over seeds and CPUs), not a hundred
 # times: Adam's division already limits it, where SGD would take the full step. After the spike,
 # its direction, kept in $m$, drives the next few dozen updates
-# (median <!-- q:out#not clipped: update norm -->0.265<!-- /q --> in steps 51–70
+# (in the stored run, median <!-- q:out#not clipped: update norm -->0.265<!-- /q --> in steps 51–70
 # against <!-- q:out#no spike: update norm -->0.124<!-- /q --> without the spike, in the direction of one bad
 # batch), and $\sqrt{\hat v}$ stays several times larger to the end of the
-# run: <!-- q:out#sqrt(v_hat) at step 99 / step 49 -->5.4<!-- /q --> times its value at step 49 here
-# (<!-- q:tools/claim_spread.md#ch01: an unclipped spike inflates -->4.4–5.9<!-- /q --> over the seeds),
+# run: <!-- q:out#sqrt(v_hat) at step 99 / step 49 -->5.4<!-- /q --> times its value at step 49 in the stored run
+# (<!-- q:tools/claim_spread.md#ch01: an unclipped spike inflates -->4.4–5.9<!-- /q --> over seeds and CPUs),
 # and <!-- q:out#spike / no spike, both unclipped -->5.63<!-- /q --> times that of the same run without
 # the spike (the control, dotted; <!-- q:tools/claim_spread.md#ch01: the unclipped spike leaves -->5.1–6.3<!-- /q --> over
-# the seeds). Does the larger denominator then shorten every later ordinary update five-fold? The
+# seeds and CPUs). Does the larger denominator then shorten every later ordinary update five-fold? The
 # control says no: over steps 71–99 the median update of the spiked run
-# is <!-- q:out#spike / no spike, both unclipped -->0.92<!-- /q --> times the control's here,
+# is <!-- q:out#spike / no spike, both unclipped -->0.92<!-- /q --> times the control's in the stored run,
 # and <!-- q:tools/claim_spread.md#ch01: yet the later ordinary updates -->0.92–1.22<!-- /q --> times over
-# the seeds: a little shorter at most, in some seeds longer. A plausible reading, not measured
+# seeds and CPUs: a little shorter at most, in some runs longer. A plausible reading, not measured
 # weight by weight here: the mean of $\sqrt{\hat v}$ is dominated by the few weights the spike hit
 # hardest, while an update's length comes from all of them. The clipped run does not notice the spike at all. This is clipping's job under
 # Adam: keep one extreme gradient out of the optimiser's statistics, where it would otherwise
@@ -1234,8 +1234,8 @@ for _B, _V, _L, _ids, _dt in _cases:
 # first steps) keeps every candidate, so fewer than `beam_size` hypotheses may come back; never
 # return the same token sequence twice. `tokens` is a list of ints, `score` and `normalized` are
 # numbers (to about `1e-4`). Use the ids passed as `sos_id` and `eos_id` (the tests pass other
-# ids than the defaults). The tests try beams of 1 to more than the candidates, `alpha` 0, 0.6
-# and 1, searches cut by `max_len` (unfinished hypotheses come back after the finished ones) and
+# ids than the defaults). The tests try beams of 1 to more than the candidates, `alpha` of `0`, `0.6`
+# and `1`, searches cut by `max_len` (unfinished hypotheses come back after the finished ones) and
 # steps with a memory. Calling the reference `decoding.beam_search` loses the hidden points.
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_beam", "locked": false, "schema_version": 3, "solution": true}
@@ -1548,9 +1548,9 @@ if not GRADING:
 # of the last four positions minus that of the first
 # two: <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, free-running -->0.43<!-- /q --> free-running
 # and <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, teacher-forced -->0.12<!-- /q --> teacher-forced
-# in the run shown; <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, free-running -->0.43–0.57<!-- /q -->
+# in the stored run; <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, free-running -->0.43–0.57<!-- /q -->
 # and <!-- q:tools/claim_spread.md#ch01: errors grow along the output (700 steps, teacher-forced -->0.12–0.34<!-- /q --> over
-# 5 seeds). Free-running decoding makes it worse, since every mistake is fed back. But this pooled
+# seeds and CPUs, `tools/claim_spread.md`). Free-running decoding makes it worse, since every mistake is fed back. But this pooled
 # curve is not yet a statement about positions: it mixes the position with the length (position
 # 13 exists only in the strings of 14 symbols, the hardest, while position 0 is averaged over all
 # three lengths) and with how often the decoder practised each position (below).
@@ -1620,22 +1620,25 @@ for (task, how, L), err in single_errors.items():
 in_targets = [sum(len(t_) > i for _, t_ in len_train) / len(len_train) for i in range(14)]
 print("share of the training targets that have output position i: "
       + " ".join(f"{i}:{f:.2f}" for i, f in enumerate(in_targets)))
-# No claim here: over 5 seeds the last position was the worst at some lengths (tools/claim_spread.md).
+# No claim here: over seeds and CPUs the last position was the worst at some lengths (tools/claim_spread.md).
 
 # %% [markdown]
-# **What the split shows.** Teacher-forced, in the run shown, the errors at each single length are
+# **What the split shows.** Teacher-forced, in the stored run, the errors at each single length are
 # low at the first output positions, highest somewhere in the middle and lower again at the last
 # position, in reversal as in copying: in reversal at length 14 the peak
 # is <!-- q:out#reverse, teacher-forced, length 14 -->0.47<!-- /q --> (position 8) and the last
 # position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q -->, at length 12 <!-- q:out#reverse, teacher-forced, length 12 -->0.38<!-- /q -->
 # and <!-- q:out#reverse, teacher-forced, length 12 -->0.10<!-- /q -->; in copying at length 14 <!-- q:out#copy, teacher-forced, length 14 -->0.52<!-- /q -->
-# and <!-- q:out#copy, teacher-forced, length 14 -->0.39<!-- /q -->. That drop at the end is not stable over seeds: the largest
+# and <!-- q:out#copy, teacher-forced, length 14 -->0.39<!-- /q -->. That drop at the end is not stable over seeds and CPUs: the largest
 # error minus the last position's ranged over <!-- q:tools/claim_spread.md#length 12: largest error -->0–0.28<!-- /q --> at
-# length 12 and <!-- q:tools/claim_spread.md#length 14: largest error -->0–0.23<!-- /q --> at length 14, and in two of
-# the five seeds the last position was the worst at both lengths (`tools/claim_spread.md` records
-# it). With the <!-- q:out#training and -->1000<!-- /q --> test strings spread over 13 lengths (about 75 per length), one position's error is uncertain by about ±0.05
-# (one standard error). Free-running, the errors keep growing to the end at every length, since
-# each mistake is fed back.
+# length 12 and <!-- q:tools/claim_spread.md#length 14: largest error -->0–0.23<!-- /q --> at length 14
+# (`tools/claim_spread.md`), and a difference of 0 means a run whose last position was the
+# worst. With the <!-- q:out#training and -->1000<!-- /q --> test strings spread over 13 lengths (about 75 per length), one position's error is uncertain by about ±0.05
+# (one standard error). Free-running, the errors climb much higher, since each mistake is fed
+# back, and their peak lies late in the string; but they too fall at the last position in five of
+# the six rows of the stored run (reversal at length 14: peak <!-- q:out#reverse,   free-running, length 14 -->0.77<!-- /q -->,
+# last position <!-- q:out#reverse,   free-running, length 14 -->0.69<!-- /q -->); only copying at length 13 ends on
+# its peak (<!-- q:out#copy,   free-running, length 13 -->0.80<!-- /q -->).
 #
 # So the rise of the pooled curve to the very end came partly from the pooling, and the split
 # does not single out the last positions either way: this model does not show that being next to
@@ -1666,13 +1669,13 @@ print("share of the training targets that have output position i: "
 # run each: <!-- q:out#context at start only: token accuracy -->0.438<!-- /q --> with the context at the
 # start only and <!-- q:out#context at every step: token accuracy -->0.439<!-- /q --> with it at every
 # step. The chapter does not record their spread over seeds,
-# so it cannot say whether a difference between such runs is real. What it does record: over 5 seeds, exact
+# so it cannot say whether a difference between such runs is real. What it does record: over seeds and CPUs (`tools/claim_spread.md`), exact
 # match at lengths 2–5 ranged
 # over <!-- q:tools/claim_spread.md#ch01: context at start only handles short inputs -->0.95–0.98<!-- /q --> with the context at the
 # start only and <!-- q:tools/claim_spread.md#ch01: context at every step handles short inputs -->0.94–0.99<!-- /q --> with it at
 # every step, and at lengths 12–14
 # over <!-- q:tools/claim_spread.md#ch01: context at start only fails on long inputs -->0.00–0.01<!-- /q -->
-# and <!-- q:tools/claim_spread.md#ch01: context at every step fails on long inputs -->0<!-- /q --> (every seed). The measurement says
+# and <!-- q:tools/claim_spread.md#ch01: context at every step fails on long inputs -->0<!-- /q --> (every run). The measurement says
 # "no large gain", not "no gain at all".)
 #
 # ### Does beam search help?
@@ -1731,9 +1734,9 @@ if not GRADING:
 # which: if it is below the beam's best score, the model itself prefers a wrong output (a *model
 # error*) and a better search would only find that wrong output more reliably; if above, the
 # search missed a better sentence (a *search error*). The last line above counts them: the wrong
-# outputs are model errors (<!-- q:out#of the beam's -->28 of 29<!-- /q --> in the run
-# shown; <!-- q:tools/claim_spread.md#ch01: the beam's wrong outputs are model errors -->97–100 %<!-- /q --> over 5 seeds and the
-# portable kernel). Length normalisation hardly matters here:
+# outputs are model errors (<!-- q:out#of the beam's -->28 of 29<!-- /q --> in the stored
+# run; <!-- q:tools/claim_spread.md#ch01: the beam's wrong outputs are model errors -->97–100 %<!-- /q --> over seeds and CPUs,
+# `tools/claim_spread.md`). Length normalisation hardly matters here:
 # without it ($\alpha = 0$) a search leans towards ending early, since every extra token lowers
 # the summed log-probability, but this model is confident about where a string ends, and the
 # mean output lengths above barely differ. Beam search pays off when
@@ -1759,7 +1762,7 @@ if not GRADING:
 # output, since every mistake is fed back (which makes exact match fall faster still); with
 # teacher forcing, at a single source length, they rise from the first positions towards the
 # middle (reversal, length 14: peak <!-- q:out#reverse, teacher-forced, length 14 -->0.47<!-- /q -->, last
-# position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q --> in the run shown), and whether the last positions recover
+# position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q --> in the stored run), and whether the last positions recover
 # varies with the seed. The difficulty is not one position but the number of symbols that must
 # all come out of one fixed vector.
 # A better architecture lets the decoder look at all encoder states h_1..h_n at every step and
@@ -1780,7 +1783,7 @@ if not GRADING:
 # Teacher-forced accuracy, the per-token accuracy when the correct previous tokens are given
 # (what the training loss measures), therefore overestimates free-running accuracy. In this
 # chapter's numbers: the teacher-forced token accuracy printed in section 7 is well above the
-# free-running token accuracy of greedy decoding (<!-- q:out# 700 steps: token accuracy -->0.821<!-- /q -->
+# free-running token accuracy of greedy decoding (in the stored run <!-- q:out# 700 steps: token accuracy -->0.821<!-- /q -->
 # against <!-- q:out# 700 steps: token accuracy -->0.665<!-- /q --> after 700 steps), and on long strings
 # the free-running errors by position rise above the teacher-forced ones, more so towards the end
 # of the output (at the last position of the strings of 12-14

@@ -100,8 +100,8 @@ GRADING = budget.grading()   # True while nbgrader runs the notebook: experiment
 # where the softmax runs along each row: row $i$ of the $n \times n$ weight matrix says
 # how much of each value position $i$ takes, and sums to one (Vaswani et al. 2017, eq. 1).
 #
-# How wide are $d_k$ and $d_v$? The source notes (seed 000) say "usually $d_k = d_v = d$".
-# That is true of a model with a single attention; real models split the width $d$ (called
+# How wide are $d_k$ and $d_v$? One often reads that "usually $d_k = d_v = d$". That is true
+# of a model with a single attention; real models split the width $d$ (called
 # $d_\text{model}$) into $h$ heads of $d_k = d_v = d_\text{model}/h$ each: $512/8 = 64$ in
 # the base Transformer of Vaswani et al. (2017), $4096/32 = 128$ in LLaMA-7B (Touvron et al.
 # 2023). So a real head compares queries and keys of 64 or 128 numbers, not 512; chapter 4
@@ -159,7 +159,7 @@ assert winners[norms.argmax()] == norms.argmax(), 'the longest vector must win i
 # %% [markdown]
 # ## 3. A worked example you can check by hand
 #
-# The source notes of this course (seed 000) work through a tiny example: two tokens with
+# A tiny example, small enough to work through by hand: two tokens with
 # $d = 4$, and projections to $d_k = d_v = 2$:
 #
 # $$X = \begin{bmatrix}1&2&3&4\\4&3&2&1\end{bmatrix},\quad
@@ -197,31 +197,32 @@ show("weights = softmax(rows)", weights, 6)
 show("output = weights V", output, 4)
 
 # %% [markdown]
-# The notes get $QK^\top$ and the scaled scores right, but then print the softmax's first
-# row as $[0.016, 0.984]$ and the output's first row as $[3.952, 2.984]$. The exact values
+# Done by hand, this example is easy to get wrong, and a common wrong version of it has
+# $QK^\top$ and the scaled scores right but the softmax's first row as $[0.016, 0.984]$, and so
+# the output's first row as $[3.952, 2.984]$. The exact values
 # are <!-- q:out#weights = softmax(rows) -->$[0.007035, 0.992965]$<!-- /q -->
-# and <!-- q:out#output = weights V -->$[3.979, 2.993]$<!-- /q -->. (Their second rows, $[0.000, 1.000]$
+# and <!-- q:out#output = weights V -->$[3.979, 2.993]$<!-- /q -->. (That version's second rows, $[0.000, 1.000]$
 # and $[4.000, 3.000]$, are right to three decimals: exactly they
 # are <!-- q:out#weights = softmax(rows) -->$[0.000102, 0.999898]$<!-- /q -->
-# and <!-- q:out#output = weights V -->$[3.9997, 2.9999]$<!-- /q -->.) Where did the notes go wrong? Two facts
+# and <!-- q:out#output = weights V -->$[3.9997, 2.9999]$<!-- /q -->.) Where does the wrong version go wrong? Two facts
 # find the step:
 #
 # * a softmax over two entries depends only on their difference:
 #   $\operatorname{softmax}(a, b)_1 = 1/(1 + e^{\,b-a})$. Row 1's scaled scores differ by
-#   $7/\sqrt 2 = 4.950$, so the first weight is $1/(1+e^{4.950}) = 0.00704$; the notes'
-#   $0.016$ would need a difference of $\ln(0.984/0.016) = 4.12$;
-# * the notes' output *does* follow from the notes' weights: $0.016\,[1, 2] + 0.984\,[4, 3] = [3.952, 2.984]$.
+#   $7/\sqrt 2 = 4.950$, so the first weight is $1/(1+e^{4.950}) = 0.00704$; a first
+#   weight of $0.016$ would need a difference of $\ln(0.984/0.016) = 4.12$;
+# * the wrong output *does* follow from the wrong weights: $0.016\,[1, 2] + 0.984\,[4, 3] = [3.952, 2.984]$.
 #
 # So the last step is right and the mistake is in the softmax alone; it then propagates to
-# the output (and to the multi-head version of the same example in the notes, which
-# repeats these numbers). The next cell checks both facts.
+# the output (and to the multi-head version of the same example, which repeats these numbers:
+# chapter 4). The next cell checks both facts.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-note_weights = torch.tensor([[0.016, 0.984], [0.000, 1.000]], dtype=torch.float64)
-show("notes' weights @ V", note_weights @ V, 3)
+wrong_weights = torch.tensor([[0.016, 0.984], [0.000, 1.000]], dtype=torch.float64)
+show("wrong weights @ V", wrong_weights @ V, 3)
 print(f"score difference in row 1:      {(scaled[0, 1] - scaled[0, 0]).item():.3f}")
-print(f"difference the notes' 0.016 needs: {math.log(0.984 / 0.016):.3f}")
+print(f"difference 0.016 would need:    {math.log(0.984 / 0.016):.3f}")
 print(f"1 / (1 + e^4.950) = {1 / (1 + math.exp((scaled[0, 1] - scaled[0, 0]).item())):.6f}")
 assert torch.allclose(weights[0], torch.tensor([0.00703, 0.99297], dtype=torch.float64), atol=1e-5), 'worked example: first row of weights must be [0.00703, 0.99297]'
 assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float64), atol=5e-4), 'worked example: first output row must be [3.979, 2.993]'
@@ -574,7 +575,7 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # %% [markdown]
 # Read the table first at $d_k = 64$, the width of a head in real models (512 / 8 heads in the
 # original Transformer; 128 in LLaMA). Without the scale the largest of 16 weights already
-# averages <!-- q:out#max weight, unscaled -->0.85<!-- /q --> (with
+# averages <!-- q:out#max weight, unscaled -->0.85<!-- /q --> in the stored run (with
 # it <!-- q:out#max weight, scaled -->0.25<!-- /q -->), and the 14 keys outside the top two
 # get <!-- q:out#others' share, unscaled -->17 %<!-- /q --> of the key gradient
 # against <!-- q:out#others' share, scaled -->68 %<!-- /q -->: at a real head width an unscaled softmax
@@ -582,10 +583,10 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # the scale the largest weight averages <!-- q:out#max weight, unscaled -->0.97<!-- /q -->, and
 # the gradient reaching the *scores* is several times smaller than with the scale
 # (<!-- q:out#grad of scores, unscaled -->0.033<!-- /q -->
-# against <!-- q:out#grad of scores, scaled -->0.281<!-- /q --> in the run
-# shown, <!-- q:out#at d_k = 1024 the gradient of the scores -->8.4<!-- /q --> times, the ratio printed
+# against <!-- q:out#grad of scores, scaled -->0.281<!-- /q --> in the stored
+# run, <!-- q:out#at d_k = 1024 the gradient of the scores -->8.4<!-- /q --> times, the ratio printed
 # under the table; <!-- q:tools/claim_spread.md#ch03: less gradient reaches unscaled scores -->4.7 to 8.9<!-- /q --> times over
-# 5 seeds of 500 random draws each). But saturation does **not** mean that
+# seeds and CPUs, 500 random draws each, `tools/claim_spread.md`). But saturation does **not** mean that
 # no gradient reaches the queries and keys: the gradient reaching $q$ is *larger* without the
 # scale (<!-- q:out#grad of q, unscaled -->1.07<!-- /q -->
 # against <!-- q:out#grad of q, scaled -->0.28<!-- /q -->), because an unscaled score $s_j = q\cdot k_j$ hands its
@@ -658,7 +659,7 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # $\operatorname{softmax}(-\infty, \dots, -\infty) = 0/0 = \text{NaN}$, and a NaN spreads to
 # everything it touches. PyTorch (2.13) returns a zero output for such a query, and so does
 # `course_utils.attention`: the weights of that row are all zero. (Section 7 shows when it
-# happens, and why the notes' habit of adding $-10^9$ instead is a poor substitute.)
+# happens, and why the common habit of adding $-10^9$ instead is a poor substitute.)
 
 # %% [markdown]
 # ### Exercise 3: scaled dot-product attention with a mask (5 points: 2 + 3)
@@ -995,7 +996,7 @@ print("outputs equal PyTorch's:", torch.allclose(out_left, F.scaled_dot_product_
 # %% [markdown]
 # ### Why `masked_fill(-inf)` and not adding $-10^9$
 #
-# The notes' multi-head code (seed 002) writes `scores += (1 - mask) * -1e9` with a 0/1
+# A common way to apply a padding mask is `scores += (1 - mask) * -1e9`, with a 0/1
 # float mask. It mostly works, because $e^{-10^9}$ is 0 in any floating-point format, but it
 # is a trick with three weak points:
 #
@@ -1704,7 +1705,7 @@ for name in times:
 #
 # * **naive and fused attention**: time grows with a fitted slope of about 2 (double $L$,
 #   four times the work; the table's first column). Over the last doubling the naive version
-#   is steeper (the second column: <!-- q:out#naive attention -->3.19<!-- /q --> in the run shown), because its
+#   is steeper (the second column: <!-- q:out#naive attention -->3.19<!-- /q --> in the stored run), because its
 #   $L\times L$ matrix (64 MiB at $L = 4096$) no longer fits in the processor's caches and
 #   every pass over it goes to main memory. The fused kernel does the same $O(L^2 d)$
 #   arithmetic without writing that matrix out, and is several times faster at the longest
@@ -1783,8 +1784,8 @@ print("banded window equals the masked fused call:", torch.allclose(banded, mask
 #
 # ### What the Transformer gains, measured
 #
-# The source notes (seed 004) name three advantages of the Transformer over recurrent
-# sequence-to-sequence models. This chapter has a measurement for each, and a price:
+# Three advantages of the Transformer over recurrent sequence-to-sequence models are usually
+# named. This chapter has a measurement for each, and a price:
 #
 # 1. **Parallel computation.** Attention issued 6 operations at every length, the
 #    recurrence 515 at $L = 64$, growing with $L$ (the count above). During training
@@ -1798,8 +1799,8 @@ print("banded window equals the masked fused call:", torch.allclose(banded, mask
 #    64 with respect to each input, for a randomly initialised RNN, GRU and `SelfAttention`
 #    layer.
 # 3. **Rich representations.** Separate $W_Q$, $W_K$, $W_V$ let a token look for something
-#    other than what it offers (section 2); the notes mean above all multi-head attention,
-#    several patterns side by side, which is chapter 4. A single head, as here,
+#    other than what it offers (section 2); what is usually meant is above all multi-head
+#    attention, several patterns side by side, which is chapter 4. A single head, as here,
 #    follows one pattern per query, and it needs positions added to use word order at all
 #    (section 10).
 #
@@ -1843,7 +1844,8 @@ claims.check("ch03: self-attention reaches 63 positions back about as well as 1 
 # and <!-- q:out#GRU               7.61 -->9.1e-14<!-- /q --> for the GRU at their random initialisation
 # (chapter 1 measured the same fading). In self-attention an input 63 positions back reaches
 # the last output about as strongly as the previous one
-# (ratio <!-- q:out#self-attention    2.12 -->1.23<!-- /q -->): distance plays no
+# (ratio <!-- q:out#self-attention    2.12 -->1.23<!-- /q --> in the stored run; <!-- q:tools/claim_spread.md#ch03: self-attention reaches 63 positions back -->0.81 to 1.23<!-- /q --> over
+# seeds and CPUs): distance plays no
 # role, which is the same fact as the permutation equivariance of section 10.
 #
 # ## 12. What is still missing

@@ -114,9 +114,9 @@ assert two_head_err < 1e-12, "two heads of width 4 must hit the target exactly"
 #
 # with $W_i^Q, W_i^K, W_i^V \in \mathbb{R}^{d_\text{model} \times d_\text{head}}$,
 # $d_\text{head} = d_\text{model} / h$ and $W^O \in \mathbb{R}^{d_\text{model} \times
-# d_\text{model}}$. (The source notes, seed 002, compare the heads to the several kernels of a
-# convolution layer, one kernel per head. Chapter 5 makes the relation between the two exact, and
-# it is a different one: with relative positions, each head plays one kernel *position* (tap)
+# d_\text{model}}$. (The heads are often compared to the several kernels of a convolution layer,
+# one kernel per head. Chapter 5 makes the relation between the two exact, and it is a different
+# one: with relative positions, each head plays one kernel *position* (tap)
 # of a single convolution, $K^2$ heads for a $K\times K$ kernel, and the output projection
 # sums them.)
 #
@@ -146,49 +146,50 @@ for h in (1, 2, 4, 8, 16):
 # %% [markdown]
 # ## 2. The worked example, with two heads
 #
-# The source notes (seed 000) extend chapter 3's two-token example to two heads. They start
-# from $X = \begin{bmatrix}1&2&3&4\\4&3&2&1\end{bmatrix}$ and state $Q = V =
-# \begin{bmatrix}1&2\\4&3\end{bmatrix}$ and $K = \begin{bmatrix}2&1\\3&4\end{bmatrix}$, then
-# give both heads the per-head matrices $W^Q_i = W^V_i = I$, $W^K_i = \begin{bmatrix}0&1\\1&0
-# \end{bmatrix}$ applied to those $Q, K, V$ (so both heads are the same), and $W^O = I$.
+# Chapter 3's two-token example extends to two heads, and the extension is easy to get wrong.
+# Start from $X = \begin{bmatrix}1&2&3&4\\4&3&2&1\end{bmatrix}$ with $Q = V =
+# \begin{bmatrix}1&2\\4&3\end{bmatrix}$ and $K = \begin{bmatrix}2&1\\3&4\end{bmatrix}$
+# (chapter 3's projections), give both heads the per-head matrices $W^Q_i = W^V_i = I$ and
+# $W^K_i = \begin{bmatrix}0&1\\1&0\end{bmatrix}$ applied to those $Q, K, V$ (so both heads are
+# the same), and $W^O = I$.
 #
-# Two things to check. First, the notes print $W_Q = \begin{bmatrix}1&0\\0&1\\1&0\\0&1
-# \end{bmatrix}$, which does *not* give the $Q$ they state; the $Q$ they state comes from
-# chapter 3's $W_Q$ with two zero rows. Second, the per-head $W^K_i$ swaps the columns of
-# $K$ *again*: the notes' own head-1 scores $[[4, 11], [11, 24]]$ are what the un-swapped
-# $K$ gives. The cell follows the notes' scores (take $K_i = K$) and computes the rest exactly.
+# Two common slips. First, writing the full projection as $W_Q = \begin{bmatrix}1&0\\0&1\\1&0\\0&1
+# \end{bmatrix}$ does *not* give that $Q$; the $Q$ comes from chapter 3's $W_Q$, with two zero
+# rows. Second, a per-head $W^K_i$ that swaps the columns of $K$ swaps them *again*: the head-1
+# scores $[[4, 11], [11, 24]]$ usually written for this example are what the un-swapped $K$
+# gives. The cell takes those scores ($K_i = K$) and computes the rest exactly.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 X = torch.tensor([[1., 2, 3, 4], [4, 3, 2, 1]], dtype=torch.float64)
-W_Q_notes = torch.tensor([[1., 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
+W_Q_wrong = torch.tensor([[1., 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
 W_Q3 = torch.tensor([[1., 0], [0, 1], [0, 0], [0, 0]], dtype=torch.float64)   # chapter 3's
 W_K3 = torch.tensor([[0., 1], [1, 0], [0, 0], [0, 0]], dtype=torch.float64)
-print("X @ (the notes' W_Q):", (X @ W_Q_notes).tolist(), " <- not the Q the notes state")
+print("X @ (the 4x2 W_Q with rows I, I):", (X @ W_Q_wrong).tolist(), " <- not the Q stated")
 Q2, K2, V2 = X @ W_Q3, X @ W_K3, X @ W_Q3
 print("Q = V =", Q2.tolist(), "  K =", K2.tolist())
 swap = torch.tensor([[0., 1], [1, 0]], dtype=torch.float64)
-print("scores with K W^K_i (K swapped again):", (Q2 @ (K2 @ swap).T).tolist(), " <- not the notes' [[4, 11], [11, 24]]")
+print("scores with K W^K_i (K swapped again):", (Q2 @ (K2 @ swap).T).tolist(), " <- not [[4, 11], [11, 24]]")
 
 heads = []
-for _ in range(2):                                   # two identical heads, as in the notes
+for _ in range(2):                                   # two identical heads, as in the example
     scores = Q2 @ K2.T / math.sqrt(2)                # d_head = 2
     w = torch.softmax(scores, dim=-1)
     heads.append(w @ V2)
 multi = torch.cat(heads, dim=1) @ torch.eye(4, dtype=torch.float64)   # W_O = I
 print("scores:", scores.tolist())
-print("weights, row 1:", [round(v, 6) for v in w[0].tolist()], " (the notes: [0.016, 0.984])")
+print("weights, row 1:", [round(v, 6) for v in w[0].tolist()], " (not [0.016, 0.984])")
 print("MultiHead(X):")
 for row in multi.tolist():
     print("   ", [round(v, 4) for v in row])
-print("the notes' first row: [3.952, 2.984, 3.952, 2.984]")
+print("the wrong first row: [3.952, 2.984, 3.952, 2.984]")
 assert torch.allclose(multi[0], torch.tensor([3.979, 2.993, 3.979, 2.993], dtype=torch.float64), atol=5e-4), 'worked example: first output row'
 assert torch.allclose(multi[1], torch.tensor([3.9997, 2.9999, 3.9997, 2.9999], dtype=torch.float64), atol=5e-5), 'worked example: second output row'
 
 
 # %% [markdown]
-# The notes' softmax row $[0.016, 0.984]$ is chapter 3's error carried over: the weights
-# are $[0.007035, 0.992965]$, and the first output row is $[3.979, 2.993, 3.979, 2.993]$,
+# The softmax row $[0.016, 0.984]$ often given for this example is chapter 3's error carried
+# over: the weights are $[0.007035, 0.992965]$, and the first output row is $[3.979, 2.993, 3.979, 2.993]$,
 # not $[3.952, 2.984, \dots]$. With identical heads, multi-head attention only repeats
 # one head's result; heads are useful because training makes them *different*.
 #
@@ -554,8 +555,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The source notes (seed 002) say MHA "has the most parameters" and MQA "the fewest". That is
-# true of the key and value projections only: $W^Q$ and $W^O$ are $d_\text{model} \times
+# One often reads that MHA "has the most parameters" and MQA "the fewest". That is true of the
+# key and value projections only: $W^Q$ and $W^O$ are $d_\text{model} \times
 # d_\text{model}$ in all three. The table counts one attention layer's parameters (with
 # biases) at a few sizes of real models.
 
@@ -577,8 +578,9 @@ for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
 
 
 # %% [markdown]
-# At $d_\text{model} = 4096$ with 32 heads, GQA-8 saves 37.5 % of the attention parameters
-# and MQA 48 %: never more than half, because the query and output projections stay. Models
+# At $d_\text{model} = 4096$ with 32 heads, GQA-8 keeps <!-- q:out#41,953,280 -->0.625<!-- /q --> of MHA's attention
+# parameters and MQA <!-- q:out#34,611,456 -->0.516<!-- /q --> (the last column): never less than half, because the
+# query and output projections stay. Models
 # that switch to MQA or GQA usually spend the saving elsewhere (Shazeer's MQA model widened its
 # feed-forward layers from 4096 to 5440 to keep the parameter count). Parameters are not
 # the reason these variants exist; section 7 shows what is.
@@ -652,13 +654,13 @@ checks.run_checks("repeat_kv (hidden)", [
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **The source notes' GQA code.** Seed 002's `GroupQueryAttention.split_head` builds the
-# shared keys with `x[:, :, None, :, :].expand(...).reshape(batch, num_heads // group_num,
+# **A GQA split that does not run.** A `split_head` for grouped-query attention that one
+# meets in circulation builds the shared keys with `x[:, :, None, :, :].expand(...).reshape(batch, num_heads // group_num,
 # group_num, seq_len, head_dim)`. Run as written on the projected keys (3 axes), it fails at once:
 
 # %%
-def notes_split_head(x, num_heads, head_dim, group_num):
-    """The seed's GQA split_head, as printed (for the keys and values)."""
+def broken_split_head(x, num_heads, head_dim, group_num):
+    """A GQA split_head as it is often written (for the keys and values)."""
     batch_size, seq_len = x.size()[:2]
     x = x[:, :, None, :, :].expand(batch_size, group_num, num_heads, seq_len, head_dim).reshape(
         batch_size, num_heads // group_num, group_num, seq_len, head_dim)
@@ -666,7 +668,7 @@ def notes_split_head(x, num_heads, head_dim, group_num):
 
 
 try:
-    notes_split_head(torch.randn(2, 5, 2 * 4), num_heads=8, head_dim=4, group_num=2)
+    broken_split_head(torch.randn(2, 5, 2 * 4), num_heads=8, head_dim=4, group_num=2)
 except IndexError as err:
     print("IndexError:", err)
 
@@ -1040,9 +1042,9 @@ assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4), 'KVC
 
 
 # %% [markdown]
-# A 7B MHA model needs 2 GiB of cache per 4096-token sequence, 15 % of its float16
+# A 7B MHA model needs 2 GiB of cache per 4096-token sequence, <!-- q:out#MHA cache of one 4096-token sequence -->15 %<!-- /q --> of its float16
 # weights; a batch of 8 such sequences needs more memory than the weights. With GQA-8
-# the 70B model's cache is 1.25 GiB per sequence instead of 10.
+# the 70B model's cache is <!-- q:out#  70B  GQA-8 -->1.25<!-- /q --> GiB per sequence instead of <!-- q:out#  70B    MHA -->10<!-- /q -->.
 #
 # **Measured here.** A small decoder-only model, the course's GPT (`families.DecoderOnlyLM`, which
 # chapter 7 trains on language; here it gets a GELU feed-forward and `n_kv_heads` key/value heads)
@@ -1135,8 +1137,8 @@ if not GRADING:   # times are printed, never asserted: they depend on the machin
 #   one token. The printed ratio "no cache / cache" grows with the context.
 # * **MQA and GQA, batch 16.** With 16 sequences and a long context each step must read 16
 #   caches; MHA's is 8 times larger than MQA's and 4 times larger than GQA-2's, and MHA's step
-#   falls behind as the context grows (the printed "MHA / MQA" grows with it; 2.3 to 2.6 at the
-#   longest context in the runs we stored, on two machines). That is Shazeer's $n/d$ term. The
+#   falls behind as the context grows (the printed "MHA / MQA" grows with it,
+#   to <!-- q:out#tokens and batch 16, MQA is -->2.3<!-- /q -->× at the longest context in the stored run). That is Shazeer's $n/d$ term. The
 #   whole step gains less than 8 times because it also runs the projections and the
 #   feed-forward network, which MQA does not shrink: the next cell times the attention alone. The caches here are preallocated (`KVCache(max_len=...)`, as in
 #   Llama's reference code): a step writes its one new key and value in place. A cache that grows
@@ -1148,7 +1150,7 @@ if not GRADING:   # times are printed, never asserted: they depend on the machin
 #
 # **Where the time of a step goes (batch 16, the longest context).** For one layer: the attention
 # of the new queries over the cache as the module computes it (`grouped_sdpa`, each key/value
-# head read once), the same attention computed the way the notes' code does it (`repeat_kv`,
+# head read once), the same attention computed the way much GQA code does it (`repeat_kv`,
 # then the fused kernel: the shared heads are first copied $h/g$ times), and the copy a
 # concatenating cache would make at every step (`torch.cat` of the keys and of the values).
 
@@ -1399,36 +1401,36 @@ if not GRADING:   # GQA-2 only: MQA's comparisons change sign with the seed (see
                  conversion[("GQA-2", "random")][0] - conversion[("GQA-2", "mean")][0], above=0.15)
 
 # %% [markdown]
-# Reading the table. It is one training run; `tools/spread_ch04_conversion.py` repeats the whole
-# experiment (data, initialisation, training, conversion, uptraining) with every seed shifted by
-# 0 to 4, and the text claims only what holds over those 5 seeds and over 5 seeds of the whole
-# notebook (`tools/claim_spread.py`, whose runs draw other random numbers, because the chapter's
-# earlier cells run first). The cell asserts the trained MHA model (0.986 to 1.000) and two
-# comparisons for GQA-2, with bounds below the smallest values:
+# Reading the table. It is one training run, the stored run. `tools/claim_spread.py` runs the
+# whole notebook again with every seed shifted and on several CPUs (`tools/claim_spread.md`),
+# and the cell's bounds are set below the smallest values those runs gave. It asserts that the
+# trained MHA model learns the task, and two comparisons for GQA-2:
 #
 # * Right after conversion every variant has lost the task (its test loss, against the MHA
 #   model's, printed above the table): each query head was trained with its own keys and values,
 #   and a shared key/value head changes what all the heads of its group attend to. (Ainslie et
 #   al. also report that MQA needs uptraining; their large models keep more of their quality
 #   right after conversion than this tiny one.)
-# * **GQA-2, right after conversion.** Mean pooling keeps more than random key/value heads in
-#   every seed (random minus mean: 0.30 to 1.78 in test loss). Keeping the first head of each
-#   group did better still in 9 of the 10 runs (first minus mean: −2.76 to −0.74 over the first 5
-#   seeds, −1.59 to +0.28 over the notebook's 5), so it is not asserted. One reading, not tested
+# * **GQA-2, right after conversion.** Mean pooling keeps more than random key/value heads
+#   (test loss <!-- q:out# GQA-2            mean -->5.74<!-- /q --> against <!-- q:out# GQA-2          random -->6.72<!-- /q --> in the stored
+#   run; the cell asserts the difference). Keeping the first head of each group did better still
+#   in the stored run (<!-- q:out# GQA-2           first -->4.63<!-- /q -->), but not in every seed (mean minus
+#   first <!-- q:tools/claim_spread.md#(mean minus first -->−0.28 to 1.59<!-- /q -->, `tools/claim_spread.md`), so it is not asserted. One reading, not tested
 #   here: the first head is a key/value head that one query head of the group was trained with,
 #   while the mean of four heads trained apart is none of them. Ainslie et al. found the opposite
 #   order for T5 at scale; this tiny model does not settle which start is better.
 # * **GQA-2, after uptraining for 10 % of the original steps.** Both starts that keep trained heads
 #   come back far ahead of random ones, which must learn their key/value heads again from nothing:
-#   mean pooling beats random by 0.83 to 0.98 in exact match, the first head by 0.58 to 0.98. Mean
-#   pooling against first head is not settled (mean minus first: −0.06 to 0.26), gaps of the same
-#   size as the differences between seeds of one method.
-# * **MQA.** With all eight query heads on one key/value head, every comparison changes sign with
-#   the seed, so the cell asserts none of them: random minus mean in test loss −0.92 to 0.78, first
-#   minus mean −2.78 to 2.20; after uptraining, mean minus random 0.11 to 0.91 in exact match, first
-#   minus random −0.03 to 0.98. Started by mean pooling, GQA-2 comes back further than MQA in 4 of
-#   5 seeds (GQA-2 minus MQA: −0.05 to 0.80). Sixty steps are too few to settle MQA here; the
-#   spread is the result.
+#   in the stored run <!-- q:out# GQA-2            mean -->0.992<!-- /q --> (mean pooling) and <!-- q:out# GQA-2           first -->0.980<!-- /q --> (first head)
+#   against <!-- q:out# GQA-2          random -->0.116<!-- /q --> in exact match; the cell asserts a wide lead of mean pooling
+#   over random. Which of mean pooling and the first head comes back further the chapter does not
+#   measure beyond the stored run.
+# * **MQA.** With all eight query heads on one key/value head, the comparisons are not stable over
+#   seeds, so the cell asserts none of them: right after conversion, random minus mean in test
+#   loss ranged over <!-- q:tools/claim_spread.md#failed at seed+2). A third was tried -->−0.35 to 0.78<!-- /q --> (`tools/claim_spread.md`). In the stored
+#   run mean pooling comes back to <!-- q:out#   MQA            mean -->0.902<!-- /q --> in exact match against
+#   random's <!-- q:out#   MQA          random -->0.000<!-- /q -->, the first head to <!-- q:out#   MQA           first -->0.984<!-- /q -->, and GQA-2 started by mean
+#   pooling comes back further than MQA. Sixty steps are too few to settle MQA here.
 #
 # ## 9. How fast is the module?
 #
@@ -1461,16 +1463,16 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # $L = 128$, <!-- q:out#4   512      256 -->32.82<!-- /q --> ms against <!-- q:out#4   512      256 -->23.12<!-- /q --> ms at $L = 512$, the gap growing with $L$ as that matrix does.
 # Request the weights only where you look at them (a plot, a probe); training and decoding do not.
 #
-# > **The source notes, corrected in this chapter.**
-# > * The two-head worked example (seed 000): the softmax row is $[0.00703, 0.99297]$, not
-# >   $[0.016, 0.984]$, so the first output row is $[3.979, 2.993, 3.979, 2.993]$; the printed
-# >   $W_Q$ does not give the $Q$ the notes state, and the per-head $W^K_i$ would swap $K$ a
+# > **Common mistakes about this chapter's layer.**
+# > * In the two-head worked example the softmax row is $[0.00703, 0.99297]$, not
+# >   $[0.016, 0.984]$, so the first output row is $[3.979, 2.993, 3.979, 2.993]$; a $W_Q$ with
+# >   rows $I, I$ does not give the example's $Q$, and a per-head $W^K_i$ that swaps would swap $K$ a
 # >   second time (section 2).
-# > * "MHA has the most parameters, MQA the fewest" (seed 002): true of the key and value
+# > * "MHA has the most parameters, MQA the fewest": true of the key and value
 # >   projections only; $W^Q$ and $W^O$ are the same in all three (section 5).
-# > * The GQA code (seed 002) raises an `IndexError`, and the natural repair pairs query heads
-# >   with the wrong key/value heads (section 5).
-# > * Heads as "several convolution kernels" (seed 002): a head is not a kernel. With relative
+# > * A GQA `split_head` that indexes the 3-axis keys with five indices raises an `IndexError`,
+# >   and the natural repair pairs query heads with the wrong key/value heads (section 5).
+# > * Heads as "several convolution kernels": a head is not a kernel. With relative
 # >   positions a head plays one kernel *position* (tap), and $K^2$ heads whose outputs the
 # >   output projection adds make one $K\times K$ convolution (chapter 5).
 #
@@ -1513,15 +1515,16 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # heads computed, so the query and output projections, which were trained with such keys and
 # values, still roughly fit. The first head of a group is exactly the key/value head that one of
 # its query heads was trained with; a mean of the group's heads fits to the extent that those heads
-# computed similar things, which section 8 leaves untested (there the first head beat mean pooling
-# right after conversion in 9 of 10 runs). Either way, for GQA-2 the test loss right after
-# conversion is lower than with random heads in every seed, and uptraining only adjusts; random
+# computed similar things, which section 8 leaves untested (in its stored run the first head kept
+# more than mean pooling right after conversion, but not in every seed). Either way, for GQA-2 mean
+# pooling's test loss right after conversion is lower than with random heads in every run the
+# chapter measured, and uptraining only adjusts; random
 # key/value heads discard everything the attention layers learnt, and a few percent of the steps
 # are not enough to relearn it. (After uptraining, which of mean and first is better this small
 # experiment does not settle; with MQA, where one head must serve all eight, even the gap to random
-# changes with the seed.) GQA-8 on a 70B model (64 query heads) already cuts the cache 8-fold
+# right after conversion changes sign with the seed.) GQA-8 on a 70B model (64 query heads) already cuts the cache 8-fold
 # (<!-- q:out#  70B    MHA -->10<!-- /q --> GiB -> <!-- q:out#  70B  GQA-8 -->1.25<!-- /q --> GiB per 4096-token sequence, section 7's table), so the cache is no
-# longer the dominant cost; going to MQA saves another 1.1 GiB but shares one key/value head
+# longer the dominant cost; going to MQA (<!-- q:out#  70B    MQA -->0.156<!-- /q --> GiB) saves another GiB but shares one key/value head
 # among 64 query heads, which costs quality (Ainslie et al.: 46.6 vs 47.1 average for T5-XXL)
 # and is less stable to uptrain; with tensor parallelism over 8 devices, 8 key/value heads
 # also split evenly, where one would be replicated on every device.
