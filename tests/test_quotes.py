@@ -258,7 +258,7 @@ def test_spread_tables_are_written_by_their_tool(table):
     for section, lines in tables:
         assert "`tools/claim_spread.py" in section, f"a table of {table.name} under no line naming its tool:\n{lines[0]}"
         head = lines[0]
-        assert head.startswith("| claim | bound | seed+0 | over seeds (min–max) | ") and head.endswith(
+        assert head.startswith("| claim | bound | seed+0 | over seeds × CPUs (min–max) | ") and head.endswith(
             " | smallest margin | failed in |"), f"{table.name}: not the tool's table header: {head}"
         columns = head.count(" | ")
         for row in lines[2:]:   # a claim may hold "|" (|grad|): the columns are counted from the right
@@ -271,19 +271,24 @@ def test_claim_spread_writes_and_merges_its_header(tmp_path):
     import claim_spread
     runs = [{"notebook": f"ch0{c}_x", "offset": off, "kernel": k, "seconds": 1.0, "errors": [],
              "changed_checked_outputs": [],
-             "claims": [{"claim": f"ch0{c}: y (share)", "value": 0.5 + off / 10, "above": 0.1, "below": None,
-                         "holds": True}]}
-            for c in (1, 2) for off, k in ((0, "native"), (1, "native"), (0, "default"))]
-    table = claim_spread.report(runs, ["default"])
+             "claims": [{"claim": f"ch0{c}: y (share)", "value": 0.5 + off / 10 - (k == "avx2") / 10,
+                         "above": 0.1, "below": None, "holds": True}]}
+            for c in (1, 2) for off, k in ((0, "native"), (1, "native"), (0, "avx2"))]
+    table = claim_spread.report(runs, ["native", "avx2"])
     doc = claim_spread.markdown_document(table, "tools/claim_spread.py ch01 ch02", "a CPU", day="2026-01-01")
     assert doc.startswith(claim_spread.TITLE + "\n\nMade by `tools/claim_spread.py ch01 ch02` on 2026-01-01: a CPU.")
-    assert "| ch01: y (share) | > 0.1 | 0.5 | 0.5–0.6 (2) | 0.5 | 0.4 | – |" in doc
-    new_table = claim_spread.report([r for r in runs if r["notebook"].startswith("ch01")], ["default"]).replace(
-        "0.5–0.6", "0.5–0.7")
+    # seed+0 native; every run; each profile over its seeds; the smallest margin (0.4 - 0.1)
+    assert "| ch01: y (share) | > 0.1 | 0.5 | 0.4–0.6 (3) | 0.5–0.6 (2) | 0.4–0.4 (1) | 0.3 | – |" in doc
+    summary = claim_spread.spread_summary(runs, {"ch03: z": {"min": 1}, "ch01: gone": {"min": 2}})
+    assert summary["ch01: y (share)"] == {"bound": "> 0.1", "min": 0.4, "max": 0.6, "runs": 3, "seeds": 2,
+                                         "profiles": ["avx2", "native"]}
+    assert "ch03: z" in summary and "ch01: gone" not in summary     # chapters not run are kept, the rest replaced
+    new_table = claim_spread.report([r for r in runs if r["notebook"].startswith("ch01")], ["native", "avx2"]).replace(
+        "0.4–0.6", "0.4–0.7")
     merged = claim_spread.merge_document(doc, new_table, ["ch01"], "tools/claim_spread.py ch01 --merge x",
                                          "a CPU", note="Why.", day="2026-01-02")
     assert merged.startswith(doc.rstrip("\n").split("| ch01")[0])                 # the old header kept
-    assert merged.count("| ch01: y (share)") == 1 and "0.5–0.7" in merged          # the old row replaced
+    assert merged.count("| ch01: y (share)") == 1 and "0.4–0.7" in merged          # the old row replaced
     assert merged.count("| ch02: y (share)") == 1                                  # other chapters kept
     assert "## ch01 (2026-01-02)\n\nMade by `tools/claim_spread.py ch01 --merge x` on 2026-01-02" in merged
     assert "Why." in merged

@@ -178,7 +178,7 @@ def by_claim(runs: list[dict]) -> dict[str, dict]:
 
 def report(runs: list[dict], profiles: list[str]) -> str:
     """The markdown table of every claim over the runs (one column per profile), then the errors."""
-    lines = ["| claim | bound | seed+0 | over seeds (min–max) | "
+    lines = ["| claim | bound | seed+0 | over seeds × CPUs (min–max) | "
              + " | ".join(profiles) + " | smallest margin | failed in |",
              "|---|---|---|---|" + "---|" * len(profiles) + "---|---|"]
     for name, e in by_claim(runs).items():
