@@ -214,22 +214,22 @@ deltas = torch.arange(-4, 5, dtype=torch.float64)
 r = torch.stack([deltas**2, deltas], dim=-1)                               # (9, 2): r_delta
 v_paper = -alpha_demo * torch.tensor([1.0, -2 * Delta], dtype=torch.float64)   # one head's v
 score_paper = r @ v_paper
-v_notes = -alpha_demo * torch.stack([torch.ones_like(deltas), -2 * deltas], dim=-1)   # delta twice
-score_notes = (v_notes * r).sum(-1)
+v_one_symbol = -alpha_demo * torch.stack([torch.ones_like(deltas), -2 * deltas], dim=-1)   # one delta for two things
+score_one_symbol = (v_one_symbol * r).sum(-1)
 print("delta:            ", deltas.tolist())
 print("paper, v . r:     ", score_paper.tolist())
 print("-a((d-D)^2 - D^2):", (-alpha_demo * ((deltas - Delta) ** 2 - Delta**2)).tolist())
-print("notes, v . r:     ", score_notes.tolist())
+print("one symbol, v . r:", score_one_symbol.tolist())
 print("+a d^2:           ", (alpha_demo * deltas**2).tolist())
 assert torch.equal(score_paper, -alpha_demo * ((deltas - Delta) ** 2 - Delta**2)), "the quadratic score must equal the paper's form"
-assert torch.equal(score_notes, alpha_demo * deltas**2), "the notes' score must equal alpha * delta^2"
+assert torch.equal(score_one_symbol, alpha_demo * deltas**2), "with one symbol the score must equal alpha * delta^2"
 print("paper's scores peak at delta =", deltas[score_paper.argmax()].item(),
-      "| notes' scores peak at delta =", deltas[score_notes.argmax()].tolist(), "(the window's ends)")
-r_flipped = torch.stack([deltas**2, -deltas], dim=-1)                     # r of the notes' offset q - k
+      "| one symbol's scores peak at delta =", deltas[score_one_symbol.argmax()].tolist(), "(the window's ends)")
+r_flipped = torch.stack([deltas**2, -deltas], dim=-1)                     # r of the offset q - k
 score_flipped = r_flipped @ v_paper
-print("with the notes' sign (q - k), the same v peaks at the key offset k - q =", deltas[score_flipped.argmax()].item(),
+print("with the sign q - k, the same v peaks at the key offset k - q =", deltas[score_flipped.argmax()].item(),
       "instead of", deltas[score_paper.argmax()].item())
-assert deltas[score_flipped.argmax()].item() == -Delta, "the notes' sign must mirror the head's centre"
+assert deltas[score_flipped.argmax()].item() == -Delta, "the sign q - k must mirror the head's centre"
 
 
 # %% [markdown]
