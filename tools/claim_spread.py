@@ -121,7 +121,11 @@ def run_one(notebook: str, offset: int, profile: str) -> dict:
         start = time.perf_counter()
         client = NotebookClient(nb, km=km, timeout=900, allow_errors=True, record_timing=False,
                                 resources={"metadata": {"path": str(Path(notebook).parent)}})
-        client.execute(env=env)
+        try:
+            client.execute(env=env)
+        finally:   # a kernel manager passed in is the caller's to stop: each run's kernel would stay alive
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
         seconds = time.perf_counter() - start
         records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     errors, changed, outputs = [], [], {}
