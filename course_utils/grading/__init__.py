@@ -20,6 +20,7 @@ One module per idea:
 - :mod:`~course_utils.grading.seccomp` -- the system calls the box denies
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests
+- :mod:`~course_utils.grading.formgrader_guard` -- formgrader safe to open: learner HTML cleaned, a Content-Security-Policy
 - :mod:`~course_utils.grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``
 - :mod:`~course_utils.grading.results` -- per-cell grades and a submission's faults
 
