@@ -254,3 +254,31 @@ def test_a_copy_stops_at_its_byte_budget(tmp_path):
     budget = Budget(bytes=2000, files=50, depth=3)
     copy_tree(src, tmp_path / "dest2", budget)
     assert budget.bytes == 0 and (tmp_path / "dest2" / "b").read_bytes() == b"b" * 1000
+
+
+def test_a_copy_never_follows_a_link_it_finds(tmp_path):
+    """copy_tree on its own (as after a check, had the folder changed since): a link to a folder or
+    a file is refused, not followed."""
+    from course_utils.grading.collect import Budget, copy_tree
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("k")
+    for i, target in enumerate((secret, secret / "key")):
+        src = tmp_path / f"src{i}"
+        src.mkdir()
+        (src / "inner").symlink_to(target)
+        with pytest.raises(Refused, match="without following a link"):
+            copy_tree(src, tmp_path / f"dest{i}", Budget(bytes=2**20, files=50, depth=3))
+        assert not (tmp_path / f"dest{i}" / "inner" / "key").exists()
+
+
+def test_names_that_give_no_student_are_ignored_even_when_names_are_trusted(tmp_path):
+    from course_utils.grading.inbound import Accounts, submissions
+    for name in (f"..+{CHAPTER}+2026-11-20 10:00:00 UTC+r", f".hidden+{CHAPTER}+2026-11-20 10:00:00 UTC+r",
+                 f"ok+{CHAPTER}+2026-11-20 10:00:00 UTC+r"):
+        (tmp_path / name).mkdir()
+    messages = []
+    log = type("Log", (), {"error": lambda self, *a: messages.append(a[0] % a[1:])})()
+    found = submissions(tmp_path, CHAPTER, Accounts(trust_names=True), log=log)
+    assert [s.student for s in found] == ["ok"], messages
+    assert sum("gives no student id" in m for m in messages) == 2, messages

@@ -105,7 +105,7 @@ class Budget:
     latest: float = 0.0   # the latest st_ctime of a file copied, seen on its descriptor after the copy
 
     def spend(self, name: str, size: int) -> None:
-        """Take one file of ``size`` bytes, or raise :class:`Refused`."""
+        """Take one entry of ``size`` bytes, or raise :class:`Refused`."""
         self.files -= 1
         if self.files < 0:
             raise Refused("more files than were checked appeared while it was collected")
@@ -114,24 +114,28 @@ class Budget:
         self.bytes -= size
 
 
-def _open_file(path: str, name: str) -> int:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open(name: str, flags: int, dir_fd: int | None, what: str) -> int:
+    """``name`` opened with ``flags`` (relative to the open folder ``dir_fd``), never through a link."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.open(name, flags, dir_fd=dir_fd)
     except OSError as e:
-        raise Refused(f"{name} cannot be opened without following a link "
+        raise Refused(f"{os.path.basename(name)} cannot be opened as {what} without following a link "
                       f"({errno.errorcode.get(e.errno, e.errno)})") from None
 
 
-def copy_file(path: str, target: Path, budget: Budget) -> None:
+def copy_file(name: str, target: Path, budget: Budget, dir_fd: int | None = None) -> None:
     """Copy one regular file, opened without following a link: at most the size it had when it
     was opened, and only if that fits in ``budget`` (a file that grows later is cut there)."""
-    name = os.path.basename(path)
-    fd = _open_file(path, name)
+    fd = _open(name, _FILE_FLAGS, dir_fd, "a file")
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            raise Refused(f"{name} changed into {_kind(st.st_mode)} while it was collected")
-        budget.spend(name, st.st_size)
+            raise Refused(f"{os.path.basename(name)} changed into {_kind(st.st_mode)} while it was collected")
+        budget.spend(os.path.basename(name), st.st_size)
         left = st.st_size
         with open(target, "wb") as out:
             while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
@@ -142,22 +146,35 @@ def copy_file(path: str, target: Path, budget: Budget) -> None:
         os.close(fd)
 
 
-def copy_tree(src: Path, dest: Path, budget: Budget, skip: frozenset[str] = frozenset()) -> None:
-    """Copy the regular files and folders of ``src`` into ``dest``, never through a link, within
-    ``budget``; the names in ``skip`` are left out at the top level."""
+def _copy_folder(fd: int, dest: Path, budget: Budget, depth: int, skip: frozenset[str]) -> None:
+    """Copy the open folder ``fd`` into ``dest``: its folders opened from it (``O_NOFOLLOW``), so a
+    folder swapped for a link after it was listed is refused, not followed."""
     dest.mkdir(parents=True, exist_ok=True)
-    with os.scandir(src) as entries:
+    with os.scandir(fd) as entries:
         for entry in entries:
             if entry.name in skip:
                 continue
-            if entry.is_dir(follow_symlinks=False):
-                if budget.depth <= 0:
-                    raise Refused("folders nested deeper than was checked appeared while it was collected")
-                inner = Budget(budget.bytes, budget.files - 1, budget.depth - 1, budget.latest)
-                copy_tree(Path(entry.path), dest / entry.name, inner)
-                budget.bytes, budget.files, budget.latest = inner.bytes, inner.files, inner.latest
-            else:
-                copy_file(entry.path, dest / entry.name, budget)
+            if not entry.is_dir(follow_symlinks=False):
+                copy_file(entry.name, dest / entry.name, budget, dir_fd=fd)
+                continue
+            if depth >= budget.depth:
+                raise Refused("folders nested deeper than was checked appeared while it was collected")
+            budget.spend(entry.name, 0)
+            inner = _open(entry.name, _DIR_FLAGS, fd, "a folder")
+            try:
+                _copy_folder(inner, dest / entry.name, budget, depth + 1, frozenset())
+            finally:
+                os.close(inner)
+
+
+def copy_tree(src: Path, dest: Path, budget: Budget, skip: frozenset[str] = frozenset()) -> None:
+    """Copy the regular files and folders of ``src`` into ``dest``, never through a link, within
+    ``budget``; the names in ``skip`` are left out at the top level."""
+    fd = _open(str(src), _DIR_FLAGS, None, "a folder")
+    try:
+        _copy_folder(fd, dest, budget, 0, skip)
+    finally:
+        os.close(fd)
 
 
 def write_timestamp(folder: Path, when) -> None:
@@ -202,8 +219,9 @@ class CourseCollect(ExchangeCollect):
         for sub in self.src_records:
             try:
                 self.collect_one(sub)
-            except (Refused, OSError) as e:
-                why = str(e) if isinstance(e, Refused) else f"it cannot be read ({e.strerror or e})"
+            except Exception as e:   # one student's folder never stops the class
+                why = (str(e) if isinstance(e, Refused) else f"it cannot be read ({e.strerror or e})"
+                       if isinstance(e, OSError) else f"{type(e).__name__}: {e}")
                 self.log.error("not collected: %s (%s)", sub.path.name, why)
 
     def collect_one(self, sub: Inbound) -> None:
@@ -231,7 +249,10 @@ class CourseCollect(ExchangeCollect):
         """Whether a submission changed at ``when`` is to be copied over what ``dest`` holds."""
         if not dest.is_dir():
             return True
-        existing = self.coursedir.get_existing_timestamp(str(dest))
+        try:
+            existing = self.coursedir.get_existing_timestamp(str(dest))
+        except Exception:   # an unreadable timestamp.txt of an earlier collect: the new one replaces it
+            existing = None
         if self.update and (existing is None or when > existing):
             return True
         if self.before_duedate and existing != when:

@@ -86,8 +86,8 @@ def _parse_name(name: str, chapter: str) -> tuple[str | None, str | None]:
         parse_utc(parts[2])
     except (ValueError, OverflowError, TypeError, AttributeError):
         return None, f"its time {parts[2][:40]!r} does not parse"
-    if not parts[0]:
-        return None, "its name gives no student"
+    if not parts[0] or parts[0].startswith("."):
+        return None, "its name gives no student id (empty, or starting with a dot)"
     return parts[0], None
 
 
