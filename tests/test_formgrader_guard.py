@@ -47,13 +47,18 @@ def _notebook():
     return nb
 
 
-def _formgrader_html(config: Config) -> str:
-    """The notebook as formgrader's exporter renders it (its template, the given server config)."""
+def instructor_config() -> Config:
+    """The server configuration of ``make instructor-lab`` (lab/instructor), as a traitlets Config."""
+    return Config(json.loads(INSTRUCTOR_CONFIG.read_text()))
+
+
+def formgrader_html(nb, config: Config) -> str:
+    """``nb`` as formgrader's exporter renders it (its template, the given server config)."""
     config.HTMLExporter.template_name = "formgrade"
     config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
     resources = {"base_url": "", "submission_id": "s", "notebook_id": "nb", "assignment_id": "a", "index": 0,
                  "total": 1, "student": "x", "last_name": "", "first_name": "", "mathjax_url": ""}
-    html, _ = HTMLExporter(config=config).from_notebook_node(_notebook(), resources=resources)
+    html, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
     return html
 
 
@@ -62,13 +67,12 @@ def test_without_the_instructor_config_formgrader_renders_learner_script():
     therefore fails without lab/instructor's configuration)."""
     config = Config()
     config.HTMLExporter.sanitize_html = True      # nbconvert's own switch: outputs only
-    html = _formgrader_html(config)
+    html = formgrader_html(_notebook(), config)
     assert f"onerror=\"alert('{MARK}-img')\"" in html
 
 
 def test_formgrader_renders_no_learner_script_with_the_instructor_config():
-    config = Config(json.loads(INSTRUCTOR_CONFIG.read_text()))
-    html = _formgrader_html(config)
+    html = formgrader_html(_notebook(), instructor_config())
     assert "The weights sum to one." in html and "<b>bold</b>" in html
     assert MARK not in html, [line for line in html.splitlines() if MARK in line]
 
