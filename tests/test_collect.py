@@ -1,4 +1,5 @@
-"""``nbgrader collect`` through the course's CourseCollect: who submitted, and nothing but files."""
+"""``nbgrader collect`` through the course's CourseCollect: who submitted, when (by the server's clock),
+and nothing but files, within a byte budget."""
 
 from __future__ import annotations
 
