@@ -276,10 +276,11 @@ def test_a_copy_never_follows_a_link_it_finds(tmp_path):
 def test_names_that_give_no_student_are_ignored_even_when_names_are_trusted(tmp_path):
     from course_utils.grading.inbound import Accounts, submissions
     for name in (f"..+{CHAPTER}+2026-11-20 10:00:00 UTC+r", f".hidden+{CHAPTER}+2026-11-20 10:00:00 UTC+r",
+                 f"<img src=x onerror=alert(1)>+{CHAPTER}+2026-11-20 10:00:00 UTC+r",
                  f"ok+{CHAPTER}+2026-11-20 10:00:00 UTC+r"):
         (tmp_path / name).mkdir()
     messages = []
     log = type("Log", (), {"error": lambda self, *a: messages.append(a[0] % a[1:])})()
     found = submissions(tmp_path, CHAPTER, Accounts(trust_names=True), log=log)
     assert [s.student for s in found] == ["ok"], messages
-    assert sum("gives no student id" in m for m in messages) == 2, messages
+    assert sum("gives no student id" in m for m in messages) == 3, messages

@@ -8,7 +8,8 @@ parse stopped the whole collect. Here the course lists ``inbound/`` itself (:fun
 * each entry is ``lstat``-ed first (never followed): its **owner** decides whose it is. An entry
   whose owner is not the account of the student its name gives (``alice`` or ``jupyter-alice``,
   see :class:`Accounts`) is ignored with a message, and so is one that is not a folder or whose
-  name does not parse (not ``student+chapter+time[+random]``, or a time nbgrader cannot read):
+  name does not parse (not ``student+chapter+time[+random]``, a time nbgrader cannot read, or a
+  student id other than :data:`STUDENT_ID`):
   it hides no one and stops nothing;
 * the folders left are grouped by student, and each student's newest is the one whose folder
   changed last (``st_ctime``: the server's clock, which no user can set back), never the time in
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import pwd
+import re
 import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,7 +29,11 @@ from pathlib import Path
 
 from nbgrader.utils import parse_utc
 
-__all__ = ["Accounts", "Inbound", "owner_of", "server_time", "submissions"]
+__all__ = ["Accounts", "Inbound", "STUDENT_ID", "owner_of", "server_time", "submissions"]
+
+# What a student id may be (an account or hub user name): no markup or quotes (formgrader's pages show
+# student ids), no path, not ".." or a hidden name.
+STUDENT_ID = re.compile(r"(?!\.)[\w.@+-]+")
 
 
 def owner_of(st: os.stat_result, owner_map: dict) -> str:
@@ -86,8 +92,9 @@ def _parse_name(name: str, chapter: str) -> tuple[str | None, str | None]:
         parse_utc(parts[2])
     except (ValueError, OverflowError, TypeError, AttributeError):
         return None, f"its time {parts[2][:40]!r} does not parse"
-    if not parts[0] or parts[0].startswith("."):
-        return None, "its name gives no student id (empty, or starting with a dot)"
+    if not STUDENT_ID.fullmatch(parts[0]):
+        return None, ("its name gives no student id (letters, digits and _ . @ + - only, not starting "
+                      "with a dot)")
     return parts[0], None
 
 
