@@ -10,7 +10,8 @@ they had slipped past the grader's own output handling. ``make instructor-lab`` 
 course and the instructor opens the submission in formgrader: the page must carry the course's
 Content-Security-Policy, nothing may mark it, no grade may change and no kernel may start; the
 written answer's own text is shown; and formgrader still works under the policy (the instructor
-gives the written answer full credit with formgrader's button, and the gradebook has it).
+gives the written answer full credit with formgrader's button, and the gradebook has it; the eye
+icon's own inline handler, allowed by its hash, shows the student's name).
 Screenshot: site/_build/screenshots/formgrader.png.
 """
 from __future__ import annotations
@@ -180,6 +181,9 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
         page.locator(f"div.pull-right:has(#{written_id}) .full-credit").click()
         page.wait_for_timeout(2000)
         credited = _grades(course)
+        # ... and its own inline handlers, which the policy allows by hash: the eye shows the name.
+        page.locator("span.name-hidden").first.click()
+        name_shown = page.locator("a.name-shown").first.is_visible()
         with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=10) as r:
             api_csp = r.headers.get("Content-Security-Policy", "")
 
@@ -191,5 +195,6 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
                 else f"formgrader's page lacks the course's Content-Security-Policy: {csp!r}",
                 "" if "default-src 'none'" in api_csp else f"the API's own policy was replaced: {api_csp!r}"]
     assert not any(problems), "\n".join(p for p in problems if p)
+    assert name_shown, "formgrader's own onclick handler (the student's name) was blocked"
     manual, max_score = credited[written_id][1], credited[written_id][3]
     assert manual == max_score > 0, f"formgrader's full-credit button did not save: {credited[written_id]}"
