@@ -109,8 +109,13 @@ update: $(STAMP)
 lab: update
 	cd "$(LAB_ROOT)" && JUPYTER_CONFIG_PATH="$(LAB_CONFIG)" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
+# The instructor's Lab: nbgrader's formgrader on the course root (INSTRUCTOR_ROOT, the course's own by
+# default; the browser tests start it on a throwaway course). lab/instructor: formgrader renders every
+# learner's Markdown and output cleaned, under a Content-Security-Policy (course_utils/grading/formgrader_guard.py).
+INSTRUCTOR_ROOT ?= $(CURDIR)
 instructor-lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/lab" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
+	cd "$(INSTRUCTOR_ROOT)" && JUPYTER_CONFIG_PATH="$(CURDIR)/lab/instructor:$(CURDIR)/lab" $(CURDIR)/$(BIN)/jupyter lab \
+	  --ServerApp.root_dir="$(abspath $(INSTRUCTOR_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check course_utils tests tools benchmarks conftest.py nbgrader_config.py solutions site tests_site

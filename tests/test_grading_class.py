@@ -165,7 +165,16 @@ def _submit(tmp_path: Path, course: Path, teacher: dict, homes: dict, envs: dict
         nb.cells.append(nbformat.v4.new_markdown_cell(f"Submitted by {student}-sentinel."))
         nbformat.write(nb, fetched)
         _nbgrader("submit", CHAPTER, cwd=home, env=envs[student])
+        if os.geteuid() == 0:   # the student's own account, given at once: collect's time is st_ctime
+            for entry in inbound.glob(f"{student}+*"):
+                for p in (entry, *entry.rglob("*")):
+                    os.chown(p, UIDS[student], UIDS[student])
     return paths
+
+
+# As root, each student's inbound folder is given an account of its own as soon as it is submitted
+# (a chown changes st_ctime, collect's time of submission: given later, alice would be late too).
+UIDS = {"alice": 2001, "bob": 2002}
 
 
 def _collect(course: Path, inbound: Path, teacher: dict) -> None:
@@ -176,14 +185,9 @@ def _collect(course: Path, inbound: Path, teacher: dict) -> None:
     student's inbound folder an account of its own and tell collect whose it is; otherwise trust
     the names, as a hub with an authenticated exchange would.
     """
-    if os.geteuid() == 0:
-        uids = {"alice": 2001, "bob": 2002}
-        for entry in inbound.iterdir():
-            uid = uids[entry.name.split("+")[0]]
-            for p in (entry, *entry.rglob("*")):
-                os.chown(p, uid, uid)
+    if os.geteuid() == 0:   # each inbound folder was given to its student's own uid as it was submitted
         with open(course / "nbgrader_config.py", "a") as f:
-            f.write(f"\nc.CourseCollect.owner_map = {{{', '.join(f'{str(u)!r}: {s!r}' for s, u in uids.items())}}}\n")
+            f.write(f"\nc.CourseCollect.owner_map = {{{', '.join(f'{str(u)!r}: {s!r}' for s, u in UIDS.items())}}}\n")
     else:
         with open(course / "nbgrader_config.py", "a") as f:
             f.write("\nc.CourseCollect.trust_names = True\n")

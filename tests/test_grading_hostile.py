@@ -495,6 +495,10 @@ def _box_submissions(course: Path, src: Path, release: Path, exercises: list[str
         fat.cells.append(nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
             "stream", name="stdout", text="z" * (40 * 2**20))]))
     subs["h-fat"] = fat
+    # Issue 48: a written answer whose HTML would run in formgrader, on the instructor's session.
+    written = _lean(src)
+    next(c for c in written.cells if c.cell_type == "markdown" and _meta(c).get("solution")).source = FORMGRADER_XSS
+    subs["h-formgrader"] = written
     return subs
 
 
@@ -802,6 +806,34 @@ def test_a_message_over_the_limit_stops_the_notebook_and_keeps_what_it_earned(ho
     res = hostile["results"]["h-one-message"]
     assert res.auto_score == _points(hostile, hostile["exercises"][:2]), res.table()
     assert "in one message" in res.reason and "could not grade" not in res.reason, res.reason
+
+
+FORMGRADER_XSS = """The weights of one query sum to one.
+
+<img src="x.png" onerror="fetch('/formgrader/api/grade/1',{method:'PUT'})">
+
+<script>fetch('/api/kernels',{method:'POST'})</script>
+
+<svg><animate onbegin="alert(1)" attributeName="x" dur="1s"></animate></svg>
+<a href="javascript:alert(2)">see</a> <iframe srcdoc="<script>alert(3)</script>"></iframe>
+"""
+_SCRIPT = (r"<script(?![^>]*\bsrc=)[^>]*>[^<]*(fetch|alert)", r"<[a-zA-Z][^>]*\son\w+\s*=\s*[\"']?[^\"'>]*(fetch|alert)",
+           r"""<a\b[^>]*href\s*=\s*["']?\s*javascript:""", r"<iframe")
+
+
+def test_formgrader_shows_no_learner_script(hostile):
+    """Formgrader's view of the autograded notebooks, rendered as `make instructor-lab` configures it
+    (tests/test_formgrader_guard.py; tests_site/test_formgrader.py opens it in Chromium): the written
+    answer's text is there, and no script of the written answer, of h-box's Markdown or of its outputs."""
+    from test_formgrader_guard import formgrader_html, instructor_config
+    for student in ("h-formgrader", "h-box"):
+        nb = nbformat.read(hostile["course"] / "autograded" / student / CHAPTER / hostile["src"].name, 4)
+        page = formgrader_html(nb, instructor_config())
+        body = page[page.lower().index("<body"):]
+        for bad in _SCRIPT:
+            assert not re.search(bad, body, re.I), (student, re.findall(".{60}" + bad + ".{60}", body, re.I | re.S)[:2])
+        if student == "h-formgrader":
+            assert "The weights of one query sum to one." in body
 
 
 def test_feedback_html_is_sanitised(hostile):

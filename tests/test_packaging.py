@@ -112,7 +112,10 @@ def test_make_lab_ships_its_jupyterlab_defaults():
     assert "LAB_CONFIG := $(if $(COURSE_LANG),$(CURDIR)/lab/$(COURSE_LANG):)$(CURDIR)/lab/learner:$(CURDIR)/lab" in makefile
     chinese = json.loads((ROOT / "lab/zh_CN/labconfig/default_setting_overrides.json").read_text())
     assert chinese["@jupyterlab/translation-extension:plugin"]["locale"] == "zh_CN"
-    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab"' in _makefile_rule("instructor-lab")
+    # the instructor's Lab reads lab/instructor first: formgrader safe to open (formgrader_guard.py)
+    assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab/instructor:$(CURDIR)/lab"' in _makefile_rule("instructor-lab")
+    instructor = json.loads((ROOT / "lab/instructor/jupyter_server_config.json").read_text())
+    assert instructor["ServerApp"]["jpserver_extensions"] == {"course_utils.grading.formgrader_guard": True}
     overrides = json.loads((ROOT / "lab/labconfig/default_setting_overrides.json").read_text())
     news = overrides["@jupyterlab/apputils-extension:notification"]
     assert news["fetchNews"] == "false" and news["checkForUpdates"] is False

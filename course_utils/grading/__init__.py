@@ -9,6 +9,7 @@ One module per idea:
 - :mod:`~course_utils.grading.autograde` -- one submission, one chapter, the instructor's class
 - :mod:`~course_utils.grading.parallel` -- N submissions at a time, merged into the gradebook by one writer
 - :mod:`~course_utils.grading.exchange` -- nbgrader's exchange: its folder, a student's configuration
+- :mod:`~course_utils.grading.inbound` -- the exchange's inbound folder: whose each submission is, and when, from the server
 - :mod:`~course_utils.grading.collect` -- ``nbgrader collect`` that knows who submitted, and copies files only
 - :mod:`~course_utils.grading.execution` -- nbgrader's execute step in the sandbox; the checks' records collected
 - :mod:`~course_utils.grading.reference` -- the solution's own run, once per chapter, that submissions are held to
@@ -19,6 +20,7 @@ One module per idea:
 - :mod:`~course_utils.grading.seccomp` -- the system calls the box denies
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests
+- :mod:`~course_utils.grading.formgrader_guard` -- formgrader safe to open: learner HTML cleaned, a Content-Security-Policy
 - :mod:`~course_utils.grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``
 - :mod:`~course_utils.grading.results` -- per-cell grades and a submission's faults
 
