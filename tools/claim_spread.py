@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU profiles of tools/cpu_profiles.py (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
     parser.add_argument("--json", type=Path, help="also write the raw records here (after every run)")
-    parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on")
+    parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on, and "
+                                                      "course_utils/claim_spread.json anew")
     parser.add_argument("--merge", type=Path,
                         help="update this document: drop the rows of the chapters run, append a section with the "
                              "new table; and update course_utils/claim_spread.json")
@@ -339,8 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.quotes:
         print(quotes_report(runs))
-    if args.markdown:
+    if args.markdown:   # a new document, and the learner's spreads from the same runs
         args.markdown.write_text(markdown_document(table, command, machine()))
+        SPREAD_JSON.write_text(json.dumps(spread_summary(runs), indent=1, ensure_ascii=False) + "\n")
     if args.merge:
         run_chapters = sorted({run["notebook"][:4] for run in runs})
         args.merge.write_text(merge_document(args.merge.read_text(), table, run_chapters, command, machine(),
