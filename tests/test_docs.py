@@ -85,6 +85,7 @@ def values() -> dict[str, int]:
         "message_mib": execution.MESSAGE_BYTES // mib,
         "submission_mib": intake.MAX_NOTEBOOK_BYTES // mib,
         "outputs_note_mib": intake.OUTPUTS_NOTE_BYTES // mib,
+        "json_values": intake.MAX_JSON_VALUES,
         "cell_chars": intake.MAX_CELL_CHARS,
         "text_chars": intake.MAX_TEXT_CHARS,
         "record_mib": execution.ONE_RECORD_BYTES // mib,

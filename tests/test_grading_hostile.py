@@ -489,11 +489,11 @@ def _box_submissions(course: Path, src: Path, release: Path, exercises: list[str
     costly.cells.append(nbformat.v4.new_markdown_cell(TABLE))
     subs["h-costly"] = costly
     fat = _lean(src)
-    fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (40 * 2**20))] \
+    fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (8 * 2**20))] \
         if fat.cells[-1].cell_type == "code" else []
     if not fat.cells[-1].get("outputs"):
         fat.cells.append(nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
-            "stream", name="stdout", text="z" * (40 * 2**20))]))
+            "stream", name="stdout", text="z" * (8 * 2**20))]))
     subs["h-fat"] = fat
     return subs
 

@@ -26,3 +26,56 @@ def test_the_learners_text_is_cut_per_cell_and_in_total():
     assert sum(map(len, learner)) < intake.MAX_TEXT_CHARS + len(learner) * 200
     assert "cut by the grader" in learner[-1] and any("were cut" in f for f in faults), faults
     assert [c.source for c in nb.cells if c.cell_type == "code"][1] == "assert f() == 1"   # the release's test
+
+
+# --- issue 48: a notebook's cost is bounded before it is parsed ------------------------------------
+
+def test_the_size_limits_come_from_the_courses_own_notebooks():
+    """The limits hold the largest real notebook with a wide margin, and are no larger than that margin."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    notebooks = [*repo.glob("solutions/*/*.ipynb"), *repo.glob("notebooks/*/*.ipynb"),
+                 *repo.glob("notebooks-zh_CN/*/*.ipynb")]
+    largest = max(p.stat().st_size for p in notebooks)
+    most = max(intake.json_values(p.read_bytes()) for p in notebooks)
+    assert 8 * largest <= intake.MAX_NOTEBOOK_BYTES <= 32 * largest, (largest, intake.MAX_NOTEBOOK_BYTES)
+    assert 8 * most <= intake.MAX_JSON_VALUES <= 32 * most, (most, intake.MAX_JSON_VALUES)
+    assert intake.OUTPUTS_NOTE_BYTES < intake.MAX_NOTEBOOK_BYTES
+
+
+def test_json_values_counts_structure_outside_strings_only():
+    assert intake.json_values(b'{"a": [1, 2, "x,y:{["], "b": {}}') == 11   # 4 strings, 2 {, 1 [, 2 ',', 2 ':'
+    assert intake.json_values(b'"' + b"\\" * 10_000) == 0                    # a string that never ends
+    assert intake.json_values(b"," * 10, limit=3) == 4                       # counted up to the limit only
+
+
+def test_a_padded_notebook_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """A notebook of empty objects (cheap on disk, 40 bytes of memory per byte once parsed) gets 0 and
+    a reason, and is never given to the JSON parser; an ordinary one is parsed."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    chapter = "ch03_scaled_dot_product"
+    release = repo / "notebooks" / chapter / f"{chapter}.ipynb"
+    padded = tmp_path / "padded.ipynb"
+    padded.write_bytes(b'{"cells": [], "metadata": {"pad": [' + b",".join([b'{"":{"":{}}}'] * 60_000) + b"]}}")
+    assert padded.stat().st_size < intake.MAX_NOTEBOOK_BYTES
+    parsed = []
+    real = intake.json.loads
+    def loads(text, *a, **k):
+        parsed.append(len(text) > 600_000)   # the padding (the release is smaller)
+        return real(text, *a, **k)
+
+    monkeypatch.setattr(intake.json, "loads", loads)
+    faults = intake.intake(padded, chapter, release, tmp_path / "out" / "a.ipynb", repo)
+    assert not any(parsed) and "JSON values" in faults[0] and "graded as blank" in faults[0], faults
+    faults = intake.intake(release, chapter, release, tmp_path / "out" / "b.ipynb", repo)
+    assert parsed and not faults, faults
+
+
+def test_a_notebook_over_the_size_limit_is_never_read(tmp_path):
+    big = tmp_path / "big.ipynb"
+    with big.open("wb") as f:
+        f.truncate(intake.MAX_NOTEBOOK_BYTES + 1)
+    import pytest
+    with pytest.raises(intake.Refused, match="over the limit of 16 MiB"):
+        intake.read_submission(big)

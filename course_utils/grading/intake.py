@@ -14,6 +14,9 @@ release notebook (generated from ``solutions/``, the trusted template):
   does with it afterwards (the feedback's Markdown rendering, the sanitiser) costs more than that;
 * outputs are never read: a notebook over the size one with outputs has only because of its outputs
   is graded without them (up to ``MAX_NOTEBOOK_BYTES`` on disk);
+* a notebook is parsed only when its structure is bounded (:func:`json_values`, counted without
+  parsing it, at most ``MAX_JSON_VALUES``), so that parsing costs bounded memory in the grader's
+  own process (both limits are set from the course's own notebooks, with their margin);
 * nothing else of the submission counts: its tags (``skip-execution``, ``raises-exception``),
   its cell and notebook metadata (``"nbgrader": "x"``, ``schema_version: 99``), its outputs,
   its kernelspec, a second copy of a test cell (dropped);
@@ -32,6 +35,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -41,8 +45,15 @@ from nbformat.notebooknode import NotebookNode
 from course_utils.grading.course import chapter_notebook, chapters, origin
 from course_utils.grading.results import GRADER_VERSION, META
 
-MAX_NOTEBOOK_BYTES = 128 * 2**20    # read at most this; a chapter's notebook with outputs is well under 2 MiB
-OUTPUTS_NOTE_BYTES = 32 * 2**20     # a bigger notebook gets a note that its outputs were not read
+# The largest notebook of the course (solutions/ch06_transformer, with its outputs) is 0.93 MiB; the
+# one with the most strings and structural marks (json_values) is ch03's, 6,283 (tests/test_intake.py
+# measures both again). A submission may be 17 times that size and hold 16 times those values; it is
+# refused before it is parsed otherwise, so that parsing it in the grader's own process costs a
+# bounded amount of memory whatever its shape (at most about 100 MiB; a padding of empty objects
+# costs 40 bytes of memory per byte of JSON, and 128 MiB of it took the grader to 5 GiB).
+MAX_NOTEBOOK_BYTES = 16 * 2**20     # read at most this
+MAX_JSON_VALUES = 100_000           # parse only a notebook with at most this many strings and structural marks
+OUTPUTS_NOTE_BYTES = 4 * 2**20      # a bigger notebook gets a note that its outputs were not read
 MAX_CELL_CHARS = 100_000            # what one cell of the learner's may hold; more is cut
 MAX_TEXT_CHARS = 1_000_000          # what all the learner's cells may hold together; more is cut
 HIDDEN_DELIMITERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -125,6 +136,32 @@ def _read_at_most(fd: int, path: Path, limit: int) -> bytes:
         if size > limit:
             raise Refused(f"{path.name} is over the limit of {limit / 2**20:.0f} MiB")
     return b"".join(chunks)
+
+
+# Skip what is not structure, then take one whole string or one structural character (possessive:
+# linear in the length; a string that never ends stops the count, and the parser then refuses it).
+_TOKEN = re.compile(rb'[^"{\[,:]*+("[^"\\]*+(?:\\.[^"\\]*+)*+"|[{\[,:])', re.S)
+
+
+def json_values(raw: bytes, limit: int = MAX_JSON_VALUES) -> int:
+    """How many strings, ``{``, ``[``, ``,`` and ``:`` the JSON text ``raw`` holds (each string counted
+    once, whatever it holds), counted up to ``limit + 1`` without parsing it: at least as many as
+    it has values and keys, since every value and key but the outermost follows one of them."""
+    n, pos = 0, 0
+    while n <= limit:
+        m = _TOKEN.match(raw, pos)
+        if m is None:
+            break
+        n += 1
+        pos = m.end()
+    return n
+
+
+def parse_bounded(raw: bytes, name: str) -> dict:
+    """The submission's JSON, parsed only when its size in values is bounded (:data:`MAX_JSON_VALUES`)."""
+    if json_values(raw) > MAX_JSON_VALUES:
+        raise Refused(f"{name} holds over {MAX_JSON_VALUES:,} JSON values (a chapter's notebook holds under 7,000)")
+    return json.loads(raw.decode("utf-8"))
 
 
 def _meta(cell) -> dict:
@@ -274,7 +311,7 @@ def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
     blank = nbformat.read(release, as_version=4)
     try:
         raw = read_submission(submitted, base)
-        data = json.loads(raw.decode("utf-8"))
+        data = parse_bounded(raw, submitted.name)
         if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
             raise ValueError("it has no list of cells")
     except Refused as e:
