@@ -19,8 +19,10 @@ What the kernel sees is built, not hidden: a read-only ``/usr`` (and the ``/bin`
 links), the course's Python (the virtual environment and the interpreter it was made from),
 read-only; a fresh copy of the teaching modules of ``course_utils`` (``/box/lib``, read-only,
 without the grader); a writable ``/box`` that is a size-limited tmpfs (``/box/work`` the
-working folder, ``/box/home``, ``/box/tmp`` = ``/tmp``); the kernel's sockets (``/ipc``, as
-root a 1 MiB tmpfs). The course, ``solutions/``, the gradebook, ``submitted/``,
+working folder, ``/box/home``, ``/box/tmp`` = ``/tmp``); a ``/dev/shm`` of its own (``SHM_MB``);
+the kernel's sockets (``/ipc``, as root a 1 MiB tmpfs); everything else, ``/dev`` included,
+read-only (:func:`box_mounts`). Its stdout and stderr are a pipe, not the grader's log files
+(:func:`pipe_output`). The course, ``solutions/``, the gradebook, ``submitted/``,
 ``autograded/``, ``feedback/``, the nbgrader exchange, the grader's ``TMPDIR`` and every
 other student's files are simply not in its file system. Nothing in the box survives it.
 
@@ -360,21 +362,77 @@ def _kernel_main(box: Path, connection_file: str) -> None:
                PYTHONDONTWRITEBYTECODE="1", USER="student", LOGNAME="student")
     kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(inside / "kernel.json"),
               "--HistoryManager.hist_file=:memory:"]
+    pipe_output()
     if not iso.sandboxed:
         for name in ("home", "tmp"):
             (box / name).mkdir(exist_ok=True)
         os.chdir(box / "work")
         os.execvpe(kernel[0], kernel, env)
     closing, _ = hardening(iso)   # the seccomp descriptor is inheritable: exec keeps it open for bwrap
-    argv = [iso.bwrap, *_namespaces(), *closing, *_system_view(),
-            "--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
+    argv = [iso.bwrap, *_namespaces(), *closing, *_system_view(), *box_mounts(box, limits), "--", *kernel]
+    os.execvpe(argv[0], argv, env)
+
+
+SHM_MB = 64   # /dev/shm in the box: its own tmpfs of this size (the rest of /dev is read-only)
+
+
+def box_mounts(box: Path, limits: Limits) -> list[str]:
+    """bwrap's arguments for what the kernel may write, after :func:`_system_view`: the ``/box`` tmpfs
+    (``limits.file_mb``), ``/dev/shm`` (:data:`SHM_MB`) and the sockets' folder; then ``/`` and ``/dev``
+    (bwrap's ``--dev`` is a tmpfs of the host's default size) read-only."""
+    mb = 2**20
+    return ["--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
             "--size", str(limits.file_mb * mb), "--tmpfs", "/box",
             "--dir", "/box/work", "--dir", "/box/home", "--dir", "/box/tmp",
-            "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(conn), "/box/kernel.json",
+            "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(box / "kernel.json"), "/box/kernel.json",
             "--bind", str(box / "ipc"), "/ipc",
-            *_tmp_link(), "--size", str(64 * mb), "--tmpfs", "/dev/shm",
-            "--remount-ro", "/", "--chdir", "/box/work", "--", *kernel]
-    os.execvpe(argv[0], argv, env)
+            *_tmp_link(), "--size", str(SHM_MB * mb), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/box/work"]
+
+
+BOX_OUTPUT_BYTES = 64 * 2**10   # what the box may write to its stdout and stderr that reaches the grader's log
+BOX_PREFIX = b"[kernel] "       # each such line is marked (parallel.last_error never quotes one)
+
+
+def pipe_output() -> None:
+    """Give the box a pipe for its stdout and stderr instead of the grader's capture files (which the
+    box could otherwise reopen through ``/proc/self/fd`` and rewrite): a small process outside the box
+    copies at most :data:`BOX_OUTPUT_BYTES` of it, each line marked :data:`BOX_PREFIX`, to the
+    grader's stderr, and ends when the box has closed the pipe."""
+    r, w = os.pipe()
+    if os.fork() == 0:
+        try:
+            os.close(w)
+            _copy_marked(r, 2)
+        finally:
+            os._exit(0)
+    os.close(r)
+    for fd in (1, 2):
+        os.dup2(w, fd)
+    os.close(w)
+
+
+def _copy_marked(r: int, out: int, limit: int = BOX_OUTPUT_BYTES) -> None:
+    """Copy the lines read from ``r`` to ``out``, marked, up to ``limit`` bytes; read the rest to the end."""
+    left, pending = limit, b""
+    while chunk := os.read(r, 65536):
+        if left <= 0:
+            continue
+        *lines, pending = (pending + chunk).split(b"\n")
+        if len(pending) > 4096:
+            lines, pending = [*lines, pending], b""
+        for line in lines:
+            if left <= 0:
+                break
+            try:
+                os.write(out, BOX_PREFIX + line[:left] + b"\n")
+                left -= len(BOX_PREFIX) + len(line) + 1
+            except OSError:   # the grader's log is gone: read on, so that the box never blocks
+                left = 0
+    if pending and left > 0:
+        os.write(out, BOX_PREFIX + pending[:left] + b"\n")
+    if left <= 0:
+        os.write(out, BOX_PREFIX + f"(more than {limit} bytes: the rest was dropped)\n".encode())
 
 
 def descendants(pid: int) -> int:
