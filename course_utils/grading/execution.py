@@ -197,6 +197,9 @@ class SandboxedExecute(Execute):
         self._bindings = sandbox.chapter_bindings(sources[0]) if len(sources) == 1 else {}
         os.environ[RECORD_FLAG] = "1"   # the kernel's checks send their records (the launcher keeps it)
         box = self._box = sandbox.Box(self.limits)
+        if box.unlimited():   # never called limited when it is not
+            self._fault(f"the box's {' and '.join(box.unlimited())} cgroup could not be set "
+                        f"({'; '.join(box.group.errors) or 'its limit did not read back'}): limited per process only")
         self.shutdown_kernel = "immediate"
         resources = resources if resources is not None else {}
         resources.setdefault("metadata", {})["path"] = str(box.work)
@@ -208,7 +211,7 @@ class SandboxedExecute(Execute):
             self._fault(f"the kernel failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         finally:
             if box.out_of_memory():
-                self._fault(f"ran out of memory (limit {self.limits.memory_mb} MiB for the whole box)")
+                self._fault(f"ran out of memory (limit {self.limits.memory_mb} MiB {box.memory_scope()})")
             box.close()
         self._finish(nb, f"not run: {report['faults'][-1]}" if report["faults"] else "not run")
         return nb, resources
