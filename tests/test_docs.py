@@ -86,6 +86,7 @@ def values() -> dict[str, int]:
         "submission_mib": intake.MAX_NOTEBOOK_BYTES // mib,
         "outputs_note_mib": intake.OUTPUTS_NOTE_BYTES // mib,
         "json_values": intake.MAX_JSON_VALUES,
+        "json_containers": intake.MAX_JSON_CONTAINERS,
         "shm_mib": sandbox.SHM_MB,
         "box_output_kib": sandbox.BOX_OUTPUT_BYTES // 2**10,
         "cell_chars": intake.MAX_CELL_CHARS,

@@ -37,16 +37,42 @@ def test_the_size_limits_come_from_the_courses_own_notebooks():
     notebooks = [*repo.glob("solutions/*/*.ipynb"), *repo.glob("notebooks/*/*.ipynb"),
                  *repo.glob("notebooks-zh_CN/*/*.ipynb")]
     largest = max(p.stat().st_size for p in notebooks)
-    most = max(intake.json_values(p.read_bytes()) for p in notebooks)
+    marks, containers = (max(c) for c in zip(*(intake.json_counts(p.read_bytes()) for p in notebooks)))
     assert 8 * largest <= intake.MAX_NOTEBOOK_BYTES <= 32 * largest, (largest, intake.MAX_NOTEBOOK_BYTES)
-    assert 8 * most <= intake.MAX_JSON_VALUES <= 32 * most, (most, intake.MAX_JSON_VALUES)
+    assert 8 * containers <= intake.MAX_JSON_CONTAINERS <= 32 * containers, (containers, intake.MAX_JSON_CONTAINERS)
+    assert 8 * marks <= intake.MAX_JSON_VALUES, (marks, intake.MAX_JSON_VALUES)
     assert intake.OUTPUTS_NOTE_BYTES < intake.MAX_NOTEBOOK_BYTES
 
 
-def test_json_values_counts_structure_outside_strings_only():
-    assert intake.json_values(b'{"a": [1, 2, "x,y:{["], "b": {}}') == 11   # 4 strings, 2 {, 1 [, 2 ',', 2 ':'
-    assert intake.json_values(b'"' + b"\\" * 10_000) == 0                    # a string that never ends
-    assert intake.json_values(b"," * 10, limit=3) == 4                       # counted up to the limit only
+def test_json_counts_count_structure_outside_strings_only():
+    assert intake.json_counts(b'{"a": [1, 2, "x,y:{["], "b": {}}') == (11, 3)   # 4 strings, 2 {, 1 [, 2 ',', 2 ':'
+    assert intake.json_counts(b'"' + b"\\" * 10_000) == (0, 0)                 # a string that never ends
+    assert intake.json_counts(b"," * 10, limit=3) == (4, 0)                      # counted up to the limit only
+    assert intake.json_counts(b"[" * 10, containers=3) == (4, 4)
+
+
+def _worst_shapes():
+    """JSON texts at the limits, each as costly to parse as its shape allows."""
+    n, c, size = intake.MAX_JSON_VALUES, intake.MAX_JSON_CONTAINERS, intake.MAX_NOTEBOOK_BYTES
+    yield "short strings", b"[" + b",".join([b'"ab"'] * (n // 2 - 1)) + b"]"   # a string and its comma: two marks
+    yield "floats", b"[" + b",".join([b"1.5"] * (n - 1)) + b"]"
+    yield "empty objects", b"[" + b",".join([b"{}"] * (c - 1)) + b"]"
+    yield "one astral string", b'["' + "\U0001F600".encode() * (size // 4 - 4) + b'"]'
+    per = (size - 2 * c) // (n // 2)                                    # many strings filling the bytes
+    yield "strings filling it", b"[" + b",".join([b'"' + b"x" * max(per - 3, 1) + b'"'] * (n // 2 - 1)) + b"]"
+
+
+def test_parsing_the_worst_notebook_within_the_limits_costs_bounded_memory():
+    import tracemalloc
+    for name, raw in _worst_shapes():
+        assert len(raw) <= intake.MAX_NOTEBOOK_BYTES, name
+        tracemalloc.start()
+        try:
+            data = intake.parse_bounded(raw, name)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert data and peak < 150 * 2**20, (name, peak / 2**20)
 
 
 def test_a_padded_notebook_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
@@ -67,7 +93,7 @@ def test_a_padded_notebook_is_refused_before_it_is_parsed(tmp_path, monkeypatch)
 
     monkeypatch.setattr(intake.json, "loads", loads)
     faults = intake.intake(padded, chapter, release, tmp_path / "out" / "a.ipynb", repo)
-    assert not any(parsed) and "JSON values" in faults[0] and "graded as blank" in faults[0], faults
+    assert not any(parsed) and "JSON objects" in faults[0] and "graded as blank" in faults[0], faults
     faults = intake.intake(release, chapter, release, tmp_path / "out" / "b.ipynb", repo)
     assert parsed and not faults, faults
 
