@@ -125,3 +125,16 @@ def test_no_call_into_the_kernel_once_the_notebook_is_out_of_time(monkeypatch):
     with pytest.raises(execution._Stop):
         ex._quiet("pass")
     assert ex.kc.calls == 0 and any("hung" in f for f in ex._report["faults"])
+
+
+def test_a_timeout_with_only_the_notebooks_time_left_is_named_so(monkeypatch):
+    from nbclient.exceptions import CellTimeoutError
+    ex, nb = _client()
+    _timed(ex, monkeypatch, deadline_in=4)
+    ex._charge()   # a cell or a guard call given the 4 s left of the notebook, not the 30 s of a cell
+    with pytest.raises(execution._Stop, match="the notebook ran over its time limit of 60 s"):
+        ex._timed_out(CellTimeoutError("Cell execution timed out"), 1)
+    ex._deadline = time.monotonic() + 600
+    ex._charge()
+    with pytest.raises(execution._Stop, match="cell 2 ran past the time limit of 30 s"):
+        ex._timed_out(CellTimeoutError("Cell execution timed out"), 1)

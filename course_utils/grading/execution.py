@@ -504,6 +504,9 @@ class SandboxedExecute(Execute):
             # client drop the kernel's output channel
             self._stop(f"the output of cell {index + 1} was over {MESSAGE_BYTES // 2**20} MiB in one message "
                        "(or was lost); stopped")
+        if self.timeout < self.limits.cell_s:   # it had only what was left of the notebook's time (_charge)
+            self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s (in cell "
+                       f"{index + 1}, or the tamper guard's checks around it)")
         self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
                    f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
 
