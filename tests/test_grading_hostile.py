@@ -347,12 +347,13 @@ display({"text/plain": "AGAIN " + base64.b64encode(_text.encode()).decode()}, ra
         display_id=_handles["again"].display_id)
 """
 # Each call of the tamper guard (before and after every test cell) reads every class's __module__:
-# a metaclass makes that take 11 s, under the 12 s a cell may take, 22 times over the 120 s notebook.
+# a metaclass makes that take 8 s, under the 12 s a cell may take, 24 times: 192 s against the
+# 120 s notebook (without the fix the notebook ran on and kept every point).
 SLOW_GUARD = """import time
 class _Slow(type):
     @property
     def __module__(cls):
-        time.sleep(11)
+        time.sleep(8)
         return "slow"
 class _Thing(metaclass=_Slow):
     pass
