@@ -348,7 +348,7 @@ display({"text/plain": "AGAIN " + base64.b64encode(_text.encode()).decode()}, ra
 """
 # Each call of the tamper guard (before and after every test cell) reads every class's __module__:
 # a metaclass makes that take 8 s, under the 12 s a cell may take, 24 times: 192 s against the
-# 120 s notebook (without the fix the notebook ran on and kept every point).
+# 120 s notebook (main's grader ended it with nbclient's AssertionError: a guard call timed out without a cell).
 SLOW_GUARD = """import time
 class _Slow(type):
     @property
