@@ -71,7 +71,7 @@ def chapter_facts() -> dict[str, dict[str, int]]:
 @cache
 def values() -> dict[str, int]:
     """Every number a ``<!-- n:NAME -->`` marker may state, computed from the course itself."""
-    from course_utils.grading import course, execution, gradebook, intake
+    from course_utils.grading import course, execution, gradebook, intake, sandbox
     per = chapter_facts().values()
     mib = 2 ** 20
     return {
@@ -85,6 +85,10 @@ def values() -> dict[str, int]:
         "message_mib": execution.MESSAGE_BYTES // mib,
         "submission_mib": intake.MAX_NOTEBOOK_BYTES // mib,
         "outputs_note_mib": intake.OUTPUTS_NOTE_BYTES // mib,
+        "json_values": intake.MAX_JSON_VALUES,
+        "json_containers": intake.MAX_JSON_CONTAINERS,
+        "shm_mib": sandbox.SHM_MB,
+        "box_output_kib": sandbox.BOX_OUTPUT_BYTES // 2**10,
         "cell_chars": intake.MAX_CELL_CHARS,
         "text_chars": intake.MAX_TEXT_CHARS,
         "record_mib": execution.ONE_RECORD_BYTES // mib,

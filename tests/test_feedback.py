@@ -70,3 +70,24 @@ def test_from_the_first_hidden_test_on_only_the_graders_words_reach_feedback():
     assert nb.cells[0].outputs == [said] and nb.cells[1].outputs == [said]      # before: as they were
     assert nb.cells[2].outputs == [grader_error]                               # the grader's error only
     assert "withheld" in nb.cells[3].outputs[0]["text"] and nb.cells[5].outputs == []
+
+
+def test_learner_text_cannot_turn_the_policy_off(tmp_path, monkeypatch):
+    """A cell that says "Content-Security-Policy" (issue 48) leaves the page under its policy; so does
+    a machine without the MathJax package (then no script may run) and a page without a head."""
+    import re
+
+    from course_utils.grading import feedback
+
+    page = ("<html><head><title>x</title></head><body><p>my notes on Content-Security-Policy and "
+            '&lt;meta http-equiv="Content-Security-Policy"&gt;</p><img src="https://example.org/x.png"></body></html>')
+    path = tmp_path / "feedback.html"
+    path.write_text(page)
+    feedback.sanitise_html_file(path)
+    html = path.read_text()
+    head = html[:html.index("</head>")]
+    assert re.search(r'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'', head), head[:300]
+    monkeypatch.setattr(feedback, "_mathjax_source", lambda: None)
+    for text in (page, "<p>no head at all</p>"):
+        html = feedback.offline_math(text)
+        assert "script-src 'none'" in html.split("</head>")[0] and "<script" not in html, html[:300]

@@ -316,9 +316,82 @@ libc = ctypes.CDLL(None, use_errno=True)
 for name, nr, args in (("unshare", 272, (0x10000000,)), ("unshare-mount", 272, (0x20000,)),
                        ("mount", 165, (b"none", b"/box/tmp", b"tmpfs", 0, None)), ("ptrace", 101, (0, 0, 0, 0)),
                        ("keyctl", 250, (0, -3, 0)), ("bpf", 321, (0, 0, 0)), ("userfaultfd", 323, (0,)),
-                       ("perf_event_open", 298, (0, 0, -1, -1, 0)), ("setns", 308, (0, 0))):
+                       ("perf_event_open", 298, (0, 0, -1, -1, 0)), ("setns", 308, (0, 0)),
+                       ("io_uring_setup", 425, (0, 0)), ("io_uring_enter", 426, (0, 0, 0, 0, 0, 0)),
+                       ("io_uring_register", 427, (0, 0, 0, 0)), ("pidfd_getfd", 438, (0, 0, 0))):
     r = libc.syscall(nr, *args)
     print("ESCAPE", name, "allowed" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?"))
+"""
+
+
+# --- the fourth round (issue 48): display updates, the guard's time, /dev, the grader's log files ---
+# Placeholders shown before the first hidden test, updated later: by a cell after the hidden tests
+# (hidden lines in base64, a script, 24 MiB, a second display under the same id) and by a correct
+# answer while a hidden test calls it (its own hidden probes). None may change an earlier output.
+PLACEHOLDERS = """from IPython.display import display
+_handles = {k: display({"text/plain": "PLACEHOLDER"}, raw=True, display_id=True)
+            for k in ("leak", "script", "big", "probe", "again")}
+"""
+PROBE_ANSWER = """_softmax = stable_softmax
+def stable_softmax(x, dim=-1):
+    _handles["probe"].update({"text/plain": "PROBE " + repr(x.flatten()[:8].tolist())}, raw=True)
+    return _softmax(x, dim)
+"""
+UPDATES = """import base64, linecache
+from IPython.display import display
+_text = "\\n".join("".join(v[2]) for v in linecache.cache.values() if len(v) > 2)[:200_000]
+_handles["leak"].update({"text/plain": "LEAK " + base64.b64encode(_text.encode()).decode()}, raw=True)
+_handles["script"].update({"text/html": '<script>alert(1)</script><img src=x onerror="alert(2)">'}, raw=True)
+_handles["big"].update({"text/plain": "z" * (24 * 2**20)}, raw=True)
+display({"text/plain": "AGAIN " + base64.b64encode(_text.encode()).decode()}, raw=True,
+        display_id=_handles["again"].display_id)
+"""
+# Each call of the tamper guard (before and after every test cell) reads every class's __module__:
+# a metaclass makes that take 8 s, under the 12 s a cell may take, 24 times: 192 s against the
+# 120 s notebook (main's grader ended it with nbclient's AssertionError: a guard call timed out without a cell).
+SLOW_GUARD = """import time
+class _Slow(type):
+    @property
+    def __module__(cls):
+        time.sleep(8)
+        return "slow"
+class _Thing(metaclass=_Slow):
+    pass
+"""
+# /dev: no file, /dev/shm bounded; the grader's log files (the kernel's stdout and stderr, copies of
+# which ipykernel keeps) are not reachable through /proc/self/fd.
+DEVFS = """import errno, os
+for path in ("/dev/fill", "/dev/shm/../fill"):
+    try:
+        open(path, "w").close()
+        print("DEV", path, "created")
+    except OSError as e:
+        print("DEV", path, errno.errorcode[e.errno])
+shm = 0
+try:
+    with open("/dev/shm/fill", "wb") as f:
+        for _ in range(256):
+            f.write(b"x" * 2**20)
+            f.flush()
+            shm += 1
+except OSError:
+    pass
+os.remove("/dev/shm/fill")
+print("SHM MiB", shm)
+hits = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    if target.startswith("/") and not target.startswith(("/dev/", "/box", "/usr", "/proc", "/ipc")):
+        try:
+            with open(f"/proc/self/fd/{fd}", "w") as f:
+                f.write("[ERROR] forged by the box\\n")
+            hits.append(target)
+        except OSError:
+            pass
+print("CAPTURE FILES WRITTEN", len(hits), hits)
 """
 
 
@@ -472,7 +545,7 @@ def _box_submissions(course: Path, src: Path, release: Path, exercises: list[str
                    str(REPO / "course_utils" / "grading"), str(inbound), str(waiting / release.name)]
     box = _lean(src)
     for source in reversed([SNOOP.format(paths=snoop_paths), SHM.format(flags="0o1000 | 0o666"), DISK, HUGE, XSS,
-                            ESCAPE]):
+                            ESCAPE, DEVFS]):
         _after(box, f"{exercises[0]}-hidden", source)
     box.cells.append(nbformat.v4.new_markdown_cell('<script>alert("md")</script><img src=x onerror="alert(3)">'))
     subs = {"h-box": box}
@@ -489,17 +562,26 @@ def _box_submissions(course: Path, src: Path, release: Path, exercises: list[str
     costly.cells.append(nbformat.v4.new_markdown_cell(TABLE))
     subs["h-costly"] = costly
     fat = _lean(src)
-    fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (40 * 2**20))] \
+    fat.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="z" * (8 * 2**20))] \
         if fat.cells[-1].cell_type == "code" else []
     if not fat.cells[-1].get("outputs"):
         fat.cells.append(nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
-            "stream", name="stdout", text="z" * (40 * 2**20))]))
+            "stream", name="stdout", text="z" * (8 * 2**20))]))
     subs["h-fat"] = fat
     # Issue 48: a written answer whose HTML would run in formgrader, on the instructor's session.
     written = _lean(src)
     next(c for c in written.cells if c.cell_type == "markdown" and _meta(c).get("solution")).source = FORMGRADER_XSS
     subs["h-formgrader"] = written
+    subs.update(_fourth_round(src, exercises))
     return subs
+
+
+def _fourth_round(src: Path, exercises: list[str]) -> dict:
+    """Issue 48: display updates that reach back (``h-display``); a tamper guard made slow (``h-slow-guard``)."""
+    display = _after(_lean(src), exercises[0], PLACEHOLDERS)
+    display = _after(display, exercises[1], PROBE_ANSWER)
+    display.cells.append(nbformat.v4.new_code_cell(UPDATES))
+    return {"h-display": display, "h-slow-guard": _after(_lean(src), exercises[0], SLOW_GUARD)}
 
 
 def _submit_all(course: Path, src: Path, subs: dict, solution, other: str | None) -> None:
@@ -787,7 +869,7 @@ def test_shared_memory_and_files_do_not_outlive_the_box(hostile):
 def test_memory_is_limited_for_the_whole_box(hostile):
     res = hostile["results"]["h-memory-forked"]   # three children of 900 MiB each against 2048 MiB
     if not sandbox.isolation().memory_cgroup:
-        pytest.skip("no memory cgroup here (needs root and cgroup v1)")
+        pytest.skip(f"no memory cgroup here ({sandbox.isolation().cgroups.why_not})")
     held = re.search(r"HELD (\d+)", _outputs(hostile, "h-memory-forked"))
     assert held is None or int(held.group(1)) < 3, "three children alive at once, holding 2.7 GiB in a 2 GiB box"
     assert "whole box" in res.reason, res.reason
@@ -910,5 +992,38 @@ def test_a_notebook_fat_with_outputs_is_graded_without_them(hostile):
 def test_the_box_has_no_nested_namespaces_mounts_or_tracing(hostile):
     text = _outputs(hostile, "h-box")
     lines = [ln for ln in text.splitlines() if ln.startswith("ESCAPE ")]
-    assert len(lines) == 9, text[-2000:]
+    assert len(lines) == 13, text[-2000:]
     assert all(ln.endswith(" EPERM") for ln in lines), lines
+
+
+# --- issue 48 -------------------------------------------------------------------------------------
+
+def test_display_updates_never_change_an_earlier_output(hostile):
+    res = hostile["results"]["h-display"]
+    assert res.auto_score == _full(hostile) and "could not grade" not in res.reason, (res.reason, res.table())
+    nb = nbformat.read(hostile["course"] / "autograded" / "h-display" / CHAPTER / hostile["src"].name, 4)
+    shown = [c for c in nb.cells if "_handles = " in c.source][0]
+    assert [o.get("data") for o in shown.outputs] == [{"text/plain": "PLACEHOLDER"}] * 5, str(shown.outputs)[:2000]
+    text = _outputs(hostile, "h-display")
+    for leaked in ("PROBE", "<script", "onerror", "zzzzzzzz"):
+        assert leaked not in text, leaked
+    assert (hostile["course"] / "autograded" / "h-display" / CHAPTER / hostile["src"].name).stat().st_size < 8 * 2**20
+    fb = html.unescape(_feedback(hostile, "h-display"))
+    hidden = [ln.strip() for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
+              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    # the learner's code (which says "PROBE " + repr(...)) is shown; what it displayed is not
+    assert "PROBE [" not in fb and not re.search(r"(LEAK|AGAIN) [A-Za-z0-9+/=]{20,}", fb)
+    assert not [ln for ln in hidden if ln in _decoded(fb)]
+
+
+def test_the_tamper_guards_time_is_charged_to_the_notebook(hostile):
+    res = hostile["results"]["h-slow-guard"]
+    assert "ran over its time limit of 120 s" in res.reason, res.reason
+    assert res.auto_score < _full(hostile), res.table()
+
+
+def test_dev_takes_no_file_and_the_graders_log_files_are_out_of_reach(hostile):
+    text = _outputs(hostile, "h-box")
+    assert "DEV /dev/fill EROFS" in text and "DEV /dev/shm/../fill EROFS" in text, text[-3000:]
+    assert int(re.search(r"SHM MiB (\d+)", text).group(1)) <= sandbox.SHM_MB, text[-3000:]
+    assert "CAPTURE FILES WRITTEN 0 []" in text, text[-3000:]

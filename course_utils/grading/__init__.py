@@ -17,6 +17,7 @@ One module per idea:
 - :mod:`~course_utils.grading.verdict` -- who decides a test's result: the grader, from plain data, outside the kernel
 - :mod:`~course_utils.grading.withhold` -- hidden tests without their expected values; the class's secret probes
 - :mod:`~course_utils.grading.sandbox` -- the box: bubblewrap, cgroups, limits
+- :mod:`~course_utils.grading.cgroups` -- whole-box memory and process limits (cgroup v1 or v2)
 - :mod:`~course_utils.grading.seccomp` -- the system calls the box denies
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests

@@ -189,6 +189,7 @@ class SandboxedExecute(Execute):
         self._cell_bytes: dict[int, int] = {}
         self._total_bytes = 0
         self._cut: set[int] = set()
+        self._displays: dict[tuple[int, str], list] = {}   # (cell index, display id) -> that cell's outputs
         chapter = (resources or {}).get("nbgrader", {}).get("assignment")
         self._probe_key = withhold.probe_key(origin(Path.cwd()), str(chapter)) if chapter else None
         solution = Path.cwd() / "solutions" / str(chapter)   # nbgrader runs in the course root
@@ -196,6 +197,9 @@ class SandboxedExecute(Execute):
         self._bindings = sandbox.chapter_bindings(sources[0]) if len(sources) == 1 else {}
         os.environ[RECORD_FLAG] = "1"   # the kernel's checks send their records (the launcher keeps it)
         box = self._box = sandbox.Box(self.limits)
+        if box.unlimited():   # never called limited when it is not
+            self._fault(f"the box's {' and '.join(box.unlimited())} cgroup could not be set "
+                        f"({'; '.join(box.group.errors) or 'its limit did not read back'}): limited per process only")
         self.shutdown_kernel = "immediate"
         resources = resources if resources is not None else {}
         resources.setdefault("metadata", {})["path"] = str(box.work)
@@ -207,7 +211,7 @@ class SandboxedExecute(Execute):
             self._fault(f"the kernel failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         finally:
             if box.out_of_memory():
-                self._fault(f"ran out of memory (limit {self.limits.memory_mb} MiB for the whole box)")
+                self._fault(f"ran out of memory (limit {self.limits.memory_mb} MiB {box.memory_scope()})")
             box.close()
         self._finish(nb, f"not run: {report['faults'][-1]}" if report["faults"] else "not run")
         return nb, resources
@@ -222,11 +226,58 @@ class SandboxedExecute(Execute):
 
     # --- what the kernel sends back ---------------------------------------------------------------
 
+    def process_message(self, msg, cell, cell_index):
+        """nbclient's, except that no output reaches back: nbclient applies an ``update_display_data``
+        (and any output with a transient ``display_id``) in place to every earlier output with that
+        id, outside :meth:`output` (its caps, the sanitiser, the record channel) and outside the
+        position rule of the feedback. Here ``transient`` is dropped before nbclient sees it, so it
+        never builds its map of display ids; an update may change only an output of the cell that
+        runs now, and only through :meth:`_accept` (:meth:`_update_display`)."""
+        content = msg.get("content")
+        if not isinstance(content, dict):
+            return None
+        transient = content.pop("transient", None)
+        display_id = transient.get("display_id") if isinstance(transient, dict) else None
+        display_id = display_id if isinstance(display_id, str) and len(display_id) <= 200 else None
+        if "execution_count" in content and type(content["execution_count"]) is not int:
+            content["execution_count"] = None   # nbclient stores it in the cell as it comes
+        if msg.get("msg_type") == "update_display_data":
+            self._update_display(msg, display_id, cell_index)
+            return None
+        out = super().process_message(msg, cell, cell_index)
+        if out is not None and display_id is not None:
+            self._displays.setdefault((cell_index, display_id), []).append(out)
+        return out
+
+    def _update_display(self, msg, display_id: str | None, cell_index: int) -> None:
+        """Apply a display update to the outputs of *this* cell that carry its id (none of an earlier
+        cell's), as a new output would be taken: charged to the caps, sanitised, never a record."""
+        targets = self._displays.get((cell_index, display_id)) if display_id else None
+        data = msg["content"].get("data")
+        if not targets or not isinstance(data, dict) or verdict.RECORD_MIME in data:
+            return
+        as_display = {**msg, "msg_type": "display_data",
+                      "header": {**(msg.get("header") or {}), "msg_type": "display_data"}}
+        new = self._accept(as_display, cell_index)
+        if new is not None:
+            for out in targets:
+                out["data"], out["metadata"] = new.get("data", {}), new.get("metadata", {})
+
     def output(self, outs, msg, display_id, cell_index):
         data = (msg.get("content") or {}).get("data")
         if isinstance(data, dict) and verdict.RECORD_MIME in data:
             self._take_record(msg, data[verdict.RECORD_MIME], cell_index)
             return None
+        if self._accept(msg, cell_index, charge_only=True) is None:
+            return None
+        out = super().output(outs, msg, None, cell_index)
+        if out is not None:
+            feedback.sanitise_output(out)
+        return out
+
+    def _accept(self, msg, cell_index: int, charge_only: bool = False):
+        """Charge an output message to the caps (per cell, per notebook); ``None`` if it is over them
+        (cut, with a fault), else the output it makes, sanitised (``True`` with ``charge_only``)."""
         size = _size(msg.get("content"))
         used = self._cell_bytes.get(cell_index, 0) + size
         self._cell_bytes[cell_index] = used
@@ -237,9 +288,13 @@ class SandboxedExecute(Execute):
                             f"per cell, {NOTEBOOK_OUTPUT_BYTES // 2**20} MiB per notebook)")
             return None
         self._total_bytes += size
-        out = super().output(outs, msg, display_id, cell_index)
-        if out is not None:
-            feedback.sanitise_output(out)
+        if charge_only:
+            return True
+        try:
+            out = nbformat.v4.output_from_msg(msg)
+        except ValueError:
+            return None
+        feedback.sanitise_output(out)
         return out
 
     def _take_record(self, msg, record, cell_index) -> None:
@@ -338,9 +393,26 @@ class SandboxedExecute(Execute):
                                                       "(your instructor's report says what)"))
         nb.metadata[META] = self._report
 
+    def _charge(self) -> None:
+        """Charge the next call into the kernel to the notebook's deadline: it gets what is left (up to
+        the cell limit), and none is made once the notebook is out of time. Every call goes through
+        here: the cell itself, the tamper guard's checks, the grader's own code."""
+        remaining = self._deadline - time.monotonic()
+        if remaining < 1:
+            self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s "
+                       f"(stopped at cell {self._index + 1})")
+        self.timeout = int(max(1, min(self.limits.cell_s, remaining)))
+
+    def _wait(self, msg_id: str) -> dict | None:
+        """The kernel's reply to a call of the grader's, within :meth:`_charge`'s time (past it, a
+        ``CellTimeoutError``: nbclient raises one only when it is given a cell)."""
+        self._charge()
+        return self.wait_for_reply(msg_id, self.nb.cells[self._index])
+
     def _guard(self, expr: str) -> list[str]:
+        self._charge()
         msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"r": expr})
-        reply = self.wait_for_reply(msg_id)
+        reply = self._wait(msg_id)
         r = (reply or {}).get("content", {}).get("user_expressions", {}).get("r", {})
         if not isinstance(r, dict) or r.get("status") != "ok":
             ename = str(r.get("ename")) if isinstance(r, dict) else ""
@@ -359,13 +431,13 @@ class SandboxedExecute(Execute):
         # Cells are named by their position counting from 1 (the first cell of the notebook is cell 1).
         if self._stopped:
             return cell, resources
+        self._index = index
         try:
             self._before_cell(index)
             cell = self._run_cell(cell, index)
-            n = self._box.processes(self._launcher_pid())
-            if n > self.limits.children:
-                self._stop(f"forked without end: {n} processes after cell {index + 1} "
-                           f"(limit {self.limits.children}); stopped")
+        except _Stop:   # out of time, e.g. in the tamper guard's check after a test: that test did not pass
+            self._run.discard(index)
+            raise
         except CellTimeoutError as e:
             self._run.discard(index)
             self._timed_out(e, index)
@@ -374,16 +446,16 @@ class SandboxedExecute(Execute):
             code = self.km.provisioner.process.poll() if getattr(self.km.provisioner, "process", None) else None
             why = "out of memory" if self._box.out_of_memory() else f"memory limit {self.limits.memory_mb} MiB"
             self._stop(f"the kernel died in cell {index + 1} (exit status {code}; {why})")
+        n = self._box.processes(self._launcher_pid())
+        if n > self.limits.children:
+            self._stop(f"forked without end: {n} processes after cell {index + 1} "
+                       f"(limit {self.limits.children}); stopped")
         return cell, resources
 
     def _before_cell(self, index: int) -> None:
         """Stop if the notebook is out of time; give the cell what is left (up to the cell limit); before
         the first cell, count the box's processes (the baseline) and install the tamper guard."""
-        remaining = self._deadline - time.monotonic()
-        if remaining < 1:
-            self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s "
-                       f"(stopped before cell {index + 1})")
-        self.timeout = int(max(1, min(self.limits.cell_s, remaining)))
+        self._charge()
         if not self._guarded:
             self._guarded = True
             self._box.processes(self._launcher_pid())   # the baseline
@@ -406,6 +478,7 @@ class SandboxedExecute(Execute):
         if test:
             cell.source = self._as_sent(source)
         try:
+            self._charge()
             cell = self.execute_cell(cell, index, store_history=not test)
         finally:
             cell.source = source
@@ -431,6 +504,9 @@ class SandboxedExecute(Execute):
             # client drop the kernel's output channel
             self._stop(f"the output of cell {index + 1} was over {MESSAGE_BYTES // 2**20} MiB in one message "
                        "(or was lost); stopped")
+        if self.timeout < self.limits.cell_s:   # it had only what was left of the notebook's time (_charge)
+            self._stop(f"hung: the notebook ran over its time limit of {self.limits.notebook_s:g} s (in cell "
+                       f"{index + 1}, or the tamper guard's checks around it)")
         self._stop(f"hung: cell {index + 1} ran past the time limit of {self.timeout} s "
                    f"({self.limits.notebook_s:g} s per notebook, {self.limits.cell_s:g} s per cell)")
 
@@ -446,6 +522,7 @@ class SandboxedExecute(Execute):
         again = copy.deepcopy(cell)
         again.source = self._as_sent(cell.source)
         try:
+            self._charge()
             self.execute_cell(again, index, store_history=False)
         finally:
             self.nb.cells[index] = cell   # nbclient puts the cell it ran into the notebook
@@ -453,7 +530,8 @@ class SandboxedExecute(Execute):
             self._quiet(UNTAINT)
 
     def _quiet(self, code: str) -> None:
-        reply = self.wait_for_reply(self.kc.execute(code, silent=True, store_history=False))
+        self._charge()
+        reply = self._wait(self.kc.execute(code, silent=True, store_history=False))
         if (reply or {}).get("content", {}).get("status") != "ok":
             raise RuntimeError(f"the grader's own code failed in the kernel: {code.strip().splitlines()[-1]}")
 

@@ -248,28 +248,34 @@ def _sha256(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode() + "'"
 
 
+_CSP_META = '<meta http-equiv="Content-Security-Policy"'
+
+
 def offline_math(html: str) -> str:
-    """The page with MathJax 3 inside it instead of MathJax 2 from a CDN, under a strict CSP."""
-    code = _mathjax_source()
-    if code is None or "Content-Security-Policy" in html:
+    """The page with MathJax 3 inside it instead of MathJax 2 from a CDN, under a strict CSP: always
+    (without the MathJax package, one that lets no script run). Whether the page has its policy
+    already is read from its ``<head>`` (nbconvert's own), never from the body, which holds the
+    learner's text: a cell that says "Content-Security-Policy" cannot turn the policy off."""
+    end = html.find("</head>")
+    if _CSP_META in html[:max(end, 0)]:
         return html
     html = _CDN_MATHJAX.sub("", html)
     html = _MATHJAX2_CONFIG.sub("", html)
     html = _GLYPH_FONT.sub("", html)
-    code = code.replace("</script", "<\\/script")
-    csp = (f"default-src 'none'; script-src {_sha256(_MATHJAX3_CONFIG)} {_sha256(code)}; "
-           "style-src 'unsafe-inline'; img-src data:; font-src data:")
-    head = (f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
-            f"<script>{_MATHJAX3_CONFIG}</script>\n<script>{code}</script>\n")
+    code = _mathjax_source()
+    scripts = [] if code is None else [_MATHJAX3_CONFIG, code.replace("</script", "<\\/script")]
+    allowed = " ".join(_sha256(s) for s in scripts) or "'none'"
+    csp = (f"default-src 'none'; script-src {allowed}; style-src 'unsafe-inline'; img-src data:; font-src data:")
+    head = f'{_CSP_META} content="{csp}">\n' + "".join(f"<script>{s}</script>\n" for s in scripts)
+    if "</head>" not in html:   # no head to put it in: before everything else, where a browser makes one
+        return head + html
     return html.replace("</head>", head + "</head>", 1)
 
 
 def sanitise_html_file(path: Path) -> None:
     """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own), name
     each entry of its contents list by its exercise, and make its math render offline."""
-    text = offline_math(name_exercises(path.read_text(encoding="utf-8", errors="replace")))
+    text = name_exercises(path.read_text(encoding="utf-8", errors="replace"))
     m = _BODY.search(text)
-    if m is None:
-        path.write_text(clean_html(text), encoding="utf-8")
-        return
-    path.write_text(text[:m.start(2)] + clean_html(m.group(2)) + text[m.end(2):], encoding="utf-8")
+    text = clean_html(text) if m is None else text[:m.start(2)] + clean_html(m.group(2)) + text[m.end(2):]
+    path.write_text(offline_math(text), encoding="utf-8")   # after the cleaning, which would remove it

@@ -14,6 +14,9 @@ release notebook (generated from ``solutions/``, the trusted template):
   does with it afterwards (the feedback's Markdown rendering, the sanitiser) costs more than that;
 * outputs are never read: a notebook over the size one with outputs has only because of its outputs
   is graded without them (up to ``MAX_NOTEBOOK_BYTES`` on disk);
+* a notebook is parsed only when its structure is bounded (:func:`json_counts`, counted without
+  parsing it: at most ``MAX_JSON_CONTAINERS`` objects and arrays, ``MAX_JSON_VALUES`` values), so that parsing costs bounded memory in the grader's
+  own process (both limits are set from the course's own notebooks, with their margin);
 * nothing else of the submission counts: its tags (``skip-execution``, ``raises-exception``),
   its cell and notebook metadata (``"nbgrader": "x"``, ``schema_version: 99``), its outputs,
   its kernelspec, a second copy of a test cell (dropped);
@@ -32,6 +35,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -41,8 +45,18 @@ from nbformat.notebooknode import NotebookNode
 from course_utils.grading.course import chapter_notebook, chapters, origin
 from course_utils.grading.results import GRADER_VERSION, META
 
-MAX_NOTEBOOK_BYTES = 128 * 2**20    # read at most this; a chapter's notebook with outputs is well under 2 MiB
-OUTPUTS_NOTE_BYTES = 32 * 2**20     # a bigger notebook gets a note that its outputs were not read
+# The largest notebook of the course (solutions/ch06_transformer, with its outputs) is 0.93 MiB and
+# holds the most containers, 434; the one with the most strings and structural marks (json_counts)
+# is ch03's, 6,283 (tests/test_intake.py measures them again). A submission may be 17 times that size
+# and hold 23 times those containers; it is refused before it is parsed otherwise, and it may hold a
+# million strings and marks (a learner's Markdown table of 300,000 lines is 300,000 strings, each
+# cut later), so that parsing it in the grader's own process costs a bounded amount of memory
+# whatever its shape (tests/test_intake.py measures the worst shapes: under 150 MiB; a padding of
+# empty objects costs 40 bytes of memory per byte of JSON, and 128 MiB of it took the grader to 5 GiB).
+MAX_NOTEBOOK_BYTES = 16 * 2**20     # read at most this
+MAX_JSON_CONTAINERS = 10_000        # parse only a notebook with at most this many objects and arrays
+MAX_JSON_VALUES = 1_000_000         # ... and at most this many strings and structural marks
+OUTPUTS_NOTE_BYTES = 4 * 2**20      # a bigger notebook gets a note that its outputs were not read
 MAX_CELL_CHARS = 100_000            # what one cell of the learner's may hold; more is cut
 MAX_TEXT_CHARS = 1_000_000          # what all the learner's cells may hold together; more is cut
 HIDDEN_DELIMITERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -125,6 +139,36 @@ def _read_at_most(fd: int, path: Path, limit: int) -> bytes:
         if size > limit:
             raise Refused(f"{path.name} is over the limit of {limit / 2**20:.0f} MiB")
     return b"".join(chunks)
+
+
+# Skip what is not structure, then take one whole string or one structural character (possessive:
+# linear in the length; a string that never ends stops the count, and the parser then refuses it).
+_TOKEN = re.compile(rb'[^"{\[,:]*+("[^"\\]*+(?:\\.[^"\\]*+)*+"|[{\[,:])', re.S)
+
+
+def json_counts(raw: bytes, limit: int = MAX_JSON_VALUES, containers: int = MAX_JSON_CONTAINERS) -> tuple[int, int]:
+    """``(marks, containers)``: how many strings, ``{``, ``[``, ``,`` and ``:`` the JSON text ``raw``
+    holds (each string counted once, whatever it holds), and how many ``{`` and ``[``, counted without
+    parsing it, until one count is over its limit. Every value and key but the outermost follows a
+    mark, so the first is at least the number of values and keys."""
+    n = c = pos = 0
+    while n <= limit and c <= containers:
+        m = _TOKEN.match(raw, pos)
+        if m is None:
+            break
+        n += 1
+        c += m.group(1) in (b"{", b"[")
+        pos = m.end()
+    return n, c
+
+
+def parse_bounded(raw: bytes, name: str) -> dict:
+    """The submission's JSON, parsed only when its shape is bounded (:func:`json_counts`)."""
+    marks, containers = json_counts(raw)
+    if marks > MAX_JSON_VALUES or containers > MAX_JSON_CONTAINERS:
+        raise Refused(f"{name} holds over {MAX_JSON_CONTAINERS:,} JSON objects and arrays or {MAX_JSON_VALUES:,} "
+                      "values (a chapter's notebook holds under 500 and 7,000)")
+    return json.loads(raw.decode("utf-8"))
 
 
 def _meta(cell) -> dict:
@@ -274,7 +318,7 @@ def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
     blank = nbformat.read(release, as_version=4)
     try:
         raw = read_submission(submitted, base)
-        data = json.loads(raw.decode("utf-8"))
+        data = parse_bounded(raw, submitted.name)
         if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
             raise ValueError("it has no list of cells")
     except Refused as e:

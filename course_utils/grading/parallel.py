@@ -119,8 +119,10 @@ class Graded:
 
 
 def last_error(stderr: str) -> str:
-    """The line of an nbgrader log that says what went wrong (its last error, else its last line)."""
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    """The line of an nbgrader log that says what went wrong (its last error, else its last line); never
+    a line the box wrote (``sandbox.BOX_PREFIX``)."""
+    mark = sandbox.BOX_PREFIX.decode()
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(mark)]
     errors = [ln for ln in lines if "ERROR" in ln or "Error" in ln]
     return one_line((errors or lines or ["no log"])[-1], 150)
 

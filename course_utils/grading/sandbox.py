@@ -4,10 +4,10 @@ Every submission gets its own throwaway *box* and its kernel is started by
 ``python -m course_utils.grading.sandbox kernel BOX CONNECTION_FILE`` (the *launcher*, on the
 grader's side), which
 
-* puts itself in a fresh memory cgroup and a fresh pids cgroup (cgroup v1, as root), so that
-  memory (page cache and tmpfs included) and processes are limited for *everything* the
-  kernel starts, not per process; and sets per-process limits (address space, file size, no
-  core dumps) as a second line;
+* puts itself in the box's cgroup for memory and processes (``cgroups.py``: cgroup v1 as root, or
+  cgroup v2 as root or in a delegated subtree), so that memory (page cache and tmpfs included) and
+  processes are limited for *everything* the kernel starts, not per process; and sets per-process
+  limits (file size, no core dumps; address space where no memory cgroup holds) as a second line;
 * then becomes ``bwrap`` (bubblewrap, Debian's ``bubblewrap``), which starts the kernel as an
   unprivileged user (uid 1000, no capabilities, no new privileges) in new user, PID, mount,
   network, IPC, UTS and cgroup namespaces: a fresh ``/proc`` that shows only the box's
@@ -19,8 +19,10 @@ What the kernel sees is built, not hidden: a read-only ``/usr`` (and the ``/bin`
 links), the course's Python (the virtual environment and the interpreter it was made from),
 read-only; a fresh copy of the teaching modules of ``course_utils`` (``/box/lib``, read-only,
 without the grader); a writable ``/box`` that is a size-limited tmpfs (``/box/work`` the
-working folder, ``/box/home``, ``/box/tmp`` = ``/tmp``); the kernel's sockets (``/ipc``, as
-root a 1 MiB tmpfs). The course, ``solutions/``, the gradebook, ``submitted/``,
+working folder, ``/box/home``, ``/box/tmp`` = ``/tmp``); a ``/dev/shm`` of its own (``SHM_MB``);
+the kernel's sockets (``/ipc``, as root a 1 MiB tmpfs); everything else, ``/dev`` included,
+read-only (:func:`box_mounts`). Its stdout and stderr are a pipe, not the grader's log files
+(:func:`pipe_output`). The course, ``solutions/``, the gradebook, ``submitted/``,
 ``autograded/``, ``feedback/``, the nbgrader exchange, the grader's ``TMPDIR`` and every
 other student's files are simply not in its file system. Nothing in the box survives it.
 
@@ -37,16 +39,14 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from course_utils.grading import seccomp
+from course_utils.grading import cgroups, seccomp
 
 PACKAGE = Path(__file__).resolve().parent.parent     # course_utils (its teaching modules go in the box)
 GUARD = "_course_tamper_guard"                       # the tamper guard's module name inside the box
@@ -93,32 +93,12 @@ class Limits:
 
 # --- what this machine allows ------------------------------------------------------------------
 
-CGROUP_V1 = Path("/sys/fs/cgroup")
-
-
-def _own_cgroup(controller: str) -> Path | None:
-    """This process's cgroup (v1) for ``controller``, where we may create children (as root)."""
-    base = CGROUP_V1 / controller
-    if os.geteuid() != 0 or not (base / "cgroup.procs").exists():
-        return None
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, ctrls, path = line.split(":", 2)
-            if controller in ctrls.split(","):
-                here = base / path.lstrip("/")
-                return here if (here / "cgroup.procs").exists() else base
-    except OSError:
-        pass
-    return base
-
-
 @dataclass(frozen=True)
 class Isolation:
     """What this machine allows, and a warning for each thing it does not."""
 
     bwrap: str | None            # the bubblewrap program, where it works
-    memory_cgroup: Path | None   # where the boxes' memory cgroups are made
-    pids_cgroup: Path | None     # where the boxes' pids cgroups are made
+    cgroups: cgroups.Place       # where the boxes' cgroups are made (cgroup v1 or v2), if anywhere
     root: bool
     warnings: tuple[str, ...]
     userns_closed: bool = False  # bwrap --disable-userns works (bubblewrap 0.8.0 and later)
@@ -126,6 +106,15 @@ class Isolation:
     @property
     def sandboxed(self) -> bool:
         return self.bwrap is not None
+
+    @property
+    def memory_cgroup(self) -> Path | None:
+        """Where the boxes' memory cgroups are made (``None``: memory is limited per process only)."""
+        return self.cgroups.parents.get("memory")
+
+    @property
+    def pids_cgroup(self) -> Path | None:
+        return self.cgroups.parents.get("pids")
 
 
 @lru_cache(maxsize=1)
@@ -143,12 +132,12 @@ def isolation() -> Isolation:
         elif not userns_closed:
             warnings.append("this bubblewrap has no --disable-userns (it came in 0.8.0): code in the box can still "
                             "make nested user namespaces (the seccomp filter still denies unshare, setns and mount)")
-    memory = _own_cgroup("memory")
-    pids = _own_cgroup("pids")
-    if bwrap and (memory is None or pids is None):
-        warnings.append("no cgroups for the box (they need root and cgroup v1 memory and pids): memory is limited "
-                        "per process only, and processes only by the check after each cell")
-    return Isolation(bwrap, memory, pids, root, tuple(warnings), userns_closed=bool(bwrap) and userns_closed)
+    place = cgroups.find()
+    if bwrap and not all(place.limits(c) for c in cgroups.CONTROLLERS):
+        warnings.append(f"no whole-box limits ({place.why_not}): memory is limited per process only, and "
+                        "processes only by the check after each cell (docs/grading.md#limits says which hosts "
+                        "get which)")
+    return Isolation(bwrap, place, root, tuple(warnings), userns_closed=bool(bwrap) and userns_closed)
 
 
 def _probe(bwrap: str) -> tuple[str | None, bool, str]:
@@ -241,26 +230,19 @@ class Box:
                                           f"student:x:{SANDBOX_UID}:{SANDBOX_UID}::/box/home:/usr/sbin/nologin\n")
         (self.root / "group").write_text(f"root:x:0:\nstudent:x:{SANDBOX_UID}:\n")
         self.connection_file = self.root / "connection.json"
-        self.cgroups: list[Path] = []
-        for parent, settings in ((self.iso.memory_cgroup, self._memory_settings()),
-                                 (self.iso.pids_cgroup, {"pids.max": str(self.limits.processes)})):
-            if parent is None:
-                continue
-            cg = parent / self.root.name
-            try:
-                cg.mkdir()
-                self.cgroups.append(cg)
-                for k, v in settings.items():
-                    if (cg / k).exists():
-                        (cg / k).write_text(v)
-            except OSError:
-                pass
-        (self.root / "cgroups.json").write_text(json.dumps([str(c) for c in self.cgroups]))
+        self.group = cgroups.BoxGroup(self.iso.cgroups, self.root.name, self.limits.memory_mb * 2**20,
+                                      self.limits.processes)
+        (self.root / "cgroups.json").write_text(json.dumps({"paths": [str(c) for c in self.group.paths],
+                                                            "memory": "memory" in self.group.limited}))
         self._baseline: int | None = None
 
-    def _memory_settings(self) -> dict[str, str]:
-        limit = str(self.limits.memory_mb * 2**20)
-        return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit, "memory.swappiness": "0"}
+    def unlimited(self) -> list[str]:
+        """What this box was meant to limit as a whole and does not (its cgroup could not be set): said,
+        never called limited."""
+        return [c for c in cgroups.CONTROLLERS if self.iso.cgroups.limits(c) and c not in self.group.limited]
+
+    def memory_scope(self) -> str:
+        return "for the whole box" if "memory" in self.group.limited else "per process"
 
     @property
     def work(self) -> Path:
@@ -272,55 +254,21 @@ class Box:
         return kernel_manager(argv, transport="ipc", ip=str(self.root / "ipc" / "k"),
                               connection_file=str(self.connection_file), max_message_bytes=max_message_bytes)
 
-    def _procs(self) -> list[int] | None:
-        if not self.cgroups:
-            return None
-        try:
-            return [int(p) for p in (self.cgroups[-1] / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
     def processes(self, launcher_pid: int | None = None) -> int:
         """Processes in the box beyond those it started with (bwrap, its init, the kernel); the
         first call sets that baseline."""
-        procs = self._procs()
+        procs = self.group.procs()
         n = len(procs) if procs is not None else (descendants(launcher_pid) if launcher_pid else 0)
         if self._baseline is None:
             self._baseline = n
         return max(0, n - self._baseline)
 
     def out_of_memory(self) -> bool:
-        """Whether the box reached its memory limit (an OOM kill, a failed charge, or the peak at the limit)."""
-        for cg in self.cgroups:
-            try:
-                if (cg / "memory.failcnt").exists():
-                    oom = (cg / "memory.oom_control").read_text()
-                    kills = [int(ln.split()[1]) for ln in oom.splitlines() if ln.startswith("oom_kill ")]
-                    peak = int((cg / "memory.max_usage_in_bytes").read_text())
-                    return (bool(kills and kills[0] > 0) or int((cg / "memory.failcnt").read_text()) > 0
-                            or peak >= 0.97 * self.limits.memory_mb * 2**20)
-            except (OSError, ValueError, IndexError):
-                pass
-        return False
+        """Whether the box reached its memory limit (its cgroup says so; ``False`` without one)."""
+        return self.group.out_of_memory()
 
     def close(self) -> None:
-        for _ in range(50):
-            procs = self._procs() or []
-            if not procs:
-                break
-            for pid in procs:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        for cg in self.cgroups:
-            for _ in range(50):
-                try:
-                    cg.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+        self.group.close()
         if self._mounted:
             subprocess.run(["umount", "-l", str(self.root / "ipc")], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -336,14 +284,14 @@ def _kernel_main(box: Path, connection_file: str) -> None:
     conn = box / "kernel.json"
     conn.write_text(json.dumps(info))
     os.chmod(conn, 0o600)
-    cgroups = json.loads((box / "cgroups.json").read_text())
-    for cg in cgroups:
+    groups = json.loads((box / "cgroups.json").read_text())
+    for cg in groups["paths"]:
         Path(cg, "cgroup.procs").write_text(str(os.getpid()))
     mb = 2**20
     _, hard = resource.getrlimit(resource.RLIMIT_AS)   # the nbgrader process's own cap is not the box's
     resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     rlimits = [(resource.RLIMIT_FSIZE, limits.file_mb * mb), (resource.RLIMIT_CORE, 0)]
-    if not any("/memory/" in cg for cg in cgroups):   # the memory cgroup limits the whole box; else per process
+    if not groups["memory"]:   # a memory cgroup (limit read back) limits the whole box; else per process
         rlimits.append((resource.RLIMIT_AS, limits.memory_mb * mb))
     for what, value in rlimits:
         try:
@@ -360,21 +308,77 @@ def _kernel_main(box: Path, connection_file: str) -> None:
                PYTHONDONTWRITEBYTECODE="1", USER="student", LOGNAME="student")
     kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(inside / "kernel.json"),
               "--HistoryManager.hist_file=:memory:"]
+    pipe_output()
     if not iso.sandboxed:
         for name in ("home", "tmp"):
             (box / name).mkdir(exist_ok=True)
         os.chdir(box / "work")
         os.execvpe(kernel[0], kernel, env)
     closing, _ = hardening(iso)   # the seccomp descriptor is inheritable: exec keeps it open for bwrap
-    argv = [iso.bwrap, *_namespaces(), *closing, *_system_view(),
-            "--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
+    argv = [iso.bwrap, *_namespaces(), *closing, *_system_view(), *box_mounts(box, limits), "--", *kernel]
+    os.execvpe(argv[0], argv, env)
+
+
+SHM_MB = 64   # /dev/shm in the box: its own tmpfs of this size (the rest of /dev is read-only)
+
+
+def box_mounts(box: Path, limits: Limits) -> list[str]:
+    """bwrap's arguments for what the kernel may write, after :func:`_system_view`: the ``/box`` tmpfs
+    (``limits.file_mb``), ``/dev/shm`` (:data:`SHM_MB`) and the sockets' folder; then ``/`` and ``/dev``
+    (bwrap's ``--dev`` is a tmpfs of the host's default size) read-only."""
+    mb = 2**20
+    return ["--ro-bind", str(box / "passwd"), "/etc/passwd", "--ro-bind", str(box / "group"), "/etc/group",
             "--size", str(limits.file_mb * mb), "--tmpfs", "/box",
             "--dir", "/box/work", "--dir", "/box/home", "--dir", "/box/tmp",
-            "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(conn), "/box/kernel.json",
+            "--ro-bind", str(box / "lib"), "/box/lib", "--ro-bind", str(box / "kernel.json"), "/box/kernel.json",
             "--bind", str(box / "ipc"), "/ipc",
-            *_tmp_link(), "--size", str(64 * mb), "--tmpfs", "/dev/shm",
-            "--remount-ro", "/", "--chdir", "/box/work", "--", *kernel]
-    os.execvpe(argv[0], argv, env)
+            *_tmp_link(), "--size", str(SHM_MB * mb), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/box/work"]
+
+
+BOX_OUTPUT_BYTES = 64 * 2**10   # what the box may write to its stdout and stderr that reaches the grader's log
+BOX_PREFIX = b"[kernel] "       # each such line is marked (parallel.last_error never quotes one)
+
+
+def pipe_output() -> None:
+    """Give the box a pipe for its stdout and stderr instead of the grader's capture files (which the
+    box could otherwise reopen through ``/proc/self/fd`` and rewrite): a small process outside the box
+    copies at most :data:`BOX_OUTPUT_BYTES` of it, each line marked :data:`BOX_PREFIX`, to the
+    grader's stderr, and ends when the box has closed the pipe."""
+    r, w = os.pipe()
+    if os.fork() == 0:
+        try:
+            os.close(w)
+            _copy_marked(r, 2)
+        finally:
+            os._exit(0)
+    os.close(r)
+    for fd in (1, 2):
+        os.dup2(w, fd)
+    os.close(w)
+
+
+def _copy_marked(r: int, out: int, limit: int = BOX_OUTPUT_BYTES) -> None:
+    """Copy the lines read from ``r`` to ``out``, marked, up to ``limit`` bytes; read the rest to the end."""
+    left, pending = limit, b""
+    while chunk := os.read(r, 65536):
+        if left <= 0:
+            continue
+        *lines, pending = (pending + chunk).split(b"\n")
+        if len(pending) > 4096:
+            lines, pending = [*lines, pending], b""
+        for line in lines:
+            if left <= 0:
+                break
+            try:
+                os.write(out, BOX_PREFIX + line[:left] + b"\n")
+                left -= len(BOX_PREFIX) + len(line) + 1
+            except OSError:   # the grader's log is gone: read on, so that the box never blocks
+                left = 0
+    if pending and left > 0:
+        os.write(out, BOX_PREFIX + pending[:left] + b"\n")
+    if left <= 0:
+        os.write(out, BOX_PREFIX + f"(more than {limit} bytes: the rest was dropped)\n".encode())
 
 
 def descendants(pid: int) -> int:

@@ -9,9 +9,12 @@ with ``EPERM`` whatever the process's privileges, as Docker's and Flatpak's defa
   ``umount2``, ``pivot_root``, and ``clone`` with any ``CLONE_NEW*`` flag; ``clone3`` fails
   with ``ENOSYS`` (its flags sit behind a pointer a filter cannot read), so the C library falls
   back to ``clone``;
-* looking into or changing other processes: ``ptrace``, ``process_vm_readv/writev``;
+* looking into or changing other processes: ``ptrace``, ``process_vm_readv/writev``,
+  ``pidfd_getfd`` (taking another process's file descriptors);
 * kernel attack surface a notebook never needs: ``keyctl``, ``add_key``, ``request_key``,
-  ``bpf``, ``userfaultfd``, ``perf_event_open``, ``kexec_load``, module loading.
+  ``bpf``, ``userfaultfd``, ``perf_event_open``, ``kexec_load``, module loading, and
+  ``io_uring_setup/enter/register`` (denied by Docker's default profile too: io_uring runs
+  file operations the filter would not see one by one).
 
 Calls of another architecture's ABI (32-bit ``int 0x80`` on x86-64, x32) are denied as a
 whole: they would bypass the numbers below. Only x86-64 and aarch64 are known; elsewhere
@@ -30,7 +33,8 @@ __all__ = ["DENIED", "program", "memfd"]
 DENIED = ("unshare", "setns", "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
           "fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace", "process_vm_readv",
           "process_vm_writev", "keyctl", "add_key", "request_key", "bpf", "userfaultfd",
-          "perf_event_open", "kexec_load", "init_module", "finit_module")
+          "perf_event_open", "kexec_load", "init_module", "finit_module", "io_uring_setup", "io_uring_enter",
+          "io_uring_register", "pidfd_getfd")
 
 # (audit architecture, syscall numbers) from the kernel's unistd tables.
 _ARCHES = {
@@ -40,14 +44,16 @@ _ARCHES = {
         "mount_setattr": 442, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
         "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "userfaultfd": 323,
         "perf_event_open": 298, "kexec_load": 246, "init_module": 175, "finit_module": 313,
-        "clone": 56, "clone3": 435}),
+        "clone": 56, "clone3": 435, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "pidfd_getfd": 438}),
     "aarch64": (0xC00000B7, {
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
         "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "userfaultfd": 282,
         "perf_event_open": 241, "kexec_load": 104, "init_module": 105, "finit_module": 273,
-        "clone": 220, "clone3": 435}),
+        "clone": 220, "clone3": 435, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "pidfd_getfd": 438}),
 }
 _X32_BIT = 0x40000000
 CLONE_NEW_FLAGS = 0x7E020080   # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
