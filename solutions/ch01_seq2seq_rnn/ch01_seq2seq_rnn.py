@@ -1629,11 +1629,8 @@ print("share of the training targets that have output position i: "
 # is <!-- q:out#reverse, teacher-forced, length 14 -->0.47<!-- /q --> (position 8) and the last
 # position <!-- q:out#reverse, teacher-forced, length 14 -->0.23<!-- /q -->, at length 12 <!-- q:out#reverse, teacher-forced, length 12 -->0.38<!-- /q -->
 # and <!-- q:out#reverse, teacher-forced, length 12 -->0.10<!-- /q -->; in copying at length 14 <!-- q:out#copy, teacher-forced, length 14 -->0.52<!-- /q -->
-# and <!-- q:out#copy, teacher-forced, length 14 -->0.39<!-- /q -->. That drop at the end is not stable over seeds and CPUs: the largest
-# error minus the last position's ranged over <!-- q:tools/claim_spread.md#length 12: largest error -->0–0.28<!-- /q --> at
-# length 12 and <!-- q:tools/claim_spread.md#length 14: largest error -->0–0.23<!-- /q --> at length 14
-# (`tools/claim_spread.md`), and a difference of 0 means a run whose last position was the
-# worst. With the <!-- q:out#training and -->1000<!-- /q --> test strings spread over 13 lengths (about 75 per length), one position's error is uncertain by about ±0.05
+# and <!-- q:out#copy, teacher-forced, length 14 -->0.39<!-- /q -->. That drop at the end is the stored run's, and the chapter claims
+# nothing about it: another seed or CPU may make the last position the worst. With the <!-- q:out#training and -->1000<!-- /q --> test strings spread over 13 lengths (about 75 per length), one position's error is uncertain by about ±0.05
 # (one standard error). Free-running, the errors climb much higher, since each mistake is fed
 # back, and their peak lies late in the string; but they too fall at the last position in five of
 # the six rows of the stored run (reversal at length 14: peak <!-- q:out#reverse,   free-running, length 14 -->0.77<!-- /q -->,

@@ -585,7 +585,7 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # (<!-- q:out#grad of scores, unscaled -->0.033<!-- /q -->
 # against <!-- q:out#grad of scores, scaled -->0.281<!-- /q --> in the stored
 # run, <!-- q:out#at d_k = 1024 the gradient of the scores -->8.4<!-- /q --> times, the ratio printed
-# under the table; <!-- q:tools/claim_spread.md#ch03: less gradient reaches unscaled scores -->4.7 to 8.9<!-- /q --> times over
+# under the table; <!-- q:tools/claim_spread.md#ch03: less gradient reaches unscaled scores -->4.7 to 8.4<!-- /q --> times over
 # seeds and CPUs, 500 random draws each, `tools/claim_spread.md`). But saturation does **not** mean that
 # no gradient reaches the queries and keys: the gradient reaching $q$ is *larger* without the
 # scale (<!-- q:out#grad of q, unscaled -->1.07<!-- /q -->

@@ -366,7 +366,7 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # decoder a *bag* of symbols, with nothing that says which came first. The model with the table, after
 # the same 100 steps, already reversed most sequences of 2 to 4 symbols and was still learning the
 # longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in exact
-# match, <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.34<!-- /q --> in the stored run, was <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.14–0.55<!-- /q --> over seeds and CPUs
+# match, <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.34<!-- /q --> in the stored run, was <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.26–0.59<!-- /q --> over seeds and CPUs
 # ([tools/claim_spread.md](../../tools/claim_spread.md)): always there, its size not fixed.
 #
 # ## 4. The encoder layer
@@ -1164,7 +1164,7 @@ for s, t, p in tf_errors[:8]:
 # %% [markdown]
 # What the table and the plot show (the numbers quoted are the stored run's, yours prints its own
 # above; over seeds and CPUs ([tools/claim_spread.md](../../tools/claim_spread.md)) the Transformer's
-# exact match over all lengths ranged over <!-- q:tools/claim_spread.md#ch06: the Transformer learns reversal -->0.88–0.98<!-- /q --> and the Bahdanau
+# exact match over all lengths ranged over <!-- q:tools/claim_spread.md#ch06: the Transformer learns reversal -->0.93–0.98<!-- /q --> and the Bahdanau
 # model's over <!-- q:tools/claim_spread.md#ch06: chapter 2's attention model learns reversal -->0.90–1.00<!-- /q -->, and the Transformer beat the GRU at lengths 10-14 by <!-- q:tools/claim_spread.md#the Transformer beats chapter 1's GRU on lengths 10-14 -->0.85 to 0.95<!-- /q -->
 # every time: the ordering against the GRU holds, the small differences between the two attention
 # models do not):
