@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.grading import withhold
 from course_utils.grading.withhold import BLOCK, bound_names, strip_expected
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,3 +76,194 @@ def test_a_helpers_own_locals_are_not_withheld():
     code = ("def _ref(x):\n    s = x * 2\n    return s\n\nclass _M:\n    y = 1\n\n"
             "_want = [w for w in range(3)]\nif True:\n    _z = 1\nelse:\n    _z2 = 2\n")
     assert bound_names(code) == ["_ref", "_M", "_want", "_z", "_z2"]
+
+
+# --- Every hidden probe drawn from the secret (issue 48, cause 7) -----------------------------------
+#
+# The grader rewrites a literal ``manual_seed(N)`` of a hidden test (``withhold._SEED``) into a seed
+# derived from the class's secret, and nothing else. So a hidden test's random inputs are secret only
+# if each of them comes from such a literal. The rule, checked on the AST of every hidden block:
+#
+# 1. every ``manual_seed(...)`` is called on a fresh ``torch.Generator()`` (never the global RNG, which
+#    the learner's code can reseed), and its argument is either an integer literal the rewrite matches,
+#    or an expression *derived from the secret*;
+# 2. no ``torch.Generator()`` is used unseeded (its default seed is public);
+# 3. every random draw (``torch.rand``/``randn``/``randint``/``randperm``/``*_like``/``normal``/
+#    ``bernoulli``/``multinomial``/``poisson`` and the in-place samplers ``uniform_``, ``normal_`` ...)
+#    passes ``generator=`` an expression derived from the secret; every ``seed=`` keyword likewise;
+# 4. nothing else makes randomness: no ``random.*``, ``np.random.*``/``numpy.random.*``,
+#    ``torch.seed``, ``set_rng_state``, ``set_state``, ``dropout`` (none of them is rewritten);
+# 5. every hidden block holds at least one rewritten literal seed (a random probe), unless it is in
+#    ``NO_RANDOM_PROBE`` with its reason: only a block whose input domain is finite and enumerated in
+#    full may be there (a table of it is no shortcut: it is the answer). Today the list is empty.
+#
+# "Derived from the secret": an expression that contains a literal ``manual_seed(N)`` call or a name
+# derived from the secret. A name is derived from the secret when *every* binding of it in the block
+# is: assignments (also tuple targets, ``with ... as``, ``:=``) from such an expression, loop and
+# comprehension targets over one, a function's parameter when every call of the function in the block
+# passes one (or the default is one), a lambda's parameter when its default is one.
+
+_RNG_DRAWS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
+              "bernoulli", "multinomial", "poisson", "uniform_", "normal_", "random_", "bernoulli_",
+              "exponential_", "geometric_", "cauchy_", "log_normal_"}
+_RNG_OTHER = {"seed", "set_rng_state", "set_state", "dropout", "dropout_", "default_rng", "RandomState",
+              "Random", "shuffle"}   # (fork_rng only saves and restores: allowed)
+NO_RANDOM_PROBE: dict[tuple[str, int], str] = {}   # (chapter, hidden test number) -> why no random probe
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _is_literal_seed(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and _name(node.func) == "manual_seed" and len(node.args) == 1
+            and not node.keywords and isinstance(node.args[0], ast.Constant)
+            and type(node.args[0].value) is int)
+
+
+def _target_names(target: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _secret_names(tree: ast.AST) -> set[str]:
+    """The names of a hidden block derived from the secret (see the rule above): a fixed point."""
+    bindings: dict[str, list[ast.AST | None]] = {}      # name -> the expressions it is bound to (None: unknown)
+
+    def bind(names, value):
+        for n in names:
+            bindings.setdefault(n, []).append(value)
+
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls: dict[str, list[ast.Call]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+            calls.setdefault(node.func.id, []).append(node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                bind(_target_names(t), node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            bind(_target_names(node.target), node.value)
+        elif isinstance(node, ast.NamedExpr):
+            bind(_target_names(node.target), node.value)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bind(_target_names(node.target), node.iter)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            bind(_target_names(node.optional_vars), node.context_expr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            defaults = dict(zip([p.arg for p in positional][len(positional) - len(a.defaults):], a.defaults))
+            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+            for i, p in enumerate(positional + a.kwonlyargs):
+                sites = calls.get(node.name, [])
+                if not sites and p.arg not in defaults:
+                    bind([p.arg], None)
+                for call in sites:
+                    kw = {k.arg: k.value for k in call.keywords}
+                    if any(isinstance(x, ast.Starred) for x in call.args) or None in kw:
+                        bind([p.arg], None)
+                    elif i < len(call.args) and p in positional:
+                        bind([p.arg], call.args[i])
+                    elif p.arg in kw:
+                        bind([p.arg], kw[p.arg])
+                    else:
+                        bind([p.arg], defaults.get(p.arg))
+            for p in (a.vararg, a.kwarg):
+                if p is not None:
+                    bind([p.arg], None)
+        elif isinstance(node, ast.Lambda):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            defaults = dict(zip([p.arg for p in positional][len(positional) - len(a.defaults):], a.defaults))
+            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+            for p in positional + a.kwonlyargs:
+                bind([p.arg], defaults.get(p.arg))
+    secret: set[str] = set()
+    while True:
+        more = {n for n, values in bindings.items() if n not in secret
+                and all(v is not None and _derived(v, secret) for v in values)}
+        if not more:
+            return secret
+        secret |= more
+
+
+def _derived(node: ast.AST, secret: set[str]) -> bool:
+    return any(_is_literal_seed(n) or (isinstance(n, ast.Name) and n.id in secret) for n in ast.walk(node))
+
+
+def probe_faults(block: str) -> list[str]:
+    """Why a hidden block's random inputs are not all drawn from the secret (empty: they are)."""
+    tree = ast.parse(block)
+    secret = _secret_names(tree)
+    faults = []
+    seeded_generators = set()
+    literal_seeds = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name, dotted, code = _name(node.func), _dotted(node.func), ast.unparse(node)[:80]
+        if name == "manual_seed":
+            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if not (isinstance(receiver, ast.Call) and _name(receiver.func) == "Generator"):
+                faults.append(f"{code}: seeds something other than a fresh torch.Generator()")
+            else:
+                seeded_generators.add(id(receiver))
+            if _is_literal_seed(node):
+                literal_seeds += 1
+            elif not (len(node.args) == 1 and _derived(node.args[0], secret)):
+                faults.append(f"{code}: a seed neither literal nor derived from a literal manual_seed(N)")
+        elif name in _RNG_DRAWS and (dotted.startswith(("torch.", "F.")) or isinstance(node.func, ast.Attribute)):
+            gen = next((k.value for k in node.keywords if k.arg == "generator"), None)
+            if gen is None or not _derived(gen, secret):
+                faults.append(f"{code}: a random draw whose generator is not drawn from a literal manual_seed(N)")
+        elif name in _RNG_OTHER or dotted.startswith(("random.", "np.random.", "numpy.random.")):
+            faults.append(f"{code}: randomness the grader does not rewrite")
+        for k in node.keywords:
+            if k.arg == "seed" and not _derived(k.value, secret):
+                faults.append(f"{code}: seed= neither literal-seeded nor derived from a literal manual_seed(N)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _name(node.func) == "Generator" and id(node) not in seeded_generators:
+            faults.append(f"{ast.unparse(node)}: an unseeded generator (its default seed is public)")
+    if literal_seeds != len(withhold._SEED.findall(block)):
+        faults.append("a literal manual_seed(N) the rewrite does not match (write it in decimal, one argument)")
+    if not literal_seeds:
+        faults.append("no literal manual_seed(N): no input of it is drawn from the secret")
+    return faults
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.parent.name)
+def test_every_hidden_probe_is_drawn_from_the_secret(path):
+    """Each hidden test's random inputs come from a literal ``manual_seed(N)`` the grader rewrites, and
+    each hidden test has one (issue 48, cause 7): a table computed at home from the public repository
+    scores nothing in a class with a secret."""
+    bad = []
+    for n, block in enumerate(_hidden_blocks(path), 1):
+        faults = probe_faults(block)
+        if (path.parent.name, n) in NO_RANDOM_PROBE:
+            faults = [f for f in faults if not f.startswith("no literal manual_seed")]
+        bad += [f"{path.parent.name}, hidden test {n}: {f}" for f in dict.fromkeys(faults)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_probe_rule_flags_each_way_around_the_secret():
+    ok = "g = torch.Generator().manual_seed(7)\ns = int(torch.randint(9, (), generator=g))\n" \
+         "def f(seed):\n    return torch.randn(3, generator=torch.Generator().manual_seed(seed))\nf(s + 1)\n"
+    assert probe_faults(ok) == []
+    for bad in ("def f(seed):\n    return torch.randn(3, generator=torch.Generator().manual_seed(seed))\n"
+                "f(3)\nf(torch.Generator().manual_seed(1).initial_seed())\n",          # one public call site
+                "SEED = 5\ng = torch.Generator().manual_seed(SEED)\n",                  # a name, not a literal
+                "g = torch.Generator().manual_seed(1)\nx = torch.randn(3)\n",           # the global RNG
+                "g = torch.Generator().manual_seed(1)\nh = torch.Generator()\nx = torch.rand(2, generator=h)\n",
+                "g = torch.Generator().manual_seed(1)\nx = np.random.default_rng(3).normal()\n",
+                "g = torch.Generator().manual_seed(1)\nt = make(64, seed=5)\n",
+                "g = torch.Generator().manual_seed(0x10)\n",                             # not what the rewrite matches
+                "x = torch.ones(3)\n",                                                   # no random probe
+                "torch.manual_seed(3)\nx = torch.randn(2)\n"):
+        assert probe_faults(bad), bad
