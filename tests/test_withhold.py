@@ -101,7 +101,9 @@ def test_a_helpers_own_locals_are_not_withheld():
 # derived from the secret. A name is derived from the secret when *every* binding of it in the block
 # is: assignments (also tuple targets, ``with ... as``, ``:=``) from such an expression, loop and
 # comprehension targets over one, a function's parameter when every call of the function in the block
-# passes one (or the default is one), a lambda's parameter when its default is one.
+# passes one (or the default is one), a lambda's parameter when its default is one. Names are not told
+# apart by scope (a ``seed`` parameter of two helpers is one name: both must be derived), and the set is
+# the largest that satisfies this, so a helper may pass ``seed + 1`` on to another.
 
 _RNG_DRAWS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
               "bernoulli", "multinomial", "poisson", "uniform_", "normal_", "random_", "bernoulli_",
@@ -131,106 +133,113 @@ def _target_names(target: ast.AST) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
-def _secret_names(tree: ast.AST) -> set[str]:
-    """The names of a hidden block derived from the secret (see the rule above): a fixed point."""
-    bindings: dict[str, list[ast.AST | None]] = {}      # name -> the expressions it is bound to (None: unknown)
+def _defaults(args: ast.arguments) -> dict[str, ast.AST]:
+    positional = args.posonlyargs + args.args
+    names = [p.arg for p in positional][len(positional) - len(args.defaults):]
+    out = dict(zip(names, args.defaults))
+    out.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return out
 
-    def bind(names, value):
-        for n in names:
-            bindings.setdefault(n, []).append(value)
 
+def _argument(call: ast.Call, i: int, param: ast.arg, positional: bool, default: ast.AST | None) -> ast.AST | None:
+    """What ``call`` passes for the ``i``-th parameter ``param`` (None: cannot tell)."""
+    kw = {k.arg: k.value for k in call.keywords}
+    if any(isinstance(x, ast.Starred) for x in call.args) or None in kw:
+        return None
+    if positional and i < len(call.args):
+        return call.args[i]
+    return kw.get(param.arg, default)
+
+
+def _parameter_bindings(func: ast.AST, sites: list[ast.Call]) -> list[tuple[str, ast.AST | None]]:
+    """(parameter, what it is bound to) for every call site of ``func`` (a lambda: its defaults only)."""
+    a = func.args
+    positional, defaults = a.posonlyargs + a.args, _defaults(a)
+    out = [(p.arg, None) for p in (a.vararg, a.kwarg) if p is not None]
+    for i, p in enumerate(positional + a.kwonlyargs):
+        if isinstance(func, ast.Lambda) or not sites:
+            out.append((p.arg, defaults.get(p.arg)))
+        out += [(p.arg, _argument(c, i, p, p in positional, defaults.get(p.arg))) for c in sites]
+    return out
+
+
+def _bindings(tree: ast.AST) -> dict[str, list[ast.AST | None]]:
+    """Every name a hidden block binds, with the expressions it is bound to (None: unknown)."""
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     calls: dict[str, list[ast.Call]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
             calls.setdefault(node.func.id, []).append(node)
+    pairs: list[tuple[str, ast.AST | None]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
-            for t in node.targets:
-                bind(_target_names(t), node.value)
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            bind(_target_names(node.target), node.value)
-        elif isinstance(node, ast.NamedExpr):
-            bind(_target_names(node.target), node.value)
+            pairs += [(n, node.value) for t in node.targets for n in _target_names(t)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            pairs += [(n, node.value) for n in _target_names(node.target)]
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            bind(_target_names(node.target), node.iter)
+            pairs += [(n, node.iter) for n in _target_names(node.target)]
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-            bind(_target_names(node.optional_vars), node.context_expr)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            a = node.args
-            positional = a.posonlyargs + a.args
-            defaults = dict(zip([p.arg for p in positional][len(positional) - len(a.defaults):], a.defaults))
-            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
-            for i, p in enumerate(positional + a.kwonlyargs):
-                sites = calls.get(node.name, [])
-                if not sites and p.arg not in defaults:
-                    bind([p.arg], None)
-                for call in sites:
-                    kw = {k.arg: k.value for k in call.keywords}
-                    if any(isinstance(x, ast.Starred) for x in call.args) or None in kw:
-                        bind([p.arg], None)
-                    elif i < len(call.args) and p in positional:
-                        bind([p.arg], call.args[i])
-                    elif p.arg in kw:
-                        bind([p.arg], kw[p.arg])
-                    else:
-                        bind([p.arg], defaults.get(p.arg))
-            for p in (a.vararg, a.kwarg):
-                if p is not None:
-                    bind([p.arg], None)
-        elif isinstance(node, ast.Lambda):
-            a = node.args
-            positional = a.posonlyargs + a.args
-            defaults = dict(zip([p.arg for p in positional][len(positional) - len(a.defaults):], a.defaults))
-            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
-            for p in positional + a.kwonlyargs:
-                bind([p.arg], defaults.get(p.arg))
-    secret: set[str] = set()
+            pairs += [(n, node.context_expr) for n in _target_names(node.optional_vars)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pairs += _parameter_bindings(node, calls.get(getattr(node, "name", None), []))
+    bindings: dict[str, list[ast.AST | None]] = {}
+    for name, value in pairs:
+        bindings.setdefault(name, []).append(value)
+    return bindings
+
+
+def _secret_names(tree: ast.AST) -> set[str]:
+    """The names of a hidden block derived from the secret (see the rule above)."""
+    bindings = _bindings(tree)
+    secret = set(bindings)          # the greatest fixed point: ``seed`` bound to ``seed + 1`` in a helper stays
     while True:
-        more = {n for n, values in bindings.items() if n not in secret
-                and all(v is not None and _derived(v, secret) for v in values)}
-        if not more:
+        out = {n for n in secret if not all(v is not None and _derived(v, secret) for v in bindings[n])}
+        if not out:
             return secret
-        secret |= more
+        secret -= out
 
 
 def _derived(node: ast.AST, secret: set[str]) -> bool:
     return any(_is_literal_seed(n) or (isinstance(n, ast.Name) and n.id in secret) for n in ast.walk(node))
 
 
+def _seed_faults(node: ast.Call, secret: set[str], code: str) -> list[str]:
+    receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+    faults = []
+    if not (isinstance(receiver, ast.Call) and _name(receiver.func) == "Generator"):
+        faults.append(f"{code}: seeds something other than a fresh torch.Generator()")
+    if not _is_literal_seed(node) and not (len(node.args) == 1 and _derived(node.args[0], secret)):
+        faults.append(f"{code}: a seed neither literal nor derived from a literal manual_seed(N)")
+    return faults
+
+
+def _call_faults(node: ast.Call, secret: set[str]) -> list[str]:
+    """Why one call of a hidden block makes randomness the secret does not decide."""
+    name, dotted, code = _name(node.func), _dotted(node.func), ast.unparse(node)[:80]
+    faults = []
+    if name == "manual_seed":
+        faults += _seed_faults(node, secret, code)
+    elif name in _RNG_DRAWS and (dotted.startswith(("torch.", "F.")) or isinstance(node.func, ast.Attribute)):
+        gen = next((k.value for k in node.keywords if k.arg == "generator"), None)
+        if gen is None or not _derived(gen, secret):
+            faults.append(f"{code}: a random draw whose generator is not drawn from a literal manual_seed(N)")
+    elif name in _RNG_OTHER or dotted.startswith(("random.", "np.random.", "numpy.random.")):
+        faults.append(f"{code}: randomness the grader does not rewrite")
+    faults += [f"{code}: seed= neither literal-seeded nor derived from a literal manual_seed(N)"
+               for k in node.keywords if k.arg == "seed" and not _derived(k.value, secret)]
+    return faults
+
+
 def probe_faults(block: str) -> list[str]:
     """Why a hidden block's random inputs are not all drawn from the secret (empty: they are)."""
     tree = ast.parse(block)
     secret = _secret_names(tree)
-    faults = []
-    seeded_generators = set()
-    literal_seeds = 0
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name, dotted, code = _name(node.func), _dotted(node.func), ast.unparse(node)[:80]
-        if name == "manual_seed":
-            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
-            if not (isinstance(receiver, ast.Call) and _name(receiver.func) == "Generator"):
-                faults.append(f"{code}: seeds something other than a fresh torch.Generator()")
-            else:
-                seeded_generators.add(id(receiver))
-            if _is_literal_seed(node):
-                literal_seeds += 1
-            elif not (len(node.args) == 1 and _derived(node.args[0], secret)):
-                faults.append(f"{code}: a seed neither literal nor derived from a literal manual_seed(N)")
-        elif name in _RNG_DRAWS and (dotted.startswith(("torch.", "F.")) or isinstance(node.func, ast.Attribute)):
-            gen = next((k.value for k in node.keywords if k.arg == "generator"), None)
-            if gen is None or not _derived(gen, secret):
-                faults.append(f"{code}: a random draw whose generator is not drawn from a literal manual_seed(N)")
-        elif name in _RNG_OTHER or dotted.startswith(("random.", "np.random.", "numpy.random.")):
-            faults.append(f"{code}: randomness the grader does not rewrite")
-        for k in node.keywords:
-            if k.arg == "seed" and not _derived(k.value, secret):
-                faults.append(f"{code}: seed= neither literal-seeded nor derived from a literal manual_seed(N)")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _name(node.func) == "Generator" and id(node) not in seeded_generators:
-            faults.append(f"{ast.unparse(node)}: an unseeded generator (its default seed is public)")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    faults = [f for node in calls for f in _call_faults(node, secret)]
+    seeded = {id(n.func.value) for n in calls if _name(n.func) == "manual_seed" and isinstance(n.func, ast.Attribute)}
+    faults += [f"{ast.unparse(n)}: an unseeded generator (its default seed is public)"
+               for n in calls if _name(n.func) == "Generator" and id(n) not in seeded]
+    literal_seeds = sum(_is_literal_seed(n) for n in calls)
     if literal_seeds != len(withhold._SEED.findall(block)):
         faults.append("a literal manual_seed(N) the rewrite does not match (write it in decimal, one argument)")
     if not literal_seeds:
@@ -267,3 +276,62 @@ def test_the_probe_rule_flags_each_way_around_the_secret():
                 "x = torch.ones(3)\n",                                                   # no random probe
                 "torch.manual_seed(3)\nx = torch.randn(2)\n"):
         assert probe_faults(bad), bad
+
+
+def _seeded(block: str, key: bytes | None) -> str:
+    """A hidden block (its text between the markers) as the grader sends it under probe key ``key``."""
+    return withhold.seed_probes(f"### BEGIN HIDDEN TESTS\n{block}### END HIDDEN TESTS", key)
+
+
+def _patchify_probes(key: bytes | None) -> list:
+    """The images ch07's hidden patchify test hands the learner, under probe key ``key``."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    block = _hidden_blocks(REPO / "solutions" / "ch07_transformer_families" / "ch07_transformer_families.py")[3]
+    assert "patchify (hidden)" in block
+    seen = []
+
+    class _Checks:
+        @staticmethod
+        def forbid(*_):
+            return contextlib.nullcontext()
+
+        @staticmethod
+        def call(fn, images, patch):
+            seen.append(images.clone())
+            return fn(images, patch)
+
+        expect_shape = expect_dtype = expect_close = staticmethod(lambda *a, **k: None)
+        run_checks = staticmethod(lambda name, cases: [check() for _, check in cases])
+
+    def patchify(images, patch):
+        return F.unfold(images, kernel_size=patch, stride=patch).transpose(1, 2)
+
+    ns = {"torch": torch, "F": F, "checks": _Checks, "patchify": patchify}
+    exec(compile(strip_expected(_seeded(block, key)), "<hidden>", "exec"), ns)  # noqa: S102
+    return seen
+
+
+def test_a_table_computed_at_home_does_not_meet_a_classs_probes():
+    """ch07's hidden patchify test (the cell a home-computed table passed, issue 48): the images a class
+    with a secret sends differ from the public ones and from another class's, the same in every run."""
+    import torch
+
+    public = _patchify_probes(None)
+    one, other = _patchify_probes(b"k" * 32), _patchify_probes(b"j" * 32)
+    assert len(public) == len(one) == len(other) == 20
+    assert [x.shape for x in public] == [x.shape for x in one] == [x.shape for x in other]
+    assert not any(torch.equal(a, b) for a, b in zip(public, one))
+    assert not any(torch.equal(a, b) for a, b in zip(one, other))
+    assert all(torch.equal(a, b) for a, b in zip(one, _patchify_probes(b"k" * 32)))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.parent.name)
+def test_every_hidden_test_changes_with_the_secret(path):
+    """Each hidden test's text as the kernel receives it differs between two secrets and from the public one."""
+    for n, block in enumerate(_hidden_blocks(path), 1):
+        texts = {block, _seeded(block, b"k" * 32), _seeded(block, b"j" * 32)}
+        assert len(texts) == 3, f"{path.parent.name}, hidden test {n}: the same in every class"
