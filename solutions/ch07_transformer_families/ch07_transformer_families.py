@@ -416,7 +416,7 @@ def _u_equal_to_p(seed):
 def _action_at_boundary(seed, boundary):
     """A seed whose action draws hit float32(boundary) exactly, p = 1: 0.8 is [MASK]'s upper end (excluded)
     and the random token's lower end (included), 0.9 the random token's upper end (excluded)."""
-    shape = (64, 1024)                 # 2^16 draws: the first seed from ``seed`` on with an exact hit (~256 tries)
+    shape = (32, 1024)                 # 2^15 draws: the first seed from ``seed`` on with an exact hit (~512 tries)
     for hit in range(seed, seed + 8192):
         gen = torch.Generator().manual_seed(hit)
         torch.rand(shape, generator=gen)
