@@ -17,6 +17,8 @@ autograde`` creates, mode 0600, git-ignored), :func:`seed_probes` replaces every
 passes to ``manual_seed`` by one derived from the secret and the chapter, in the reference run and in
 every submission alike. The secret itself never enters a box; the derived seeds reach the kernel only
 inside the hidden tests, after which nothing the kernel says reaches the feedback (``feedback.py``).
+Only a literal ``manual_seed(N)`` is rewritten: every random input of a hidden test is drawn from one
+(``tests/test_withhold.py`` checks the rule docs/grading.md states).
 """
 
 from __future__ import annotations

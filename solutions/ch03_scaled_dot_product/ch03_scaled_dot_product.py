@@ -926,7 +926,11 @@ checks.run_checks("causal_mask", [
 ### BEGIN HIDDEN TESTS
 import torch.nn.attention.bias as _bias
 
-_sizes = [(a, b) for a in range(1, 7) for b in (None, *range(1, 7))] + [(9, 40), (40, 9), (64, None)]
+# Every size up to 6, then three larger ones drawn from the class's secret (the grader rewrites the literal
+# seed): L_q < L_k, L_q > L_k, and a square one.
+_size_draws = torch.Generator().manual_seed(31)
+_short, _long, _square = (int(torch.randint(lo, hi, (), generator=_size_draws)) for lo, hi in ((7, 33), (33, 97), (33, 97)))
+_sizes = [(a, b) for a in range(1, 7) for b in (None, *range(1, 7))] + [(_short, _long), (_long, _short), (_square, None)]
 with checks.forbid(attention.causal_mask):
     _got = [checks.call(causal_mask, a) if b is None else checks.call(causal_mask, a, b) for a, b in _sizes]
     _got_kw = checks.call(causal_mask, 3, L_k=5)

@@ -490,9 +490,9 @@ def _seeded_block(gen, norm_first, d_model, n_heads, d_ff, cross_attention=False
     return layer
 
 
-def _encoder_cases(seed):
+def _encoder_cases():
     """(what, layer, x, mask): both orders, with and without padding, batch 1-3, S = 1-6, 1-3 heads."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(12)     # the grader draws it from the class's secret
     fixed = [("Post-LN with padding", False, 8, 2, 2, 5, [5, 2]), ("Pre-LN with padding", True, 8, 2, 2, 5, [5, 2]),
              ("Post-LN, batch 3, 3 heads, lengths 6, 1, 4", False, 12, 3, 3, 6, [6, 1, 4]),
              ("Pre-LN, batch 3, 3 heads, lengths 6, 1, 4", True, 12, 3, 3, 6, [6, 1, 4]),
@@ -510,7 +510,7 @@ def _encoder_cases(seed):
     return cases
 
 
-_enc = _encoder_cases(12)
+_enc = _encoder_cases()
 with torch.no_grad():
     ### BEGIN EXPECTED
     _want = [layer(x, mask=mask)[0] for _, layer, x, mask in _enc]
@@ -785,9 +785,9 @@ def _seeded_decoder_block(gen, norm_first, d_model, n_heads, d_ff):
     return layer
 
 
-def _decoder_cases(seed):
+def _decoder_cases():
     """(what, layer, y, memory, memory_mask): both orders, with and without source padding, T != S."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(22)     # the grader draws it from the class's secret
     fixed = [("Post-LN with source padding", False, 8, 2, 2, 4, 6, [6, 3]), ("Pre-LN with source padding", True, 8, 2, 2, 4, 6, [6, 3]),
              ("Post-LN, batch 3, 3 heads, T > S", False, 12, 3, 3, 5, 3, [3, 1, 2]),
              ("Pre-LN, batch 3, 3 heads, T > S", True, 12, 3, 3, 5, 3, [3, 1, 2]),
@@ -806,7 +806,7 @@ def _decoder_cases(seed):
     return cases
 
 
-_dec = _decoder_cases(22)
+_dec = _decoder_cases()
 with torch.no_grad():
     ### BEGIN EXPECTED
     _want = [layer(y, causal=True, memory=m, memory_mask=mask).x for _, layer, y, m, mask in _dec]

@@ -146,19 +146,28 @@ checks.run_checks("prefix_lm_mask", [
 # Hidden tests: every prefix length 0..L at L = 1..8 (0 = causal, L = bidirectional); every kind of bad
 # prefix_len the prompt names (below 0, above L, floats 2.5 and 2.0, a string, None) must raise.
 ### BEGIN HIDDEN TESTS
+# Beside every prefix of L = 1..8, lengths and prefixes drawn from the class's secret (the grader rewrites
+# the literal manual_seed): L in 9..96 with a prefix in 0..L, and the out-of-range prefixes' lengths.
+_prefix_draws = torch.Generator().manual_seed(11)
+_random_L = torch.randint(9, 97, (8,), generator=_prefix_draws).tolist()
+_random_prefixes = [(L, int(torch.randint(0, L + 1, (), generator=_prefix_draws))) for L in _random_L]
+_bad_L = torch.randint(1, 97, (4,), generator=_prefix_draws).tolist()
+_beyond = torch.randint(2, 50, (2,), generator=_prefix_draws).tolist()
 ### BEGIN EXPECTED
 _want_masks = {(L, p): families.prefix_lm_mask(L, p) for L in range(1, 9) for p in range(L + 1)}
+_want_masks.update({(L, p): families.prefix_lm_mask(L, p) for L, p in _random_prefixes})
 _want_raised = "raised"
 ### END EXPECTED
 
 
-def _every_prefix(L):
-    for p in range(L + 1):
-        got = checks.call(prefix_lm_mask, L, p)
-        checks.expect_shape(got, (L, L), f"prefix_lm_mask({L}, {p})")
-        checks.expect_dtype(got, torch.bool, f"prefix_lm_mask({L}, {p})")
-        checks.expect_equal(got, _want_masks[L, p],
-                            f"prefix_lm_mask({L}, {p}) (row i = query i; True where key j < prefix_len or j <= i)")
+def _every_prefix(L, also=()):
+    """Every prefix of length ``L``, then the (length, prefix) pairs of ``also``."""
+    for n, p in [(L, p) for p in range(L + 1)] + list(also):
+        got = checks.call(prefix_lm_mask, n, p)
+        checks.expect_shape(got, (n, n), f"prefix_lm_mask({n}, {p})")
+        checks.expect_dtype(got, torch.bool, f"prefix_lm_mask({n}, {p})")
+        checks.expect_equal(got, _want_masks[n, p],
+                            f"prefix_lm_mask({n}, {p}) (row i = query i; True where key j < prefix_len or j <= i)")
 
 
 def _bad_prefix(L, p):
@@ -175,10 +184,12 @@ def _bad_prefix(L, p):
                         + ("ValueError" if isinstance(p, int) else "ValueError (or TypeError)"))
 
 
-_BAD_PREFIXES = ((4, 5), (1, 2), (6, 7), (4, -1), (5, -3), (5, 2.5), (5, 2.0), (3, 0.0), (4, -0.5),
+_BAD_PREFIXES = ((_bad_L[0], _bad_L[0] + 1), (1, 2), (_bad_L[1], _bad_L[1] + _beyond[0]), (_bad_L[2], -1),
+                 (_bad_L[3], -_beyond[1]), (5, 2.5), (5, 2.0), (3, 0.0), (4, -0.5),
                  (5, 6.5), (3, "2"), (3, None))
 checks.run_checks("prefix_lm_mask (hidden)", [
-    *((f"L = {L}, every prefix 0..{L}", lambda L=L: _every_prefix(L)) for L in range(1, 9)),
+    *((f"L = {L}, every prefix 0..{L}, and a longer L", lambda L=L: _every_prefix(L, [_random_prefixes[L - 1]]))
+      for L in range(1, 9)),
     *((f"prefix_len={p!r} with L = {L} raises", lambda L=L, p=p: _bad_prefix(L, p)) for L, p in _BAD_PREFIXES),
 ])
 ### END HIDDEN TESTS
@@ -339,12 +350,15 @@ def _corrupt_exact():
 checks.run_checks("mlm_corrupt_batch", [("rates: 15 %, then 80 % [MASK]", _corrupt_rates),
                                         ("same draws as the reference", _corrupt_exact)])
 
-
 # %% nbgrader={"grade": true, "grade_id": "ex2_mlm_corrupt-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: no id below first_regular_id is ever chosen, on batches that hold every special token, at
 # p from 0 to 1; other vocabularies (first_regular_id, mask_id, vocab_size); shapes from (1, 1) up; the
 # same draws as the reference everywhere; long outputs; the input tensor left unchanged.
 ### BEGIN HIDDEN TESTS
+# Every seed below is drawn from the class's secret (the grader rewrites the literal manual_seed).
+_mlm_seeds = torch.randint(2**62, (17,), generator=torch.Generator().manual_seed(47)).tolist()
+
+
 def _corrupt_vs_reference(tokens, seed, p, mask_id=MASK_ID, vocab_size=V_TOY, first_regular_id=data.TOY_FIRST_WORD_ID):
     """The learner's corruption of ``tokens`` against the reference's, with the same generator seed."""
     name = (f"{tuple(tokens.shape)} batch, p={p}, mask_id={mask_id}, vocab_size={vocab_size}, "
@@ -381,9 +395,9 @@ def _every_special(p, seed):
     _corrupt_vs_reference(tokens, seed + 100, p)
 
 
-def _sentences(p):
-    tokens, _ = encode_sentences(data.make_toy_sentences(64, seed=5))     # [CLS] first, padded
-    _corrupt_vs_reference(tokens, 6, p)
+def _sentences(p, seed):
+    tokens, _ = encode_sentences(data.make_toy_sentences(64, seed=seed))     # [CLS] first, padded
+    _corrupt_vs_reference(tokens, seed + 1, p)
 
 
 def _other_vocab(first_regular_id, mask_id, vocab_size, shape, p, seed):
@@ -402,17 +416,22 @@ def _u_equal_to_p(seed):
 def _action_at_boundary(seed, boundary):
     """A seed whose action draws hit float32(boundary) exactly, p = 1: 0.8 is [MASK]'s upper end (excluded)
     and the random token's lower end (included), 0.9 the random token's upper end (excluded)."""
-    shape = (32, 1024)                 # 2^15 draws: found by searching seeds for an exact hit
-    tokens = torch.randint(data.TOY_FIRST_WORD_ID, V_TOY, shape, generator=torch.Generator().manual_seed(seed))
-    gen = torch.Generator().manual_seed(seed)
-    torch.rand(shape, generator=gen)
-    at = torch.rand(shape, generator=gen) == torch.tensor(boundary, dtype=torch.float32)
+    shape = (32, 1024)                 # 2^15 draws: the first seed from ``seed`` on with an exact hit (~512 tries)
+    for hit in range(seed, seed + 8192):
+        gen = torch.Generator().manual_seed(hit)
+        torch.rand(shape, generator=gen)
+        at = torch.rand(shape, generator=gen) == torch.tensor(boundary, dtype=torch.float32)
+        if bool(at.any()):
+            break
+    else:
+        raise RuntimeError(f"no action draw equal to {boundary} in 8192 seeds: a course bug")
+    tokens = torch.randint(data.TOY_FIRST_WORD_ID, V_TOY, shape, generator=torch.Generator().manual_seed(hit))
     ### BEGIN EXPECTED
-    reference_draws = torch.Generator().manual_seed(seed)
+    reference_draws = torch.Generator().manual_seed(hit)
     want_in, want_lab = families.mlm_corrupt(tokens, MASK_ID, V_TOY, p=1.0, first_regular_id=data.TOY_FIRST_WORD_ID,
                                              generator=reference_draws)
     ### END EXPECTED
-    got = checks.call(mlm_corrupt_batch, tokens.clone(), MASK_ID, V_TOY, torch.Generator().manual_seed(seed), 1.0,
+    got = checks.call(mlm_corrupt_batch, tokens.clone(), MASK_ID, V_TOY, torch.Generator().manual_seed(hit), 1.0,
                       data.TOY_FIRST_WORD_ID)
     inputs, labels = got
     name = f"p = 1, a token whose action draw is exactly {boundary}"
@@ -424,19 +443,21 @@ def _action_at_boundary(seed, boundary):
 
 
 checks.run_checks("mlm_corrupt_batch (hidden)", [
-    ("u == p is not chosen (u < p)", lambda: _u_equal_to_p(50)),
-    ("action == 0.8 exactly", lambda: _action_at_boundary(590, 0.8)),
-    ("action == 0.9 exactly", lambda: _action_at_boundary(435, 0.9)),
-    *((f"every special token, p={p}", lambda p=p, i=i: _every_special(p, 20 + i))
+    ("u == p is not chosen (u < p)", lambda: _u_equal_to_p(_mlm_seeds[0])),
+    ("action == 0.8 exactly", lambda: _action_at_boundary(_mlm_seeds[1], 0.8)),
+    ("action == 0.9 exactly", lambda: _action_at_boundary(_mlm_seeds[2], 0.9)),
+    *((f"every special token, p={p}", lambda p=p, i=i: _every_special(p, _mlm_seeds[3 + i]))
       for i, p in enumerate((0.0, 0.15, 0.5, 0.9, 1.0))),
-    *((f"sentences with [CLS] and padding, p={p}", lambda p=p: _sentences(p)) for p in (0.15, 0.6)),
-    ("first_regular_id=9: ids 6 to 8 are special too", lambda: _other_vocab(9, 5, V_TOY, (6, 30), 0.7, 30)),
-    ("first_regular_id=3, mask_id=2, vocab_size=20", lambda: _other_vocab(3, 2, 20, (5, 24), 0.5, 31)),
-    ("first_regular_id=1, mask_id=0, vocab_size=8, p=1", lambda: _other_vocab(1, 0, 8, (3, 16), 1.0, 32)),
-    ("first_regular_id=12, mask_id=11, vocab_size=50", lambda: _other_vocab(12, 11, 50, (4, 25), 0.35, 33)),
-    ("one token", lambda: _other_vocab(6, 5, V_TOY, (1, 1), 1.0, 34)),
-    ("one row", lambda: _other_vocab(6, 5, V_TOY, (1, 9), 0.5, 35)),
-    ("long thin batch", lambda: _other_vocab(6, 5, V_TOY, (40, 2), 0.25, 36)),
+    *((f"sentences with [CLS] and padding, p={p}", lambda p=p, i=i: _sentences(p, _mlm_seeds[8 + i]))
+      for i, p in enumerate((0.15, 0.6))),
+    ("first_regular_id=9: ids 6 to 8 are special too", lambda: _other_vocab(9, 5, V_TOY, (6, 30), 0.7, _mlm_seeds[10])),
+    ("first_regular_id=3, mask_id=2, vocab_size=20", lambda: _other_vocab(3, 2, 20, (5, 24), 0.5, _mlm_seeds[11])),
+    ("first_regular_id=1, mask_id=0, vocab_size=8, p=1", lambda: _other_vocab(1, 0, 8, (3, 16), 1.0, _mlm_seeds[12])),
+    ("first_regular_id=12, mask_id=11, vocab_size=50",
+     lambda: _other_vocab(12, 11, 50, (4, 25), 0.35, _mlm_seeds[13])),
+    ("one token", lambda: _other_vocab(6, 5, V_TOY, (1, 1), 1.0, _mlm_seeds[14])),
+    ("one row", lambda: _other_vocab(6, 5, V_TOY, (1, 9), 0.5, _mlm_seeds[15])),
+    ("long thin batch", lambda: _other_vocab(6, 5, V_TOY, (40, 2), 0.25, _mlm_seeds[16])),
 ])
 ### END HIDDEN TESTS
 
@@ -838,13 +859,16 @@ def _input_unchanged():
 checks.run_checks("filter_logits", [("top-k alone", _top_k_only), ("top-p alone", _top_p_only),
                                     ("no filter", _nothing), ("input left unchanged", _input_unchanged)])
 
-
 # %% nbgrader={"grade": true, "grade_id": "ex3_filter_logits-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: top-k then top-p on the renormalised distribution; a seeded grid of random logits over the
 # domain the prompt names (float32 and float64; 0 to 3 leading dimensions; logits around 0 and around 200;
 # top_k 1, < V, V, > V; top_p small to 1; each filter alone and both), each compared with the reference,
 # away from ties and from masses within 1e-3 of top_p; the input left unchanged.
 ### BEGIN HIDDEN TESTS
+# The random logits' seeds, drawn from the class's secret (the grader rewrites the literal manual_seed).
+_filter_seeds = torch.randint(2**62, (128,), generator=torch.Generator().manual_seed(1000)).tolist()
+
+
 def _both():
     z = torch.tensor([0.3, 0.25, 0.2, 0.15, 0.1]).log()
     ### BEGIN EXPECTED
@@ -926,10 +950,11 @@ checks.run_checks("filter_logits (hidden)", [
       for dtype in (torch.float32, torch.float64) for n, p in ((4, 0.5), (4, 0.25), (4, 0.75), (8, 0.5), (8, 0.375),
                                                                (2, 0.5), (4, 1.0), (8, 0.3))),
     *((f"{dtype}: top_k={k}, top_p={p}, shape {shape}",
-       lambda shape=shape, dtype=dtype, k=k, p=p, i=i: _filter_case(shape, dtype, k, p, 1000 + i))
+       lambda shape=shape, dtype=dtype, k=k, p=p, i=i: _filter_case(shape, dtype, k, p, _filter_seeds[i]))
       for dtype in (torch.float32, torch.float64) for i, (shape, k, p) in enumerate(_filter_grid())),
     *((f"{dtype}: logits around 200, top_k={k}, top_p={p}",
-       lambda dtype=dtype, k=k, p=p, i=i: _filter_case((4, 10), dtype, k, p, 2000 + i, offset=200.0))
+       lambda dtype=dtype, k=k, p=p, i=i: _filter_case((4, 10), dtype, k, p, _filter_seeds[100 + i],
+                                                       offset=200.0))
       for dtype in (torch.float32, torch.float64) for i, (k, p) in enumerate(((3, None), (None, 0.6), (5, 0.8)))),
 ])
 ### END HIDDEN TESTS
@@ -1337,11 +1362,12 @@ def _patch_case_typed(shape, patch, dtype, seed):
     checks.expect_close(got, want, f"{name} (row by row; channel, row, column inside)")
 
 
+_patch_seeds = torch.randint(2**62, (10,), generator=torch.Generator().manual_seed(40)).tolist()   # the secret's
 _PATCH_GRID = (((2, 3, 6, 6), 3), ((2, 2, 4, 8), 2), ((1, 2, 3, 3), 1), ((3, 1, 8, 8), 8), ((2, 3, 12, 8), 4),
                ((1, 1, 2, 6), 2), ((4, 2, 6, 9), 3), ((2, 3, 10, 10), 5), ((1, 3, 8, 4), 2), ((3, 2, 6, 4), 1))
 checks.run_checks("patchify (hidden)", [
     (f"{dtype}, {shape}, patch {patch}", lambda shape=shape, patch=patch, dtype=dtype, i=i:
-     _patch_case_typed(shape, patch, dtype, 40 + i))
+     _patch_case_typed(shape, patch, dtype, _patch_seeds[i]))
     for dtype in (torch.float32, torch.float64) for i, (shape, patch) in enumerate(_PATCH_GRID)
 ])
 ### END HIDDEN TESTS
@@ -1458,17 +1484,18 @@ def _hidden_vit_case(seed, forbidden=(), batch=3, **kw):
 
 
 _VIT_WHOLE = (vit.ViT.forward, vit.ViT.embed)
+_vit_seeds = torch.randint(2**62, (7,), generator=torch.Generator().manual_seed(2)).tolist()   # from the secret
 checks.run_checks("vit_forward (hidden)", [
-    ("without calling the model", lambda: _hidden_vit_case(2, forbidden=_VIT_WHOLE)),
-    ("Post-LN", lambda: _hidden_vit_case(3, forbidden=_VIT_WHOLE, norm_first=False)),
-    ("3 channels, 12x12", lambda: _hidden_vit_case(4, forbidden=_VIT_WHOLE, channels=3, image_size=12, patch=3)),
+    ("without calling the model", lambda: _hidden_vit_case(_vit_seeds[0], forbidden=_VIT_WHOLE)),
+    ("Post-LN", lambda: _hidden_vit_case(_vit_seeds[1], forbidden=_VIT_WHOLE, norm_first=False)),
+    ("3 channels, 12x12", lambda: _hidden_vit_case(_vit_seeds[2], forbidden=_VIT_WHOLE, channels=3, image_size=12, patch=3)),
     ("one layer, 4 classes, one image",
-     lambda: _hidden_vit_case(5, forbidden=_VIT_WHOLE, batch=1, n_layers=1, n_classes=4)),
+     lambda: _hidden_vit_case(_vit_seeds[3], forbidden=_VIT_WHOLE, batch=1, n_layers=1, n_classes=4)),
     ("3 layers, d_model 24, 3 heads, patch 2, 5 images",
-     lambda: _hidden_vit_case(6, forbidden=_VIT_WHOLE, batch=5, n_layers=3, d_model=24, n_heads=3, d_ff=40, patch=2)),
-    ("one patch per image", lambda: _hidden_vit_case(7, forbidden=_VIT_WHOLE, batch=2, image_size=4, patch=4)),
+     lambda: _hidden_vit_case(_vit_seeds[4], forbidden=_VIT_WHOLE, batch=5, n_layers=3, d_model=24, n_heads=3, d_ff=40, patch=2)),
+    ("one patch per image", lambda: _hidden_vit_case(_vit_seeds[5], forbidden=_VIT_WHOLE, batch=2, image_size=4, patch=4)),
     ("Post-LN, 3 channels, 3 layers, 6x6, patch 2",
-     lambda: _hidden_vit_case(8, forbidden=_VIT_WHOLE, norm_first=False, channels=3, image_size=6, patch=2, n_layers=3,
+     lambda: _hidden_vit_case(_vit_seeds[6], forbidden=_VIT_WHOLE, norm_first=False, channels=3, image_size=6, patch=2, n_layers=3,
                               n_classes=3)),
 ])
 ### END HIDDEN TESTS

@@ -664,8 +664,11 @@ checks.run_checks("course_key", [
 # Hidden tests: every name of layers with one to three digits, the final norm and the output layer;
 # unknown names of many kinds, each of which must raise KeyError.
 ### BEGIN HIDDEN TESTS
+# Layer numbers drawn from the class's secret beside the fixed ones (the grader rewrites the literal seed).
+_layer_draws = torch.Generator().manual_seed(44)
+_random_layers = torch.randint(12, 1000, (4,), generator=_layer_draws).tolist()
 _names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"] + [
-    f"model.layers.{i}.{part}.weight" for i in (0, 7, 10, 11, 31, 105)
+    f"model.layers.{i}.{part}.weight" for i in (0, 7, 10, 11, 31, 105, *_random_layers)
     for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                  "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")]
 _unknown = [
@@ -682,7 +685,8 @@ _unknown = [
     "model.lm_head.weight", "model.embed_tokens", "model.layers.3.input_layernorm",         # cut short, misplaced
     "model.layers.8.mlp.down_proj", "model.norm", "model.layers.4.post_attention_layernorm.weight.extra",
     "model.layers.4.mlp.up_proj.weight.weight", "model.model.norm.weight", "decoder.layers.0.self_attn.q_proj.weight",
-]
+] + [f"model.layers.{i}.{part}" for i in _random_layers[:2]
+     for part in ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight", "input_layernorm", "mlp.down_proj")]
 
 
 def _raises_key_error(name):
