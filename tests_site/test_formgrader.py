@@ -25,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -35,13 +34,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from notebook_helpers import lean, meta  # noqa: E402
+from servers import wait_for_jupyter  # noqa: E402
 
 from course_utils import grading  # noqa: E402
 from course_utils.grading.exchange import COURSE_ID  # noqa: E402
 
 CHAPTER = "ch03_scaled_dot_product"
 STUDENT = "mallory"
-SERVER_START_S = 120
 TEXT = "Attention weights of one query sum to one."
 
 # What each vector runs: mark the page, then zero every grade of the submission and start a kernel.
@@ -135,16 +134,7 @@ def instructor_lab(tmp: Path, course: Path):
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"make instructor-lab did not start (exit {proc.poll()}):\n"
-                                         + log_path.read_text()[-3000:]) from None
-                time.sleep(0.5)
+        wait_for_jupyter(proc, base, token, log_path, "make instructor-lab")
         yield base, token
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

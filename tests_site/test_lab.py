@@ -21,20 +21,19 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
+from servers import wait_for_jupyter
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "ch03_scaled_dot_product"
 EXERCISE = "ex1_scores"            # its answer cell; its visible tests are EXERCISE + "-visible"
 FUNCTION = "scaled_scores"
 NEXT_EXERCISE, NEXT_FUNCTION = "ex2_softmax", "stable_softmax"   # Run All reaches its test too
-SERVER_START_S = 120
 RUN_ALL_S = 240
 VALIDATE_S = 300
 
@@ -83,16 +82,7 @@ def running_lab(tmp: Path, release: Path, make_args: tuple[str, ...] = ()):
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"make lab did not start (exit {proc.poll()}):\n"
-                                         + (tmp / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
+        wait_for_jupyter(proc, base, token, tmp / "server.log", "make lab")
         yield base, token, work
     finally:
         os.killpg(proc.pid, signal.SIGTERM)   # make, jupyter lab and its kernels: one group
