@@ -985,7 +985,7 @@ plt.show()
 
 # %% [markdown]
 # Each head walks to its own tap (with this wide start, in every run over seeds and CPUs
-# ([tools/claim_spread.md](../../tools/claim_spread.md)): largest distance <!-- q:tools/claim_spread.md#with the values fixed, every head ends at its own tap -->0.13 to 0.25<!-- /q --> pixels). The centres end close to the grid but need not sit *on*
+# (`tools/claim_spread.md`): largest distance <!-- q:tools/claim_spread.md#with the values fixed, every head ends at its own tap -->0.13 to 0.25<!-- /q --> pixels). The centres end close to the grid but need not sit *on*
 # it: once $\alpha$ is around 10, what a head computes depends almost only on which key is
 # nearest its centre (the others get about $e^{-\alpha}$ of the weight), so the gradient that
 # would pull it the rest of the way is tiny, and the distances in the middle panel level off.
@@ -1045,7 +1045,7 @@ if not GRADING:
 # The control answers the question. White noise, whose neighbouring pixels are unrelated
 # (correlation <!-- q:out#neighbour correlation -->0.024<!-- /q --> against the photo's <!-- q:out#neighbour correlation -->0.822<!-- /q -->),
 # misses a tap just as the photograph does: 8 of 9 taps in every start on both images, in the stored run. Over seeds and
-# CPUs ([tools/claim_spread.md](../../tools/claim_spread.md): the target kernel, the noise and the
+# CPUs (`tools/claim_spread.md`: the target kernel, the noise and the
 # starts change with the seed), the mean over the 5 starts was <!-- q:tools/claim_spread.md#most taps still get a head -->6.8 to 8.2<!-- /q -->
 # taps on the photo and <!-- q:tools/claim_spread.md#on white noise too a tap is missed -->7.2 to 8.0<!-- /q --> on white noise. So the
 # photograph's smoothness does not explain why a tap is missed. What it changes is the *price*

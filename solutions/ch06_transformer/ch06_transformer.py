@@ -367,7 +367,7 @@ print("exact match by length with positions:   ", {L: round(e, 2) for L, (_, e) 
 # the same 100 steps, already reversed most sequences of 2 to 4 symbols and was still learning the
 # longer ones (section 8 trains a bigger model for 700 steps). The table's advantage in exact
 # match, <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.34<!-- /q --> in the stored run, was <!-- q:tools/claim_spread.md#sinusoidal positions beat no positions on reversal -->0.26–0.59<!-- /q --> over seeds and CPUs
-# ([tools/claim_spread.md](../../tools/claim_spread.md)): always there, its size not fixed.
+# (`tools/claim_spread.md`): always there, its size not fixed.
 #
 # ## 4. The encoder layer
 #
@@ -969,7 +969,7 @@ for label, (_, _, sc) in smooth_runs.items():
 # %% [markdown]
 # Your run's two lines are printed above; neither difference is asserted, because over seeds and
 # CPUs neither held its sign everywhere (`tools/spread_ch06.py --parts smooth`, in
-# [tools/spread_ch06.md](../../tools/spread_ch06.md)). On one CPU kernel the smoothed model was less
+# `tools/spread_ch06.md`). On one CPU kernel the smoothed model was less
 # sure of its own answers in each of 5 seed offsets (confidence <!-- q:tools/spread_ch06.md#| 0.1 | 0.44; 0.44–0.49 -->0.72-0.80<!-- /q -->
 # against <!-- q:tools/spread_ch06.md#| 0.0 | 0.50; 0.34–0.50 -->0.79-0.88<!-- /q --> without; lower by <!-- q:tools/spread_ch06.md#label smoothing lowers the confidence -->0.02 to 0.11<!-- /q --> seed by seed), as the loss
 # predicts; under PyTorch's portable kernel the first seed gave the same confidence both ways
@@ -1163,7 +1163,7 @@ for s, t, p in tf_errors[:8]:
 
 # %% [markdown]
 # What the table and the plot show (the numbers quoted are the stored run's, yours prints its own
-# above; over seeds and CPUs ([tools/claim_spread.md](../../tools/claim_spread.md)) the Transformer's
+# above; over seeds and CPUs (`tools/claim_spread.md`) the Transformer's
 # exact match over all lengths ranged over <!-- q:tools/claim_spread.md#ch06: the Transformer learns reversal -->0.93–0.98<!-- /q --> and the Bahdanau
 # model's over <!-- q:tools/claim_spread.md#ch06: chapter 2's attention model learns reversal -->0.90–1.00<!-- /q -->, and the Transformer beat the GRU at lengths 10-14 by <!-- q:tools/claim_spread.md#the Transformer beats chapter 1's GRU on lengths 10-14 -->0.85 to 0.95<!-- /q -->
 # every time: the ordering against the GRU holds, the small differences between the two attention
@@ -1243,7 +1243,7 @@ if not GRADING:
 # $d_\text{model} = 64$, 4 heads and $d_\text{ff} = 256$, and the same optimizer, trained for 400 steps of
 # 64 on the CPU. The cell reports the wall-clock time, which grows when other programs share the
 # processor, and the processor time the training itself used. Over seeds and CPUs
-# ([tools/claim_spread.md](../../tools/claim_spread.md)), 400 steps gave <!-- q:tools/claim_spread.md#the small Transformer learns the date task in 400 steps -->0.89-0.96<!-- /q --> exact match on
+# (`tools/claim_spread.md`), 400 steps gave <!-- q:tools/claim_spread.md#the small Transformer learns the date task in 400 steps -->0.89-0.96<!-- /q --> exact match on
 # the 500 test dates; 600 steps gave <!-- q:tools/spread_ch06.md#| 600 | 0.96; 0.93–0.96 -->0.93-0.96<!-- /q --> over 5 seed offsets on one CPU kernel
 # (`tools/spread_ch06.py --parts dates`), not clearly better. The chapter keeps to 400 steps to stay
 # within its time budget, and its claim is set from the spread at 400 steps.
@@ -1448,9 +1448,9 @@ if not GRADING:
 
 # %% [markdown]
 # What the sweep over seeds and rates supports (`tools/spread_ch06.py --parts ln`, 5 seed offsets on
-# one CPU kernel; the table is in [tools/spread_ch06.md](../../tools/spread_ch06.md); your run's own
+# one CPU kernel; the table is in `tools/spread_ch06.md`; your run's own
 # numbers are in the table above, and the claims the cell checks, with their spread over seeds and
-# CPUs, are in [tools/claim_spread.md](../../tools/claim_spread.md)):
+# CPUs, are in `tools/claim_spread.md`):
 #
 # * **at this peak rate, 0.03, warmup is needed by both orders.** Without it Post-LN reversed nothing
 #   in any seed, its loss stuck at $\ln 9$ (<!-- q:tools/spread_ch06.md#| 0.03 | Post-LN | no warmup | 0.00; 0.00–0.00 | 2.19; 2.13–2.19 -->2.13-2.19<!-- /q --> over the seeds), the loss of a model that only

@@ -44,7 +44,7 @@
 # A learner who skips an exercise can still run everything: the experiments use your function
 # when it agrees with the reference on a probe, and otherwise the reference, and say which.
 #
-# **Budget.** The whole notebook must run in about 90 s on one CPU thread (measured times: [docs/performance.md](../../docs/performance.md)), so every experiment is small:
+# **Budget.** The whole notebook must run in about 90 s on one CPU thread (measured times: `docs/performance.md`), so every experiment is small:
 # models of 2 layers and $d_\text{model} \le 64$, a few hundred training steps each. What that costs
 # in accuracy is said where it shows.
 
