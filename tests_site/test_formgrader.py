@@ -19,10 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -34,7 +32,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from notebook_helpers import lean, meta  # noqa: E402
-from servers import wait_for_jupyter  # noqa: E402
+from servers import server_settings, wait_for_jupyter  # noqa: E402
 
 from course_utils import grading  # noqa: E402
 from course_utils.grading.exchange import COURSE_ID  # noqa: E402
@@ -76,12 +74,6 @@ OUTPUTS = [nbformat.v4.new_output("display_data", data={
     "application/javascript": _attack("output-js")})]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _grades(course: Path) -> dict[str, tuple]:
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
@@ -120,13 +112,7 @@ def instructor_lab(tmp: Path, course: Path):
     """`make instructor-lab` on ``course``: yields (base URL, token); stopped after."""
     if not (ROOT / ".venv" / "bin" / "jupyter").exists():
         pytest.skip("no .venv/bin/jupyter: run `make install` first")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
-           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
-            f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
+    port, token, env, args = server_settings(tmp)
     log_path = tmp / "server.log"
     log = log_path.open("w")
     proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "instructor-lab",

@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -27,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from servers import wait_for_jupyter
+from servers import server_settings, wait_for_jupyter
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "ch03_scaled_dot_product"
@@ -36,12 +34,6 @@ FUNCTION = "scaled_scores"
 NEXT_EXERCISE, NEXT_FUNCTION = "ex2_softmax", "stable_softmax"   # Run All reaches its test too
 RUN_ALL_S = 240
 VALIDATE_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cell_index(nb, grade_id: str) -> int:
@@ -67,15 +59,7 @@ def running_lab(tmp: Path, release: Path, make_args: tuple[str, ...] = ()):
         pytest.skip("no .venv/bin/jupyter: run `make install` first")
     work = tmp / "course"
     shutil.copytree(release / CHAPTER, work / CHAPTER)
-    port, token = _free_port(), secrets.token_hex(16)
-    # Fresh user settings, workspaces and config: what the learner sees comes from the shipped
-    # setting (lab/labconfig), not from a previous session on this machine.
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
-           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
-            f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
+    port, token, env, args = server_settings(tmp)
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "lab", *make_args, f"WORKSPACE={work}",
                              f"LAB_ROOT={work}", f"LAB_ARGS={args}"],
