@@ -120,8 +120,17 @@ def test_a_failed_claim_informs_the_learner_and_the_chapter_goes_on(monkeypatch,
         assert "Expected: above 1e+09." in out and "Your run: -123.5." in out
         assert f"{measured['min']:.4g} to {measured['max']:.4g} over {measured['runs']} runs" in out
         assert "The chapter goes on." in out
-        claims.check(name, 2e9, above=1e9)          # a claim that holds prints nothing
-        assert capsys.readouterr().out == ""
+        claims.check(name, 2e9, above=1e9)          # a claim that holds: the learner's value beside the range
+        out = capsys.readouterr().out
+        assert out.startswith(f"Claim met on this run: {name}: your run 2e+09 (expected above 1e+09; ") and (
+            f"{measured['min']:.4g} to {measured['max']:.4g} over {measured['runs']} runs" in out), out
+        assert out.count("\n") == 1
+    claims.check("a claim never measured", 0.9, above=0.5)
+    assert capsys.readouterr().out == "Claim met on this run: a claim never measured: your run 0.9 (expected above 0.5).\n"
+    monkeypatch.setenv(claims.MODE_VARIABLE, "strict")
+    claims.check(name, 2e9, above=1e9)              # where the course tests itself a claim that holds is silent
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv(claims.MODE_VARIABLE)
     claims.check("a claim never measured", 0.1, above=0.5)
     assert "no recorded spread" in capsys.readouterr().out
     monkeypatch.setenv(claims.MODE_VARIABLE, "loud")

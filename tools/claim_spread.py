@@ -8,7 +8,9 @@ above=..., below=...)``. This script executes the solution notebooks (never in p
   ``numpy``, ``torch.manual_seed``, ``torch.Generator``, ``random.Random``: the data as well as the
   weights) is shifted by the offset;
 * a CPU profile (``--profiles``, default every one of ``tools/cpu_profiles.py``: ``native``, ``avx2``
-  and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine.
+  and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine;
+* the threads of each kernel (``--threads N``, default 1 as in ``make test``; a learner's Lab uses
+  PyTorch's default, every core): a run with N > 1 is labelled ``<profile>-<N>t`` in the tables.
 
 It prints, per claim, its bound, the stored run's value (offset 0, native), the range over every
 run, the range under each profile and the smallest margin to the bound, and marks a claim that
@@ -96,7 +98,12 @@ def _outputs_text(cell) -> str:
     return re.sub(r"\b0x[0-9a-fA-F]{6,16}\b", "0x", "".join(parts))
 
 
-def run_one(notebook: str, offset: int, profile: str) -> dict:
+def label(profile: str, threads: int) -> str:
+    """A run's column in the tables: its CPU profile, with its thread count when that is not 1."""
+    return profile if threads == 1 else f"{profile}-{threads}t"
+
+
+def run_one(notebook: str, offset: int, profile: str, threads: int = 1) -> dict:
     """Execute one notebook copy under ``profile`` with every seed shifted by ``offset``; return its
     claims, the cells that raised, the changed checked outputs and (offset 0) every code cell's output."""
     import nbformat
@@ -113,7 +120,7 @@ def run_one(notebook: str, offset: int, profile: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
         env = cpu_profiles.environment(profile, dict(
-            os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+            os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"))
         env.pop("NBGRADER_EXECUTION", None)
         km = KernelManager(kernel_name="python3")
@@ -139,7 +146,7 @@ def run_one(notebook: str, offset: int, profile: str) -> dict:
             changed.append(i)
         if offset == 0:
             outputs[i] = _outputs_text(cell)
-    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": profile, "seconds": round(seconds, 1),
+    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": label(profile, threads), "seconds": round(seconds, 1),
             "claims": records, "errors": errors, "changed_checked_outputs": changed, "outputs": outputs}
 
 
@@ -307,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seed offsets 0..N-1, under every profile")
     parser.add_argument("--profiles", nargs="*", default=list(cpu_profiles.PROFILES), choices=list(cpu_profiles.PROFILES),
                         help="CPU profiles of tools/cpu_profiles.py (default: all)")
-    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once")
+    parser.add_argument("--threads", type=int, default=1, help="threads of each notebook's kernel (default 1)")
     parser.add_argument("--json", type=Path, help="also write the raw records here (after every run)")
     parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on, and "
                                                       "course_utils/claim_spread.json anew")
@@ -326,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         runs = json.loads(args.from_json.read_text())
     else:
-        plan = [(str(nb), off, prof) for nb in chapters(args.chapters) for prof in args.profiles
+        plan = [(str(nb), off, prof, args.threads) for nb in chapters(args.chapters) for prof in args.profiles
                 for off in range(args.seeds)]
         runs = []
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -336,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 if args.json:
                     args.json.write_text(json.dumps(runs, indent=1))
-    table = report(runs, args.profiles)
+    table = report(runs, list(dict.fromkeys(run["kernel"] for run in runs)))
     print(table)
     if args.quotes:
         print(quotes_report(runs))
