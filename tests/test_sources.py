@@ -157,3 +157,15 @@ def test_a_claim_is_recorded_not_raised_under_the_log(tmp_path, monkeypatch):
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["claim"], r["value"], r["above"], r["holds"]) for r in records] == [
         ("fails", 0.5, 0.75, False), ("holds", 0.9, 0.75, True)]
+
+
+def test_the_thread_count_is_measured_and_every_claim_holds_under_it():
+    # docs/testing.md: a learner's Lab runs every core; tools/claim_spread_threads.md measures every claim
+    # with more than one thread against the one-thread table, and no claim may fail its bound there.
+    text = (ROOT / "tools" / "claim_spread_threads.md").read_text(encoding="utf-8")
+    assert re.search(r"Made by `tools/claim_spread\.py .*, ([2-9]|\d\d+) threads per notebook\.", text), \
+        "tools/claim_spread_threads.md is not a run of tools/claim_spread.py with more than one thread"
+    assert "Against the earlier table: " in text and "Claims that failed their bound: 0." in text
+    rows = {ln.split(" | ")[0][2:] for ln in text.splitlines() if re.match(r"\| ch\d\d: ", ln)}
+    missing = sorted(set(claims._spreads()) - rows)
+    assert not missing, f"claims never run with more than one thread (tools/claim_spread_threads.md): {missing}"

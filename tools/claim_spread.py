@@ -10,7 +10,9 @@ above=..., below=...)``. This script executes the solution notebooks (never in p
 * a CPU profile (``--profiles``, default every one of ``tools/cpu_profiles.py``: ``native``, ``avx2``
   and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine;
 * the threads of each kernel (``--threads N``, default 1 as in ``make test``; a learner's Lab uses
-  PyTorch's default, every core): a run with N > 1 is labelled ``<profile>-<N>t`` in the tables.
+  PyTorch's default, every core): a run with N > 1 is labelled ``<profile>-<N>t`` in the tables, and
+  ``--markdown`` then leaves ``course_utils/claim_spread.json`` (the one-thread spread) alone;
+  ``--against tools/claim_spread.md`` says which values fall outside the one-thread ranges.
 
 It prints, per claim, its bound, the stored run's value (offset 0, native), the range over every
 run, the range under each profile and the smallest margin to the bound, and marks a claim that
@@ -146,7 +148,7 @@ def run_one(notebook: str, offset: int, profile: str, threads: int = 1) -> dict:
             changed.append(i)
         if offset == 0:
             outputs[i] = _outputs_text(cell)
-    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": label(profile, threads), "seconds": round(seconds, 1),
+    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": label(profile, threads), "threads": threads, "seconds": round(seconds, 1),
             "claims": records, "errors": errors, "changed_checked_outputs": changed, "outputs": outputs}
 
 
@@ -193,7 +195,7 @@ def report(runs: list[dict], profiles: list[str]) -> str:
              + " | ".join(profiles) + " | smallest margin | failed in |",
              "|---|---|---|---|" + "---|" * len(profiles) + "---|---|"]
     for name, e in by_claim(runs).items():
-        stored = e["values"].get(("native", 0), float("nan"))
+        stored = e["values"].get((profiles[0], 0), float("nan"))
         per = [_range([v for (k, _), v in e["values"].items() if k == p]) for p in profiles]
         lines.append(f"| {name} | {e['bound']} | {stored:.4g} | {_range(list(e['values'].values()))} | "
                      + " | ".join(per) + f" | {min(e['margin']):.4g} | {', '.join(e['failed']) or '–'} |")
@@ -258,7 +260,7 @@ COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 under the nat
 ROW = re.compile(r"^\| (ch\d\d): ")
 
 
-def machine() -> str:
+def machine(threads: int = 1) -> str:
     """'Intel Xeon ..., 2 cores, torch 2.x, native CPU kernel `AVX512`': where the runs were made."""
     import platform
 
@@ -269,7 +271,31 @@ def machine() -> str:
         cpu = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
                     if ln.startswith("model name")), cpu)
     return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel "
-            f"`{torch.backends.cpu.get_cpu_capability()}`, one thread per notebook")
+            f"`{torch.backends.cpu.get_cpu_capability()}`, "
+            + ("one thread per notebook" if threads == 1 else f"{threads} threads per notebook"))
+
+
+def against(runs: list[dict], table: str) -> str:
+    """A paragraph comparing ``runs`` with the rows of an earlier table (``--against``): how many claims'
+    values lie outside that table's range over every run, which, and whether any failed its bound."""
+    ranges = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        found = re.fullmatch(r"(-?[\d.e+-]+)–(-?[\d.e+-]+) \(\d+\)", cells[3]) if len(cells) > 3 else None
+        if found and ROW.match(line):     # a claims table's row (other tables of the document skipped)
+            ranges[cells[0]] = (float(found.group(1)), float(found.group(2)), cells[3])
+    seen, outside = 0, []
+    for name, e in by_claim(runs).items():
+        if name not in ranges:
+            continue
+        lo, hi, shown = ranges[name]
+        for value in e["values"].values():
+            seen += 1
+            if not lo <= float(f"{value:.4g}") <= hi:      # the table's rounding
+                outside.append(f"{name}: {value:.4g} against {shown}")
+    failed = [name for name, e in by_claim(runs).items() if e["failed"]]
+    return (f"Against the earlier table: {len(outside)} of {seen} values lie outside its range over every run"
+            + (": " + "; ".join(outside) if outside else "") + f". Claims that failed their bound: {len(failed)}" + (f" ({'; '.join(failed)})." if failed else "."))
 
 
 def made_by(command: str, where: str, day: str | None = None) -> str:
@@ -322,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path,
                         help="update this document: drop the rows of the chapters run, append a section with the "
                              "new table; and update course_utils/claim_spread.json")
+    parser.add_argument("--against", type=Path, help="compare the runs with an earlier table of this tool: "
+                                                     "the values outside its ranges (a paragraph under --markdown)")
     parser.add_argument("--note", default="", help="a paragraph for the section --merge appends")
     parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
     parser.add_argument("--quotes", action="store_true",
@@ -348,9 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.quotes:
         print(quotes_report(runs))
-    if args.markdown:   # a new document, and the learner's spreads from the same runs
-        args.markdown.write_text(markdown_document(table, command, machine()))
-        SPREAD_JSON.write_text(json.dumps(spread_summary(runs), indent=1, ensure_ascii=False) + "\n")
+    threads = max(run.get("threads") or int((re.search(r"-(\d+)t$", run["kernel"]) or [0, 1])[1]) for run in runs)
+    if args.against:
+        table = f"{against(runs, args.against.read_text(encoding='utf-8'))}\n\n{table}"
+        print(table.split("\n\n")[0])
+    if args.markdown:   # a new document, and (one thread, as the bounds are set) the learner's spreads
+        args.markdown.write_text(markdown_document(table, command, machine(threads)))
+        if threads == 1:
+            SPREAD_JSON.write_text(json.dumps(spread_summary(runs), indent=1, ensure_ascii=False) + "\n")
     if args.merge:
         run_chapters = sorted({run["notebook"][:4] for run in runs})
         args.merge.write_text(merge_document(args.merge.read_text(), table, run_chapters, command, machine(),
