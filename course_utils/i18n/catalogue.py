@@ -30,7 +30,7 @@ from babel.messages.pofile import denormalize, normalize, read_po, write_po
 from course_utils.i18n import segments, terms
 from course_utils.i18n.segments import CODE_SPAN, INLINE_MATH, LINK_TARGET
 
-__all__ = ["LANGUAGES", "LOCALE_DIR", "Entry", "Stats", "po_path", "is_visible_test", "is_exercise", "is_model_answer", "cell_strings", "add_entry", "notebook_entries", "markdown_entries", "template", "read", "write", "update", "translations", "stats", "kept", "bold_faults", "italic_faults", "QUESTION", "QUESTION_LABEL", "question_faults", "entry_faults", "is_code", "problems"]
+__all__ = ["LANGUAGES", "LOCALE_DIR", "Entry", "Stats", "po_path", "is_visible_test", "is_exercise", "is_model_answer", "cell_strings", "add_entry", "notebook_entries", "markdown_entries", "template", "read", "write", "update", "translations", "stats", "kept", "bold_faults", "italic_faults", "QUESTION", "QUESTION_LABEL", "question_faults", "entry_faults", "is_code", "awaiting", "problems"]
 
 LANGUAGES = ("zh_CN",)
 LOCALE_DIR = "locale"
@@ -337,8 +337,16 @@ def is_code(message) -> bool:
     return any(c.startswith(CODE_KINDS) for c in message.auto_comments)
 
 
-def problems(cat: Catalog, fresh: Catalog) -> list[str]:
-    """Every fault of a catalogue against a fresh extraction of its English source."""
+def awaiting(cat: Catalog, fresh: Catalog) -> list[str]:
+    """The entries of a catalogue that await a translation: new (empty) or fuzzy (the English changed).
+    The translated pages show their English, marked (:data:`course_utils.i18n.notebooks.AWAITING`)."""
+    return [m.id for m in cat if m.id and m.id in fresh and (m.fuzzy or not m.string)]
+
+
+def problems(cat: Catalog, fresh: Catalog, pending: bool = True) -> list[str]:
+    """Every fault of a catalogue against a fresh extraction of its English source. With ``pending``
+    false, the entries that only await a translation (:func:`awaiting`) are left out: an English edit
+    lands before its translation (``make test``), ``make test-translations`` lists them all."""
     out = []
     for m in fresh:
         if m.id and m.id not in cat:
@@ -349,9 +357,11 @@ def problems(cat: Catalog, fresh: Catalog) -> list[str]:
         if m.id not in fresh:
             out.append(f"no longer in the English source (run make translations): {m.id[:70]!r}")
         elif m.fuzzy:
-            out.append(f"fuzzy (the English changed; check the translation, then remove the flag): {m.id[:70]!r}")
+            if pending:
+                out.append(f"fuzzy (the English changed; check the translation, then remove the flag): {m.id[:70]!r}")
         elif not m.string:
-            out.append(f"untranslated: {m.id[:70]!r}")
+            if pending:
+                out.append(f"untranslated: {m.id[:70]!r}")
         else:
             faults = entry_faults(m.id, m.string, is_code(fresh[m.id]))
             faults += [f"uses '{t}' but not the glossary's Chinese for it (or say why: # term: {t} -- reason)"
