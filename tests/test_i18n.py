@@ -426,3 +426,10 @@ def test_an_awaiting_docstring_keeps_its_code_and_shows_the_note():
     ns: dict = {}
     exec(code, ns)
     assert ns["f"](3) == 6 and ns["f"].__doc__.startswith("Doubles ``x``.")
+
+
+def test_a_visible_tests_prose_is_an_entry_however_short_and_code_is_not():
+    names = ["step 1", "rotated x", "shape (batch, S)", "float32, 10 tokens", "respects max_len",
+             "softmax([0, -inf, 0])", "rope_half(x, offset=5)", "o_proj -> out_proj", "split_heads / merge_heads"]
+    test = "".join(f'check({n!r}, f)\n' for n in names)
+    assert [s.msgid for s in segments.code_strings(test, docstrings_only=False)] == names[:5]
