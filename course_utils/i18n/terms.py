@@ -106,6 +106,7 @@ TERMS: tuple[Term, ...] = (
     _t("墙钟时间", "wall-clock|wall clock", "墙钟", "挂钟"),
     _t("被掩码的", "masked", "被掩码|带掩码|加掩码|做掩码|掩码语言模型", "被掩盖|被遮住|被遮盖|遮盖|被屏蔽"),
     _t("笔记本", "notebook|notebooks", "笔记本", "notebook"),
+    _t("保存的这次运行", "stored run|stored runs", "保存的这次运行|保存的那次运行", "存档的那次运行|存档的这次运行|存档的运行"),
 )
 
 EXEMPT = re.compile(r"^term:\s*(.+?)\s+--\s+\S", re.M)
