@@ -86,8 +86,9 @@ install: $(STAMP)
 # in new chapters and merges updated ones, the learner's edits winning, before Lab starts (make update
 # does the merge alone). JUPYTER_CONFIG_PATH=lab/learner:lab: JupyterLab's defaults from
 # lab/labconfig/default_setting_overrides.json (no news popup, no news or update checks), and for the
-# learner no formgrader, create-assignment or course list (lab/learner: page_config.json and the server
-# extensions); nbgrader's assignment list and Validate stay. `make instructor-lab` opens the course root
+# learner no formgrader, create-assignment, course list or assignment list (lab/learner: page_config.json
+# and the server extensions; the assignment list needs an exchange, which a learner's own Lab has not:
+# on a hub it stays, docs/jupyterhub.md); nbgrader's Validate stays. `make instructor-lab` opens the course root
 # with all of nbgrader. LAB_ROOT and LAB_ARGS let the browser tests start this same server on a copy.
 #
 # The course in Chinese: `make lab LANG=zh_CN` (also release, update and site) uses the Chinese release
