@@ -314,7 +314,8 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
         log = _click_and_read_modal(page, "Lovelace, Ada", "autograde", 300)
         timings["Autograde"] = time.monotonic() - start
         after_autograde = _grade(course, "ada", "q1_scale")
-        record = json.loads((course / "autograded" / "ada" / CHAPTER / RECORD).read_text())
+        record_path = course / "autograded" / "ada" / CHAPTER / RECORD
+        record = json.loads(record_path.read_text()) if record_path.exists() else {}
         start = time.monotonic()
         gen_log = _click_and_read_modal(page, "Lovelace, Ada", "generate-feedback", 180)
         timings["Generate Feedback"] = time.monotonic() - start
