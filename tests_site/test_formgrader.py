@@ -13,6 +13,14 @@ written answer's own text is shown; and formgrader still works under the policy 
 gives the written answer full credit with formgrader's button, and the gradebook has it; the eye
 icon's own inline handler, allowed by its hash, shows the student's name).
 Screenshot: site/_build/screenshots/formgrader.png.
+
+``test_formgraders_buttons_do_what_make_autograde_does``: a class of three (chapter 3, lean: one
+correct, one partly wrong, one blank and a day late; names from ``nbgrader db student import``)
+graded by ``make autograde``, then opened in formgrader: names listed, the written answer's math
+typeset by the server's MathJax with no request elsewhere (screenshot formgrader-math.png), a
+Full credit mark kept by formgrader's Autograde (no tampering warning in its log, its grading record
+kept) and by the next ``make autograde``, and Generate and Release Feedback giving the page
+``make autograde`` writes, byte for byte.
 """
 from __future__ import annotations
 
