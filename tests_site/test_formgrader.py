@@ -272,10 +272,10 @@ def _submission_of(course: Path, student: str) -> str:
         return gb.find_submission_notebook(CHAPTER, CHAPTER, student).id
 
 
-def _click_and_read_modal(page, student_name: str, button: str, timeout_s: int) -> str:
-    """Click ``button`` (its cell's class) in the row of ``student_name`` on the submissions page; the
-    modal's text once it shows (a success modal, else the test fails with the error modal's text)."""
-    page.locator("tr", has_text=student_name).locator(f".{button} a").click()
+def _click_and_read_modal(page, row: str, button: str, timeout_s: int) -> str:
+    """Click ``button`` (its cell's class) in the table row that shows ``row``; the modal's text once it
+    shows (a success modal, else the test fails with the error modal's text)."""
+    page.locator("tr", has_text=row).locator(f".{button} a").click()
     modal = page.locator("#success-modal, #error-modal").first
     modal.wait_for(state="visible", timeout=timeout_s * 1000)
     text = modal.inner_text()
@@ -313,8 +313,11 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
         typeset = page.locator("mjx-container").count()
         page.screenshot(path=str(screenshots / "formgrader-math.png"))
         page.locator("div.pull-right:has(#q1_scale) .full-credit").click()
-        page.wait_for_timeout(1500)
-        marked = _grade(course, "ada", "q1_scale")
+        for _ in range(60):           # formgrader saves the mark in the background
+            marked = _grade(course, "ada", "q1_scale")
+            if marked[0] is not None:
+                break
+            page.wait_for_timeout(250)
 
         # Autograde (ada's, regraded by the course's grader), then Generate and Release Feedback.
         page.goto(f"{base}formgrader/manage_submissions/{CHAPTER}", wait_until="load")
@@ -329,6 +332,10 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
         timings["Generate Feedback"] = time.monotonic() - start
         generated = feedback.read_bytes()
         rel_log = _click_and_read_modal(page, "Lovelace, Ada", "release-feedback", 60)
+        # The chapter's Generate Feedback (Manage Assignments): every student's page, the course's.
+        page.goto(f"{base}formgrader/manage_assignments", wait_until="load")
+        all_log = _click_and_read_modal(page, CHAPTER, "generate-feedback", 180)
+        pages = {s: (course / "feedback" / s / CHAPTER / f"{CHAPTER}.html").read_text() for s in CLASS}
     released = exchange / COURSE_ID / "feedback" / f"{notebook_hash(secret='secret-of-ada', notebook_id=CHAPTER)}.html"
 
     # `make autograde` after formgrader's Autograde: nothing to regrade, the hand mark stays graded.
@@ -353,3 +360,6 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
     assert '<meta http-equiv="Content-Security-Policy"' in text and "cdnjs" not in text, "not the course's page"
     assert "ex1_scores: hidden tests" in text and "Test cell</a>" not in text, "contents not named by exercise"
     assert released.read_bytes() == generated, f"Release Feedback released another page:\n{rel_log}"
+    assert all(f"feedback/{s}/" in all_log for s in CLASS), all_log
+    assert all('<meta http-equiv="Content-Security-Policy"' in t and "cdnjs" not in t for t in pages.values()), \
+        "the chapter's Generate Feedback wrote a page that is not the course's"

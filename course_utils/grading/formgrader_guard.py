@@ -17,7 +17,7 @@ jupyter_server_config.json``; formgrader builds its ``HTMLExporter`` from the se
   ``sanitize_html`` has nbconvert clean HTML outputs once more and leave JavaScript outputs out;
 * :func:`_load_jupyter_server_extension` gives formgrader's pages a Content-Security-Policy
   (:data:`FORMGRADER_CSP`): scripts, styles, images, fonts and connections from the server itself
-  only, no inline event handler but formgrader's own three
+  only, no inline event handler but formgrader's own five
   (``script-src-attr`` with their hashes), no plugin, no ``<base>``, no form to elsewhere, nothing
   from another host. The
   files of a submission that formgrader serves (``/formgrader/submissions/<id>/<file>``) get
@@ -56,8 +56,10 @@ from course_utils.grading.feedback import clean_html, sanitise_output
 __all__ = ["FILES_CSP", "FORMGRADER_CSP", "MATHJAX_PATH", "SanitiseOutputs", "local_mathjax", "markdown2html",
            "mathjax_folder", "with_ancestors"]
 
-# formgrader's own inline event handlers (nbgrader 0.9.6's templates): the name toggles.
-_OWN_HANDLERS = ("toggle_name(true);", "toggle_name(false);", "toggleAllNames()")
+# formgrader's own inline event handlers (nbgrader 0.9.6's templates): the name toggles and the "Add new
+# assignment" and "Add new student" links (tests/test_formgrader_guard.py lists every one in the templates).
+_OWN_HANDLERS = ("toggle_name(true);", "toggle_name(false);", "toggleAllNames()", "createAssignmentModal();",
+                 "createStudentModal();")
 MATHJAX_PATH = "course-mathjax/"   # under the server's base URL: the pinned MathJax 3 (es5 build)
 
 
