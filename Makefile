@@ -113,7 +113,9 @@ lab: update
 
 # The instructor's Lab: nbgrader's formgrader on the course root (INSTRUCTOR_ROOT, the course's own by
 # default; the browser tests start it on a throwaway course). lab/instructor: formgrader renders every
-# learner's Markdown and output cleaned, under a Content-Security-Policy (course_utils/grading/formgrader_guard.py).
+# learner's Markdown and output cleaned, under a Content-Security-Policy, math with the pinned MathJax served
+# locally, and its Autograde and Generate Feedback buttons running the course's grader (formgrader_guard.py,
+# formgrader_api.py).
 INSTRUCTOR_ROOT ?= $(CURDIR)
 instructor-lab: $(STAMP)
 	cd "$(INSTRUCTOR_ROOT)" && JUPYTER_CONFIG_PATH="$(CURDIR)/lab/instructor:$(CURDIR)/lab" $(CURDIR)/$(BIN)/jupyter lab \

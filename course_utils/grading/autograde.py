@@ -152,7 +152,9 @@ def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], 
     html = {s: course / "feedback" / s / chapter / f"{nb_name}.html" for s in students}
     for path in html.values():
         path.unlink(missing_ok=True)
-    nbgrader("generate_feedback", chapter, "--force", course=course, check=False,
+    # One student's alone: nbgrader would otherwise rewrite every student's page, uncleaned.
+    only = [f"--student={students[0]}"] if len(students) == 1 else []
+    nbgrader("generate_feedback", chapter, "--force", *only, course=course, check=False,
              timeout=FEEDBACK_S * max(1, len(students)), memory_mb=grader_memory_mb())
     for student in students:
         proc = None
@@ -250,6 +252,48 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
     write_grades_csv(root, faults)
     _print_summary(root, faults, len(folders))
     return results
+
+
+def autograde_submission(root: Path, chapter: str, student: str) -> NotebookGrades:
+    """Regrade ``submitted/<student>/<chapter>/`` as ``make autograde FORCE=1`` grades it (the sandbox or a
+    refusal, the gradebook's backup and current tests, the intake, the grading record, the feedback), one
+    submission: what formgrader's Autograde button does (``formgrader_api.py``). The CSV exports are
+    ``make autograde``'s (they need every submission's faults)."""
+    root = Path(root)
+    if chapter not in chapters(root):
+        raise SystemExit(f"{chapter!r} is not a chapter of this course ({', '.join(chapters(root))})")
+    folder = root / "submitted" / student / chapter
+    if not folder.is_dir():
+        raise SystemExit(f"no submission of {chapter} by {student}: {folder} is not a folder")
+    iso = _sandbox_or_refuse()
+    for w in iso.warnings:
+        print(f"WARNING: {w}")
+    limits = sandbox.Limits.from_env()
+    _prepare_class(root)
+    update_gradebook_tests(root, chapter)
+    nb_name = chapter_notebook(chapter, root).stem
+    print(f"autograding {chapter} of {student} (limits: {limits.describe()}) ...", flush=True)
+    graded = grade_chapter(root, chapter, {student: submitted_notebook(folder, nb_name)}, force=True,
+                           limits=limits, base=root / "submitted", progress=True)
+    if (root / "gradebook.db").exists():
+        os.chmod(root / "gradebook.db", 0o600)
+    return graded[student]
+
+
+def make_feedback(root: Path, chapter: str, student: str | None = None) -> list[Path]:
+    """The course's feedback of ``chapter`` (``make autograde``'s: offline math, its own policy, contents by
+    exercise, the faults on top) for ``student``, else every autograded student; the pages written."""
+    root = Path(root)
+    if chapter not in chapters(root):
+        raise SystemExit(f"{chapter!r} is not a chapter of this course ({', '.join(chapters(root))})")
+    autograded = root / "autograded"
+    students = [student] if student else sorted(p.name for p in autograded.glob("*") if (p / chapter).is_dir())
+    students = [s for s in students if (autograded / s / chapter).is_dir()]
+    if not students:
+        raise SystemExit(f"nothing autograded for {chapter}{f' of {student}' if student else ''}: autograde first")
+    nb_name = chapter_notebook(chapter, root).stem
+    _make_feedback(root, chapter, dict.fromkeys(students), nb_name)
+    return [root / "feedback" / s / chapter / f"{nb_name}.html" for s in students]
 
 
 def _sandbox_or_refuse() -> sandbox.Isolation:
