@@ -42,6 +42,7 @@ help:
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
 	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
+	@echo "make autograde LMS_PENDING=empty   grades_lms.csv leaves a chapter awaiting hand marks empty"
 	@echo "make hub-rehearsal        a class on a local JupyterHub: release, fetch, submit, collect, autograde, feedback"
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
@@ -242,7 +243,7 @@ test-translations: $(STAMP)
 # JOBS=N grades N submissions at a time, each in its own sandbox and its own copy of the gradebook,
 # merged by one writer (course_utils/grading/parallel.py); default: the cores, fewer if memory is short.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS)) $(if $(LMS_PENDING),--lms-pending $(LMS_PENDING))
 
 # A class on JupyterHub, rehearsed on this machine (docs/jupyterhub.md): JupyterHub (the `hub`
 # extra of pyproject.toml) and its proxy (configurable-http-proxy, pinned in tools/hub, from npm;

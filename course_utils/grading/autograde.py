@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from html import escape as html_escape
 from pathlib import Path
 
-from course_utils.grading import parallel, reference, sandbox, withhold
+from course_utils.grading import late, parallel, reference, sandbox, withhold
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -217,12 +217,13 @@ def _ensure_probe_secret(root: Path) -> None:
           "never commit or share it)")
 
 
-def instructor_autograde(root: Path | None = None, force: bool = False,
-                         jobs: int | str | None = None) -> dict[tuple[str, str], NotebookGrades]:
+def instructor_autograde(root: Path | None = None, force: bool = False, jobs: int | str | None = None,
+                         lms_pending: str = "provisional") -> dict[tuple[str, str], NotebookGrades]:
     """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary.
 
     ``jobs``: submissions graded at a time (``None`` or ``"auto"``: from the cores and memory,
-    :func:`~course_utils.grading.parallel.default_jobs`).
+    :func:`~course_utils.grading.parallel.default_jobs`). ``lms_pending``: what ``grades_lms.csv`` holds for
+    a chapter awaiting hand marks (:data:`~course_utils.grading.gradebook.LMS_PENDING`).
     """
     root = course_root(root)
     submitted = root / "submitted"
@@ -249,7 +250,7 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
         _grade_class_chapter(root, ch, students, results, faults, force=force, limits=limits, jobs=jobs)
     if (root / "gradebook.db").exists():
         os.chmod(root / "gradebook.db", 0o600)
-    write_grades_csv(root, faults)
+    write_grades_csv(root, faults, lms_pending)
     _print_summary(root, faults, len(folders))
     return results
 
@@ -316,6 +317,10 @@ def _prepare_class(root: Path) -> None:
     backup = backup_gradebook(root)
     if backup:
         print(f"gradebook backed up to {backup.relative_to(root)}")
+    if (root / "gradebook.db").exists():   # a due date moved, an extension, a hand mark: the penalty follows
+        for ch, student, old, new in late.refresh_penalties(f"sqlite:///{root / 'gradebook.db'}",
+                                                            late.configured_percent(root)):
+            print(f"late penalty of {student} in {ch}: {old:g} -> {new:g} points (due date, extension or marks changed)")
     for private in ("submitted", "autograded", "feedback"):   # other students' work stays out of reach
         (root / private).mkdir(exist_ok=True)
         os.chmod(root / private, 0o700)
