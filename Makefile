@@ -222,7 +222,9 @@ grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
 	$(BIN)/python -m course_utils.grading grade "$(NB)"
 
-release: $(STAMP)
+# A chapter's text source is what people edit; the release reads the paired notebook: sync it first
+# (the release itself refuses a notebook whose text differs from its source).
+release: $(STAMP) sync
 	$(BIN)/python -m course_utils.grading release $(if $(COURSE_LANG),--lang $(COURSE_LANG))
 
 # The translation catalogues (locale/zh_CN/LC_MESSAGES/*.po) brought up to date with the English sources:

@@ -266,6 +266,9 @@ def _exports_are_nbgraders_grades(course: Path, teacher: dict, late: dict[str, b
         assert (CHAPTER in lms[st]["provisional"]) == waits, lms[st]
         written = [r for r in by_exercise if r["student_id"] == st and r["kind"] == "written"]
         assert written and all(r["pending"] == ("yes" if waits else "no") for r in written), written
+        page = (course / "feedback" / st / CHAPTER / f"{CHAPTER}.html").read_text()
+        assert ("to be marked by your instructor" in page) == waits, f"{st}'s feedback on answers awaiting a mark"
+        assert ("Late submission penalty" in page) == late[st], f"{st}'s feedback on the late penalty"
 
 
 def _a_new_due_date_reaches_every_grade(course: Path, teacher: dict) -> None:

@@ -10,6 +10,7 @@ round trip changes nothing). They also check the claims the chapters assert thro
 import ast
 import json
 import re
+import shutil
 from pathlib import Path
 
 import jupytext
@@ -169,3 +170,19 @@ def test_the_thread_count_is_measured_and_every_claim_holds_under_it():
     rows = {ln.split(" | ")[0][2:] for ln in text.splitlines() if re.match(r"\| ch\d\d: ", ln)}
     missing = sorted(set(claims._spreads()) - rows)
     assert not missing, f"claims never run with more than one thread (tools/claim_spread_threads.md): {missing}"
+
+
+def test_a_release_cannot_ship_a_notebook_older_than_its_text_source(tmp_path):
+    # Issue 49: the release reads the paired notebook; a chapter whose .py was edited alone would ship
+    # its old text. Every committed pair is in step, and a release of an edited copy refuses, naming the fix.
+    from course_utils.grading import course
+    names = course.chapters(ROOT)
+    assert course.stale_pairs(ROOT, names) == [], "a chapter's notebook differs from its .py: run `make sync`"
+    ch = names[0]
+    shutil.copytree(ROOT / "solutions" / ch, tmp_path / "solutions" / ch)
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    text = tmp_path / "solutions" / ch / f"{ch}.py"
+    text.write_text(text.read_text().replace("# %% [markdown]\n", "# %% [markdown]\n# A sentence added to the text.\n#\n", 1))
+    assert course.stale_pairs(tmp_path, [ch]) == [ch]
+    with pytest.raises(SystemExit, match=r"differs from its text source \(\.py\).*make sync"):
+        course.release(tmp_path, [ch])

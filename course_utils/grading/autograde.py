@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from html import escape as html_escape
 from pathlib import Path
 
-from course_utils.grading import late, parallel, reference, sandbox, withhold
+from course_utils.grading import gradebook, late, parallel, reference, sandbox, withhold
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -30,7 +30,7 @@ from course_utils.grading.course import (
     new_course,
     origin,
 )
-from course_utils.grading.feedback import sanitise_html_file
+from course_utils.grading.feedback import mark_pending, sanitise_html_file
 from course_utils.grading.gradebook import (
     backup_gradebook,
     read_grades,
@@ -156,12 +156,16 @@ def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], 
     only = [f"--student={students[0]}"] if len(students) == 1 else []
     nbgrader("generate_feedback", chapter, "--force", *only, course=course, check=False,
              timeout=FEEDBACK_S * max(1, len(students)), memory_mb=grader_memory_mb())
+    pending = gradebook.pending_marks(course, chapter, nb_name, students)
     for student in students:
         proc = None
         if not html[student].exists():   # made again alone, for this student's own reason
             proc = nbgrader("generate_feedback", chapter, "--force", f"--student={student}", course=course,
                             check=False, timeout=FEEDBACK_S, memory_mb=grader_memory_mb())
         if html[student].exists():
+            if pending.get(student):
+                html[student].write_text(mark_pending(html[student].read_text(encoding="utf-8", errors="replace"),
+                                                      pending[student]), encoding="utf-8")
             sanitise_html_file(html[student])
             continue
         why = f"it was too large or took too long ({parallel.last_error(proc.stderr if proc else '')})"

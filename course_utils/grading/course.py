@@ -125,12 +125,34 @@ def release_dir(lang: str | None = None) -> str:
     return "notebooks" if not lang else f"notebooks-{lang}"
 
 
+def stale_pairs(root: Path, chapter_names: list[str]) -> list[str]:
+    """The chapters whose notebook (``solutions/chNN/chNN.ipynb``) no longer holds its text source's
+    cells (``chNN.py``, the file people edit): their release would ship old text."""
+    import jupytext
+    stale = []
+    for ch in chapter_names:
+        text = root / "solutions" / ch / f"{ch}.py"
+        if not text.exists():
+            continue
+        source = [(c.cell_type, c.source) for c in jupytext.read(text).cells]
+        paired = [(c.cell_type, c.source) for c in nbformat.read(chapter_notebook(ch, root), as_version=4).cells]
+        if source != paired:
+            stale.append(ch)
+    return stale
+
+
 def release(root: Path | None = None, chapter_names: list[str] | None = None, lang: str | None = None) -> list[Path]:
     """Regenerate ``notebooks/<chapter>/`` from ``solutions/<chapter>/`` for every chapter; with
-    ``lang``, ``notebooks-<lang>/<chapter>/`` from the same sources and the translation catalogues."""
+    ``lang``, ``notebooks-<lang>/<chapter>/`` from the same sources and the translation catalogues.
+    Refuses (``SystemExit``, naming the command) when a chapter's notebook differs from its text source."""
     root = course_root(root)
     written = []
     names = chapter_names or chapters(root)
+    stale = stale_pairs(root, names)
+    if stale:
+        raise SystemExit(f"{', '.join(stale)}: the notebook differs from its text source (.py), so the release "
+                         "would ship old text. Run `make sync` (it updates each notebook from its .py, keeping "
+                         "the outputs), then release again (`make release` syncs first).")
     course = new_course(names, root, lang)
     try:
         for ch in names:

@@ -44,6 +44,9 @@ NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # what all outputs of a notebook may hold
 MESSAGE_BYTES = 64 * 2**20          # a bigger message cuts the kernel's output channel: the notebook stops
 RECORD_BYTES = 32 * 2**20           # what the checks' records of a notebook may hold; more are dropped
 ONE_RECORD_BYTES = 2**20            # one record (the course's largest is 0.2 MiB); a bigger one is kept as refused
+# What a hidden test's failure says instead of its own message (which could show its secret inputs).
+_SECRET_NOTE = ("A hidden test does not show its own messages, so that its inputs stay secret: the visible "
+                "tests above it show what goes wrong.")
 TEST_FAILED = "TestFailed"          # the ename of a test whose message the grader wrote (after the hidden tests begin)
 GUARD_ANSWER_CHARS = 100_000        # the tamper guard's answer (at most 50 findings of 300 characters)
 HIDDEN = "BEGIN HIDDEN TESTS"
@@ -356,18 +359,25 @@ class SandboxedExecute(Execute):
             return "the test failed (the grader has no reference run for it)"
         records = self._records.get((0, index), [])
         ename = str((errors[0] if errors else content).get("ename", ""))
-        if ename == "NotImplementedYet":
-            return "not implemented yet: replace `raise NotImplementedError()` with your code"
+        if ename == "NotImplementedYet" or self._unanswered(index):
+            return "not answered yet: replace `raise NotImplementedError()` in the exercise's cell with your code"
         raised = ename if ename in _SAFE_ENAMES else "an exception"
         wrong = verdict.failing(records, reference_checks)[:len(records)]   # of the checks that were made
         named = f": {'; '.join(wrong[:8])}{f'; and {len(wrong) - 8} more' if len(wrong) > 8 else ''}" if wrong else ""
         if len(records) < len(reference_checks):
-            return (f"the test stopped with {raised} after {len(records)} of its {len(reference_checks)} checks "
-                    f"(its own message is not shown after the hidden tests begin){'; failed' + named if wrong else ''}")
+            return (f"your code stopped this test after {len(records)} of its {len(reference_checks)} checks "
+                    f"({raised}){'; failed' + named if wrong else ''}. {_SECRET_NOTE}")
         if wrong:
             return f"{len(wrong)} of {len(reference_checks)} checks failed{named}"
-        return (f"the test raised {raised}: a check made inside the kernel failed, or your code raised (its own "
-                "message is not shown after the hidden tests begin)")
+        return f"a check of this test failed, or your code raised {raised}. {_SECRET_NOTE}"
+
+    def _unanswered(self, index: int) -> bool:
+        """Whether the exercise of test cell ``index`` still has nbgrader's stub as its answer."""
+        from course_utils.grading.course import exercise_of
+        grade_id = self.nb.cells[index].metadata.get("nbgrader", {}).get("grade_id", "")
+        answer = next((c for c in self.nb.cells if c.metadata.get("nbgrader", {}).get("solution")
+                       and c.metadata.get("nbgrader", {}).get("grade_id") == exercise_of(grade_id)), None)
+        return answer is not None and "raise NotImplementedError()" in answer.source
 
     def _finish(self, nb, why_not_run: str) -> None:
         tampered = {k.rsplit("-", 1)[0] for k in self._report["tampering"]}

@@ -202,6 +202,23 @@ def _toc_name(m: re.Match) -> str:
     return f"{m.group(1)}{gid}{m.group(3)}{what}{m.group(5)}"
 
 
+TO_BE_MARKED = "to be marked by your instructor"
+
+
+def mark_pending(html: str, pending: dict[str, float]) -> str:
+    """Each written answer still waiting for a hand mark (``{grade_id: points}``) reads "to be marked by
+    your instructor" where nbgrader's page says "Score: 0.0 / 2.0", in the contents list and above the
+    answer: a learner must not read a mark not yet given as a zero."""
+    for gid, points in pending.items():
+        shown = f"({TO_BE_MARKED}; {points:g} points)"
+        html = re.sub(rf'(<a href="#{re.escape(gid)}">[^<]*</a>) \(Score: [0-9.]+ / [0-9.]+\)',
+                      lambda m, shown=shown: f"{m.group(1)} {shown}", html)
+        html = re.sub(rf'(<a name="{re.escape(gid)}"></a>.*?<span class="pull-right">\s*)Score: [0-9.]+ / [0-9.]+',
+                      lambda m, points=points: f"{m.group(1)}{TO_BE_MARKED} ({points:g} points)", html,
+                      count=1, flags=re.S)
+    return html
+
+
 # nbconvert's classic page scrolls a long output line sideways, so an error message with its hint
 # reads as cut off in a printout or a narrow window: wrap it instead.
 _WRAP = "<style>div.output_area pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"

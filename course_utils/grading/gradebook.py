@@ -116,6 +116,23 @@ def _pending_points(sub) -> float:
     return sum(g.max_score for nb in sub.notebooks for g in nb.grades if _awaits_mark(g))
 
 
+def pending_marks(course: Path, chapter: str, nb_name: str, students: list[str]) -> dict[str, dict[str, float]]:
+    """``{student: {grade_id: points}}``: the answers of ``chapter`` that wait for a hand mark."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out: dict[str, dict[str, float]] = {}
+    if not (course / "gradebook.db").exists():
+        return out
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student in students:
+            try:
+                grades = gb.find_submission_notebook(nb_name, chapter, student).grades
+            except MissingEntry:
+                continue
+            out[student] = {g.name: g.max_score for g in grades if _awaits_mark(g)}
+    return out
+
+
 def _awaits_mark(grade) -> bool:
     """A cell nbgrader flags for a hand grade that has no hand mark yet."""
     return bool(grade.needs_manual_grade) and grade.manual_score is None
