@@ -19,6 +19,7 @@ import functools
 import math
 import traceback
 import types
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -197,6 +198,22 @@ def _inputs(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Te
     return [(where, t, _frozen(t)) for name, value in named.items() for where, t in _tensors(value, name)]
 
 
+# Warnings the learner's code gave inside run_checks, shown after its verdict (not above the hint).
+_WARNED: list[str] | None = None
+
+
+def _said(name: str, caught: list) -> None:
+    """The warnings a call of ``name`` gave, one line each, without the file path of the cell that gave
+    them (a temporary file of the kernel): kept for after run_checks' verdict, else printed now."""
+    lines = [f"note: {name} gave a {w.category.__name__}: {str(w.message).splitlines()[0][:300]}" for w in caught]
+    lines = list(dict.fromkeys(lines))
+    if _WARNED is not None:
+        _WARNED.extend(x for x in lines if x not in _WARNED)
+    else:
+        for line in lines:
+            print(line)
+
+
 def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     """Call the learner's ``fn``; an exercise not done yet becomes a clear failure, and so does a call
     that changed one of its inputs in place (the course's rule: a function leaves its inputs as they
@@ -205,7 +222,9 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     name = what or getattr(fn, "__name__", "your function")
     watched = [] if getattr(fn, "__name__", None) in MAY_CHANGE_INPUTS else _inputs(fn, args, kwargs)
     try:
-        out = fn(*args, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = fn(*args, **kwargs)
     except NotImplementedError:
         raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
                                 "with your code") from None
@@ -213,6 +232,7 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
         domains.record(fn, args, kwargs, err)
         raise
     domains.record(fn, args, kwargs, None)
+    _said(name, caught)
     for where, t, before in watched:
         how = _changed(before, t)
         if how:
@@ -230,20 +250,28 @@ def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> N
     but :class:`CheckFailed` (the learner's code crashed) is listed with the exception and the
     line that raised it.
     """
+    global _WARNED
     failures = []
-    for i, (desc, check) in enumerate(checks, 1):
-        try:
-            check()
-        except NotImplementedYet as err:   # every check would say the same: say it once
-            raise CheckFailed(f"{name}: {err}") from None
-        except CheckFailed as err:
-            failures.append(f"check {i}/{len(checks)} ({desc}): {err}")
-        except Exception as err:  # noqa: BLE001 (the learner's code raised: report it with the others)
-            failures.append(f"check {i}/{len(checks)} ({desc}) raised {type(err).__name__}: {err}{_where(err)}")
+    outer, _WARNED = _WARNED, []
+    try:
+        for i, (desc, check) in enumerate(checks, 1):
+            try:
+                check()
+            except NotImplementedYet as err:   # every check would say the same: say it once
+                raise CheckFailed(f"{name}: {err}") from None
+            except CheckFailed as err:
+                failures.append(f"check {i}/{len(checks)} ({desc}): {err}")
+            except Exception as err:  # noqa: BLE001 (the learner's code raised: report it with the others)
+                failures.append(f"check {i}/{len(checks)} ({desc}) raised {type(err).__name__}: {err}{_where(err)}")
+    finally:
+        warned, _WARNED = _WARNED, outer
     if failures:
         raise CheckFailed(f"{name}: {len(failures)} of {len(checks)} checks failed\n"
-                          + "\n".join(f"  \u2717 {f}" for f in failures))
+                          + "\n".join(f"  \u2717 {f}" for f in failures)
+                          + "".join(f"\n  {w}" for w in warned))
     print(f"\u2713 {name}: all {len(checks)} checks passed")
+    for w in warned:
+        print(w)
 
 
 def _where(err: BaseException) -> str:

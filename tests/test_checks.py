@@ -193,3 +193,21 @@ def test_call_hands_every_call_to_the_domains_recorder(monkeypatch):
         checks.call(f, -1)
     assert [(c.function, c.arguments, type(c.raised).__name__) for c in seen] == [
         ("f", {"a": 1, "b": 3}, "NoneType"), ("f", {"a": -1}, "ValueError")]
+
+
+def test_a_library_warning_comes_after_the_hint_without_its_file_path(capsys):
+    # Issue 49: PyTorch's UserWarning (with the kernel's temporary cell path) printed above the course's hint.
+    import warnings
+
+    def answer(x):
+        warnings.warn("To copy construct from a tensor, use sourceTensor.clone()", UserWarning, stacklevel=2)
+        return x * 0
+    with pytest.raises(checks.CheckFailed) as failed:
+        checks.run_checks("answer", [("zero", lambda: checks.expect_close(checks.call(answer, torch.ones(2)),
+                                                                          torch.ones(2), "out"))])
+    lines = str(failed.value).splitlines()
+    assert "wrong value" in lines[1] and lines[-1] == "  note: answer gave a UserWarning: To copy construct from a tensor, use sourceTensor.clone()"
+    assert capsys.readouterr().err == ""
+    checks.run_checks("answer", [("runs", lambda: checks.call(answer, torch.ones(2)))])
+    assert capsys.readouterr().out.splitlines() == ["\u2713 answer: all 1 checks passed",
+                                                    "note: answer gave a UserWarning: To copy construct from a tensor, use sourceTensor.clone()"]
