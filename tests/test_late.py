@@ -28,3 +28,21 @@ def test_nbgrader_config_selects_the_plugin():
     plugin = pre.plugin_class(parent=pre)     # what AssignLatePenalties.preprocess makes
     assert isinstance(plugin, PerDayPenalty) and plugin.percent_per_day == 10.0
     assert plugin.late_submission_penalty("s", 12.0, 2 * DAY_S + 5) == pytest.approx(3.6)
+
+
+def test_the_lms_file_leaves_a_chapter_awaiting_marks_empty_or_marks_it_provisional(tmp_path):
+    # Issue 49: an early upload of grades_lms.csv must not pass a chapter awaiting hand marks for a grade.
+    import csv
+
+    from course_utils.grading import gradebook
+    maxima = {"ch01": 20.0, "ch02": 25.0}
+    provisional = {"ann": ["ch02: 4 points to be marked"]}
+    for lms, total in (({"ann": {"ch01": 18.0, "ch02": 20.0}, "ben": {"ch01": 10.0, "ch02": 0.0}}, "38"),
+                       ({"ann": {"ch01": 18.0, "ch02": None}, "ben": {"ch01": 10.0, "ch02": 0.0}}, "")):
+        rows = list(csv.DictReader(gradebook._write_lms(tmp_path / "lms.csv", lms, maxima, provisional).open()))
+        ann, ben = rows
+        assert ann["ch02 (25)"] == ("20" if total else "") and ann["total (45)"] == total
+        assert ann["provisional"] == "ch02: 4 points to be marked" and ben["provisional"] == ""
+        assert ben["total (45)"] == "10"
+    with pytest.raises(ValueError, match="lms_pending='maybe'"):
+        gradebook.write_grades_csv(tmp_path, {}, lms_pending="maybe")

@@ -168,42 +168,53 @@ def write_grades_csv(root: Path, faults: Mapping[tuple[str, str], str], lms_pend
             for a in gb.assignments:
                 maxima[a.name] = a.max_score
                 for st in gb.students:
+                    fault = faults.get((st.id, a.name), "")
                     try:
                         sub = gb.find_submission(a.name, st.id)
                     except MissingEntry:
-                        rows.append([a.name, st.id, "0", f"{a.max_score:g}", "0", "no", faults.get((st.id, a.name), ""),
+                        rows.append([a.name, st.id, "0", f"{a.max_score:g}", "0", "no", fault,
                                      "0", "0", "", _when(a.duedate), "no", "0"])
                         lms.setdefault(st.id, {})[a.name] = 0.0
                         continue
-                    penalty = sub.late_submission_penalty or 0.0
-                    score = max(0.0, sub.score - penalty)
-                    pending = _pending_points(sub)
-                    rows.append([a.name, st.id, f"{score:g}", f"{a.max_score:g}", f"{sub.code_score:g}",
-                                 "yes" if sub.needs_manual_grade else "no", faults.get((st.id, a.name), ""),
-                                 f"{penalty:g}", f"{sub.score:g}", _when(sub.timestamp), _when(sub.duedate),
-                                 "yes" if sub.total_seconds_late > 0 else "no", f"{pending:g}"])
+                    row, score, pending = _submission_row(a, st.id, sub, fault)
+                    rows.append(row)
                     if pending:
                         provisional.setdefault(st.id, []).append(f"{a.name}: {pending:g} points to be marked")
                     lms.setdefault(st.id, {})[a.name] = None if pending and lms_pending == "empty" else score
                     by_exercise += _exercise_rows(sub, a.name, st.id)
     seen = {(r[1], r[0]) for r in rows}
-    for (s, ch), why in faults.items():
-        if (s, ch) not in seen:
-            rows.append([ch, s, "0", "", "0", "no", why, "0", "0", "", "", "no", "0"])
+    rows += [[ch, s, "0", "", "0", "no", why, "0", "0", "", "", "no", "0"]
+             for (s, ch), why in faults.items() if (s, ch) not in seen]
     _write_csv(root / "grades_by_exercise.csv",
                ["student_id", "chapter", "exercise", "kind", "score", "max_score", "pending"], sorted(by_exercise))
-    chapters_ = sorted(maxima)
+    _write_lms(root / "grades_lms.csv", lms, maxima, provisional)
+    return _write_csv(root / "grades.csv", GRADES_HEADER, sorted(rows))
 
+
+def _submission_row(assignment, student: str, sub, fault: str) -> tuple[list[str], float, float]:
+    """``grades.csv``'s row of one submission, its score after the late penalty and its points awaiting a mark."""
+    penalty = sub.late_submission_penalty or 0.0
+    score = max(0.0, sub.score - penalty)
+    pending = _pending_points(sub)
+    return ([assignment.name, student, f"{score:g}", f"{assignment.max_score:g}", f"{sub.code_score:g}",
+             "yes" if sub.needs_manual_grade else "no", fault, f"{penalty:g}", f"{sub.score:g}",
+             _when(sub.timestamp), _when(sub.duedate), "yes" if sub.total_seconds_late > 0 else "no",
+             f"{pending:g}"], score, pending)
+
+
+def _write_lms(path: Path, lms: dict[str, dict[str, float | None]], maxima: dict[str, float],
+               provisional: dict[str, list[str]]) -> Path:
+    """``grades_lms.csv``: a column per chapter, the total and what is provisional; an empty cell (and
+    total) where a chapter waits for hand marks and the instructor chose ``empty``."""
     def shown(v: float | None) -> str:
         return "" if v is None else f"{v:g}"
 
-    _write_csv(root / "grades_lms.csv",
-               ["student_id", *(f"{ch} ({maxima[ch]:g})" for ch in chapters_), f"total ({sum(maxima.values()):g})",
-                "provisional"],
-               [[s, *(shown(lms[s].get(ch, 0.0)) for ch in chapters_),
-                 shown(None if None in lms[s].values() else sum(lms[s].values())), "; ".join(provisional.get(s, []))]
-                for s in sorted(lms)])
-    return _write_csv(root / "grades.csv", GRADES_HEADER, sorted(rows))
+    chapters_ = sorted(maxima)
+    return _write_csv(path, ["student_id", *(f"{ch} ({maxima[ch]:g})" for ch in chapters_),
+                             f"total ({sum(maxima.values()):g})", "provisional"],
+                      [[s, *(shown(lms[s].get(ch, 0.0)) for ch in chapters_),
+                        shown(None if None in lms[s].values() else sum(lms[s].values())),
+                        "; ".join(provisional.get(s, []))] for s in sorted(lms)])
 
 
 def _exercise_rows(sub, chapter: str, student: str) -> list[list[str]]:
