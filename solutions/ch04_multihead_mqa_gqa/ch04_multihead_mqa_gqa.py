@@ -976,12 +976,14 @@ def _float32_tokens():
 checks.run_checks("kv_cache_bytes", [("one token of a 7B-sized MHA model", _one_token), ("float32, 10 tokens", _float32_tokens)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_kv_bytes-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: a seeded grid of sizes (batch > 1, GQA, MQA, 1, 2 and 4 bytes per value, numbers past 2**53),
+# Hidden tests: a seeded grid of sizes (batch > 1, GQA, MQA, 1, 2 and 4 bytes per value, numbers past 2**53
+# and past 2**63),
 # by position and by keyword, defaults left out; a Python int every time.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
 _cases = [((80, 8, 128, 4096), {"batch": 16}), ((1, 1, 1, 1, 3, 4), {}),
-          ((95, 97, 255, 99_999_999, 63, 1), {})]                                   # past 2**53
+          ((95, 97, 255, 99_999_999, 63, 1), {}),                                   # past 2**53
+          ((1000, 1000, 1000, 10**7, 1000, 4), {})]                                # past 2**63 (int64 wraps)
 for _i in range(12):
     _n = [int(v) for v in torch.randint(1, 97, (6,), generator=_g)]
     _bpv = (1, 2, 4)[_i % 3]

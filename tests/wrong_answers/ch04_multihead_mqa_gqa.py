@@ -135,6 +135,23 @@ def merge_heads(x):
     "kv_bytes_arguments_swapped": ("ex5_kv_bytes", '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, bytes_per_value=2, batch=1):
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_value
 '''),
+    # The product through NumPy's int64: wraps past 2**63 against the prompt's "exact, however large"
+    # (1000, 1000, 1000, 10**7, 1000, 4) gives 6213023705161793536, not 8 * 10**19 (issue 54).
+    "kv_bytes_numpy_int64": ("ex5_kv_bytes", '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
+    import numpy
+    return int(numpy.prod([2, n_layers, n_kv_heads, d_head, seq_len, batch, bytes_per_value]))
+'''),
+    # q scaled in place (q.mul_): the outputs are right, the caller's queries come back changed.
+    "cache_scales_q_in_place": ("ex4_cache", '''def attend_with_cache(q, k_new, v_new, cache=None):
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    n_rep = q.shape[1] // k_new.shape[1]
+    k, v = multihead.repeat_kv(k_new, n_rep), multihead.repeat_kv(v_new, n_rep)
+    scores = q.mul_(q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+    scores = scores.masked_fill(~attention.causal_mask(q.shape[2], k.shape[2]), float("-inf"))
+    return scores.softmax(-1) @ v, (k_new, v_new)
+'''),
     # Sums the heads of each group into torch.zeros(...): float32 whatever the weight's dtype.
     "mean_pool_float32_accumulator": ("ex6_mean_pool", '''def mean_pool_heads(weight, n_heads, n_groups):
     d_head = weight.shape[0] // n_heads
