@@ -1274,7 +1274,7 @@ with cost.torch_threads(1), torch.no_grad():
 #
 # Write `apply_rope(x, positions)` for `x` of shape `(..., seq, d)` with even `d` and
 # `positions` of shape `(seq,)` (an integer or float tensor, in any order; float positions may be
-fractional, such as 2.5, or negative): rotate features
+# fractional, such as 2.5, or negative): rotate features
 # `(2i, 2i+1)` of the vector at sequence index `s` by the angle `positions[s] * 10000 ** (-2i / d)`,
 # as above, and return a tensor of `x`'s shape and dtype (float32 or float64). The angles may be
 # computed in float32 or float64 (the tests allow for float32's rounding at large positions). Do
