@@ -793,7 +793,8 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # With both, apply top-k first, then top-p to the distribution that top-k left (the softmax of the
 # surviving logits). `top_k` is an int $\ge 1$ (a `top_k` of at least V keeps every entry), `top_p` a
 # float in $(0, 1]$ (top-p keeps a token when the probability mass of the tokens ranked before it is
-# below `top_p`, so 1 keeps every entry). Return the logits' shape and dtype (float32 or float64),
+# below `top_p`, so 1 keeps every entry, even where rounding brings the mass before a token to 1:
+# Hugging Face's `generate` adds no top-p filter at all at 1). Return the logits' shape and dtype (float32 or float64),
 # with the kept entries' values exactly as they were. The tests use random logits in float32 and
 # float64, with 0 to 3 leading dimensions, logits around 200 (and 1000 in float64) as well as around 0,
 # rows where one logit dwarfs the rest (their float32 mass rounds to 1 after the first token, yet
