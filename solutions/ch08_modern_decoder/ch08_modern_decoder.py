@@ -471,7 +471,7 @@ checks.run_checks("rope_half", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of inputs ((seq, d), (batch, seq, d), (batch, heads, seq, d), an
-# expanded input; d from 2 to 128; offsets up to 8000, one new token after a long cache; bases 100 to
+# expanded input; d from 2 to 128; offsets up to 131069 (a 128k cache), one new token after a long cache; bases 100 to
 # 10^6; float32 and float64; the defaults and keyword arguments), each compared with a float64
 # computation within what float32 angles allow, dtype kept, x unchanged; the permutation to the
 # interleaved layout; no ready-made function.
@@ -482,7 +482,8 @@ _cases3 = [((6, 16), 3, 500000.0, torch.float64, "positional"), ((2, 6, 16), 100
            ((2, 3, 5, 8), None, None, torch.float32, "positional"), ((1, 4, 1, 64), 4095, 500000.0, torch.float32, "keyword"),
            ((3, 2), 7, 10000.0, torch.float64, "keyword"), ((1, 2, 9, 128), 8000, 1e6, torch.float64, "positional"),
            ((2, 1, 4), 1, 100.0, torch.float32, "keyword"), ((1, 3, 12, 32), 2047, 10000.0, torch.float32, "positional"),
-           ((4, 1, 16), 513, None, torch.float64, "offset only"), ((2, 2, 7, 6), 60, 10000.0, torch.float64, "expanded")]
+           ((4, 1, 16), 513, None, torch.float64, "offset only"), ((2, 2, 7, 6), 60, 10000.0, torch.float64, "expanded"),
+           ((1, 2, 3, 16), 131069, 500000.0, torch.float64, "positional"), ((2, 1, 8), 100000, None, torch.float32, "offset only")]
 _in3, _raw3, _atol3 = [], [], []
 for _shape, _off, _base, _dt, _how in _cases3:
     _x = torch.randn(_shape, generator=_g, dtype=torch.float64)

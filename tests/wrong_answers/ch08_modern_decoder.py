@@ -227,4 +227,18 @@ def course_key(hf_key):
             return f"stack.layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
     raise KeyError(hf_key)
 '''),
+    # Issue 54: a table of 32768 positions (Mistral's context): right for every offset the tests tried
+    # before (up to 8000), wrong for a cache as long as the prompt allows (Llama 3: 128k positions).
+    "table_of_32768": ("ex3_rope", '''MAX_POSITIONS = 32768
+
+
+def rope_half(x, offset=0, base=10000.0):
+    seq, d = x.shape[-2], x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.arange(MAX_POSITIONS, dtype=torch.float64)[:, None] * theta
+    angle = table[offset:offset + seq]
+    cos, sin = angle.cos().repeat(1, 2).to(x.dtype), angle.sin().repeat(1, 2).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+'''),
 }
