@@ -655,14 +655,16 @@ checks.run_checks("decoder_mask", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_decoder_mask-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: other padding ids and the default one, padding in the middle, int32 ids, no padding,
+# Hidden tests: other padding ids and the default one, padding in the middle, int32, int16 and uint8 ids, no padding,
 # other sizes, a seeded set of random batches; bool; no ready-made masks.
 ### BEGIN HIDDEN TESTS
 _cases = [(torch.tensor([[1, 4, 3, 3, 3], [1, 3, 5, 6, 7], [1, 7, 8, 3, 3]]), 3),
           (torch.tensor([[1, 9, 9, 9, 9, 0, 0]]), 0), (torch.tensor([[1]]), 0),
           (torch.tensor([[SOS_ID, 5, PAD_ID, 6, PAD_ID], [SOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]), None),   # the default pad_id
           (torch.tensor([[1, 2, 3, 2, 5, 2], [2, 2, 4, 4, 4, 4]], dtype=torch.int32), 2),    # int32 ids, padding in the middle
-          (torch.tensor([[1, 5, 6], [1, 7, 8]]), 0)]                                          # no padding at all
+          (torch.tensor([[1, 5, 6], [1, 7, 8]]), 0),                                          # no padding at all
+          (torch.tensor([[1, 200, 7, 7], [7, 1, 200, 9]], dtype=torch.uint8), 7),            # uint8 ids
+          (torch.tensor([[3, 1, 2], [2, 2, 2]], dtype=torch.int16), 2)]                        # int16 ids
 _gen = torch.Generator().manual_seed(107)
 for _ in range(4):      # random batches: ids 0-6, pad_id 0-5, so padding falls anywhere
     _b, _t = int(torch.randint(1, 5, (), generator=_gen)), int(torch.randint(1, 8, (), generator=_gen))
