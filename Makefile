@@ -26,7 +26,7 @@ $(RUNS_CHAPTERS): export COURSE_CLAIMS = strict
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
 .PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-cpus test-browser site site-serve grade release autograde sync execute bench clean \
-	hub-install hub-rehearsal mutants correct-notebooks update instructor-lab translations
+	hub-install hub-rehearsal mutants correct-notebooks update instructor-lab translations test-translations
 
 help:
 	@echo "make lab                  open JupyterLab on your own copy of the course (workspace/, never overwritten)"
@@ -38,6 +38,7 @@ help:
 	@echo "make grade NB=path.ipynb  grade one notebook with the hidden tests"
 	@echo "make release              regenerate notebooks/ from solutions/ (LANG=zh_CN: the Chinese notebooks-zh_CN/)"
 	@echo "make translations         bring the Chinese catalogues (locale/) up to date with the English sources"
+	@echo "make test-translations    fail on any Chinese entry awaiting translation (new or fuzzy) or faulty; required before a release"
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
 	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
@@ -225,6 +226,13 @@ release: $(STAMP)
 # `python -m course_utils.i18n check` lists what is left to translate.
 translations: $(STAMP)
 	$(BIN)/python -m course_utils.i18n update
+
+# The translation gate. make test lets an English edit land before its translation (the Chinese pages
+# show the English, marked as awaiting translation, and the run's summary counts the entries); this
+# fails on any entry awaiting translation or faulty. CI runs it as a reported, non-blocking stage;
+# the release procedure (docs/instructors.md) requires it to pass.
+test-translations: $(STAMP)
+	$(BIN)/python -m course_utils.i18n check
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
 # (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.

@@ -26,6 +26,7 @@ import shutil
 import sys
 import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -134,15 +135,43 @@ def pytest_runtest_makereport(item, call):
                            f"{_budget(nb):.0f} s: shrink its experiments")
 
 
+_ran_i18n = []
+
+
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
+    if path == "tests/test_i18n.py" and not _ran_i18n:
+        _ran_i18n.append(path)
     if path.endswith(".ipynb"):
         _totals[path] += report.duration
         if "over its budget" in str(report.longrepr or ""):
             _over.add(path)
 
 
+def _awaiting_translation() -> dict[str, int]:
+    """Entries of each catalogue that await a translation (new or fuzzy): make test lets them land."""
+    from course_utils.i18n import catalogue, sources
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    out = {}
+    for lang in catalogue.LANGUAGES:
+        for domain in sources.domains(Path(root)):
+            path = catalogue.po_path(Path(root), lang, domain)
+            if path.is_file():
+                n = sum(1 for m in catalogue.read(path) if m.id and (m.fuzzy or not m.string))
+                if n:
+                    out[f"{lang}/{domain}"] = n
+    return out
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _ran_i18n:
+        left = _awaiting_translation()
+        terminalreporter.section("translations")
+        terminalreporter.write_line(
+            f"{sum(left.values())} entries await translation (the translated pages show their English, marked)"
+            + (": " + ", ".join(f"{k} {v}" for k, v in left.items()) + "; make test-translations lists them"
+               if left else ""))
     if _totals:
         terminalreporter.section("notebook execution times (nbval)")
         for nb, sec in sorted(_totals.items()):

@@ -16,7 +16,9 @@ What a claim that does not hold does depends on who runs the chapter (``COURSE_C
   fails the tests;
 * unset or ``inform`` (the learner's own kernel): it prints what it expected, what this run gave,
   the range measured over seeds and CPU profiles (``course_utils/claim_spread.json``, written by
-  ``tools/claim_spread.py``) and what that means, and the chapter goes on.
+  ``tools/claim_spread.py``) and what that means, and the chapter goes on. A claim that holds prints
+  one line: the learner's value beside that measured range, so the learner reads their own run next
+  to the runs the text describes (the stored run is the output the cell showed before they ran it).
 
 ``tools/claim_spread.py`` executes the chapters over seeds and CPU profiles with the environment
 variable ``COURSE_CLAIMS_LOG`` naming a file: then every check appends one JSON line (claim, value,
@@ -82,13 +84,22 @@ def _inform(claim: str, number: float, bound: str) -> str:
     ])
 
 
+def _met(claim: str, number: float, bound: str) -> str:
+    """The learner's line for a claim their run met: their value beside the measured range."""
+    spread = measured_spread(claim)
+    measured = "" if spread is None else (
+        f"; the course measured {spread['min']:.4g} to {spread['max']:.4g} over {spread['runs']} runs "
+        "(seeds x CPU profiles)")
+    return f"Claim met on this run: {claim}: your run {number:.4g} (expected {bound}{measured})."
+
+
 def check(claim: str, value: float, *, above: float | None = None, below: float | None = None) -> None:
     """Check ``above < value < below`` (either bound may be omitted), naming ``claim`` if it fails.
 
     ``value`` is a number (a Python float or int, a one-element tensor or array). Under
     ``COURSE_CLAIMS_LOG`` the claim is recorded instead; under ``COURSE_CLAIMS=strict`` a claim that
-    does not hold raises ``AssertionError``; otherwise it prints a notice and returns. Returns
-    nothing, so that a check at the end of a cell prints nothing when it holds.
+    does not hold raises ``AssertionError`` and one that holds is silent (the stored outputs are made
+    so); otherwise it prints a notice, or the line of a claim met, and returns. Returns nothing.
     """
     if above is None and below is None:
         raise ValueError(f"claim {claim!r} needs a bound: above=..., below=... or both")
@@ -104,10 +115,12 @@ def check(claim: str, value: float, *, above: float | None = None, below: float 
                                 "holds": holds}) + "\n")
         return
     mode = _mode()
-    if holds:
-        return
     bound = " and ".join(b for b in (f"above {above:g}" if above is not None else "",
                                      f"below {below:g}" if below is not None else "") if b)
+    if holds:
+        if mode != "strict":
+            print(_met(claim, number, bound))
+        return
     if mode == "strict":
         raise AssertionError(f"claim failed: {claim}: measured {number:.4g}, expected {bound}. "
                              "This number varies with the seed and the CPU: the bound comes from its "

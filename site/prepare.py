@@ -4,12 +4,8 @@
 For each chapter it reads the *executed* solution notebook ``solutions/chNN_*/chNN_*.ipynb``
 (never re-executed) and applies nbgrader's own ``ClearSolutions`` and ``ClearHiddenTests``, the
 steps that make the student release, but keeps the stored outputs: a page shows the exercise
-stubs a learner gets, with the figures and numbers of the solution run. No output that the stub
-could not have produced is shown: the outputs of the cells that held a solution or hidden tests,
-and of every test cell (its "all checks passed" came from the solution), are dropped; a probe's
-verdict (``checks.learner_or_reference``: "agrees with the reference on a probe: the experiments
-below use your implementation") becomes the line the stub prints ("not implemented yet: the
-experiments below use the course_utils reference"), the rest of that cell's output kept.
+stubs a learner gets, with the figures and numbers of the solution run, exactly as the released
+notebook shows them before the learner runs a cell (both from ``course_utils.stored_run``).
 It also copies the index page, the glossary (GLOSSARY.md, its links rewritten from the
 repository's notebooks to the site's chapters), the last ``make bench`` tables, and the course's
 documentation (``docs/*.md`` and CONTRIBUTING.md), whose links to pages the site has are pointed at
@@ -26,17 +22,23 @@ import shutil
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
 from course_utils.i18n.catalogue import po_path, read, translations
 from course_utils.i18n.notebooks import anchors, titles, translate_markdown, translated_chapters
 from course_utils.i18n.segments import markdown_blocks
 from course_utils.i18n.sources import CAPTION
 from course_utils.i18n.terms import chinese_words
+from course_utils.stored_run import (  # noqa: F401  (the tests read them here too)
+    HIDDEN_BEGIN,
+    LEARNER_VERDICT,
+    SOLUTION_BEGIN,
+    STUB_VERDICT,
+    is_test_cell,
+    learner_version,
+    stub_verdicts,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
-SOLUTION_BEGIN = "### BEGIN SOLUTION"
 # GLOSSARY.md links a term to a chapter section in the repository's student notebook
 # (notebooks/chNN_x/chNN_x.ipynb#anchor); on the site the same section is chapters/chNN_x.ipynb.
 REPO_LINK = re.compile(r"\]\((?:\./)?notebooks/(ch\d\d_\w+)/\1\.ipynb(#[^)\s]*)?\)")
@@ -55,12 +57,6 @@ DOCS_PAGES = {"CONTRIBUTING.md": "contributing.md"}
 MD_LINK = re.compile(r"(?<!!)\[([^\]\n]*)\]\(([^)\s]+)\)")
 
 
-# checks.learner_or_reference's verdicts: what the solution printed, and what the stub prints.
-LEARNER_VERDICT = re.compile(r"^\[([^\]\n]+)\] agrees with the reference on a probe: "
-                             r"the experiments below use your implementation$", re.M)
-STUB_VERDICT = r"[\1] not implemented yet: the experiments below use the course_utils reference"
-
-
 def chapters(root: Path) -> list[Path]:
     """The executed solution notebooks, in chapter order."""
     found = sorted(p for p in (root / "solutions").glob("ch*/ch*.ipynb")
@@ -68,48 +64,6 @@ def chapters(root: Path) -> list[Path]:
     if not found:
         raise SystemExit(f"no executed chapters under {root / 'solutions'}")
     return found
-
-
-def is_test_cell(cell: nbformat.NotebookNode) -> bool:
-    """An nbgrader test cell: graded, with tests and no solution ("autograder tests")."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
-def stub_verdicts(output: nbformat.NotebookNode) -> None:
-    """Turn the learner's probe verdict in one output into the line the stub prints, in place."""
-    if output.get("output_type") == "stream":
-        output["text"] = LEARNER_VERDICT.sub(STUB_VERDICT, output.get("text", ""))
-    elif isinstance(output.get("data", {}).get("text/plain"), str):
-        output["data"]["text/plain"] = LEARNER_VERDICT.sub(STUB_VERDICT, output["data"]["text/plain"])
-
-
-def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """``nb`` with nbgrader's ClearSolutions and ClearHiddenTests applied, outputs kept where the
-    stub would have printed them too.
-
-    Cleared: the outputs of cells that held a solution or hidden tests, and of every test cell
-    (they were made by the solution). A probe's "use your implementation" verdict becomes the stub's
-    "not implemented yet" line. Raises ValueError if a marker survives (nbgrader's markers changed or
-    were mistyped).
-    """
-    held = set()
-    for i, cell in enumerate(nb.cells):
-        if SOLUTION_BEGIN in cell.source or HIDDEN_BEGIN in cell.source or is_test_cell(cell):
-            held.add(i)
-    ClearSolutions().preprocess(nb, {})
-    ClearHiddenTests().preprocess(nb, {})
-    for i, cell in enumerate(nb.cells):
-        if i in held and cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-        elif cell.cell_type == "code":
-            for output in cell.outputs:
-                stub_verdicts(output)
-        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
-            if marker in cell.source:
-                raise ValueError(f"cell {i} still holds {marker!r} after nbgrader's preprocessors")
-    return nb
 
 
 def glossary_for_site(text: str) -> str:

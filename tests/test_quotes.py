@@ -388,3 +388,25 @@ def test_the_unmarked_number_checker(tmp_path):
     assert "'0.95' is neither" not in errors                         # covered by its constant
     assert "'7%' is neither quoted" in errors and "'0.3' is neither quoted" in errors
     assert "lists '0.3' ('not in the text'), which the text no longer holds" in errors
+
+
+def test_claim_spread_against_an_earlier_table_counts_what_falls_outside(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import claim_spread
+    assert claim_spread.label("native", 1) == "native" and claim_spread.label("avx2", 4) == "avx2-4t"
+    runs = [{"notebook": "ch01_x", "offset": 0, "kernel": "native-2t", "threads": 2, "seconds": 1.0, "errors": [],
+             "changed_checked_outputs": [],
+             "claims": [{"claim": "ch01: inside", "value": 0.50004, "above": 0.1, "below": None, "holds": True},
+                        {"claim": "ch01: outside", "value": 0.9, "above": 0.1, "below": None, "holds": True},
+                        {"claim": "ch01: failed", "value": 0.05, "above": 0.1, "below": None, "holds": False},
+                        {"claim": "ch01: not in the table", "value": 9.0, "above": 0.1, "below": None,
+                         "holds": True}]}]
+    table = "\n".join(["| claim | bound | seed+0 | over seeds × CPUs (min–max) | native | smallest margin | failed in |",
+                       "|---|---|---|---|---|---|---|",
+                       "| ch01: inside | > 0.1 | 0.45 | 0.4–0.5 (3) | 0.4–0.5 (3) | 0.3 | – |",
+                       "| ch01: outside | > 0.1 | 0.45 | 0.4–0.5 (3) | 0.4–0.5 (3) | 0.3 | – |",
+                       "| ch01: failed | > 0.1 | 0.45 | 0.2–0.5 (3) | 0.2–0.5 (3) | 0.1 | – |"])
+    said = claim_spread.against(runs, table)
+    assert said.startswith("Against the earlier table: 2 of 3 values lie outside its range over every run: ")
+    assert "ch01: outside: 0.9 against 0.4–0.5 (3)" in said and "ch01: failed: 0.05" in said
+    assert "ch01: inside" not in said and said.endswith("Claims that failed their bound: 1 (ch01: failed).")

@@ -120,8 +120,17 @@ def test_a_failed_claim_informs_the_learner_and_the_chapter_goes_on(monkeypatch,
         assert "Expected: above 1e+09." in out and "Your run: -123.5." in out
         assert f"{measured['min']:.4g} to {measured['max']:.4g} over {measured['runs']} runs" in out
         assert "The chapter goes on." in out
-        claims.check(name, 2e9, above=1e9)          # a claim that holds prints nothing
-        assert capsys.readouterr().out == ""
+        claims.check(name, 2e9, above=1e9)          # a claim that holds: the learner's value beside the range
+        out = capsys.readouterr().out
+        assert out.startswith(f"Claim met on this run: {name}: your run 2e+09 (expected above 1e+09; ") and (
+            f"{measured['min']:.4g} to {measured['max']:.4g} over {measured['runs']} runs" in out), out
+        assert out.count("\n") == 1
+    claims.check("a claim never measured", 0.9, above=0.5)
+    assert capsys.readouterr().out == "Claim met on this run: a claim never measured: your run 0.9 (expected above 0.5).\n"
+    monkeypatch.setenv(claims.MODE_VARIABLE, "strict")
+    claims.check(name, 2e9, above=1e9)              # where the course tests itself a claim that holds is silent
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv(claims.MODE_VARIABLE)
     claims.check("a claim never measured", 0.1, above=0.5)
     assert "no recorded spread" in capsys.readouterr().out
     monkeypatch.setenv(claims.MODE_VARIABLE, "loud")
@@ -148,3 +157,15 @@ def test_a_claim_is_recorded_not_raised_under_the_log(tmp_path, monkeypatch):
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["claim"], r["value"], r["above"], r["holds"]) for r in records] == [
         ("fails", 0.5, 0.75, False), ("holds", 0.9, 0.75, True)]
+
+
+def test_the_thread_count_is_measured_and_every_claim_holds_under_it():
+    # docs/testing.md: a learner's Lab runs every core; tools/claim_spread_threads.md measures every claim
+    # with more than one thread against the one-thread table, and no claim may fail its bound there.
+    text = (ROOT / "tools" / "claim_spread_threads.md").read_text(encoding="utf-8")
+    assert re.search(r"Made by `tools/claim_spread\.py .*, ([2-9]|\d\d+) threads per notebook\.", text), \
+        "tools/claim_spread_threads.md is not a run of tools/claim_spread.py with more than one thread"
+    assert "Against the earlier table: " in text and "Claims that failed their bound: 0." in text
+    rows = {ln.split(" | ")[0][2:] for ln in text.splitlines() if re.match(r"\| ch\d\d: ", ln)}
+    missing = sorted(set(claims._spreads()) - rows)
+    assert not missing, f"claims never run with more than one thread (tools/claim_spread_threads.md): {missing}"

@@ -8,7 +8,11 @@ above=..., below=...)``. This script executes the solution notebooks (never in p
   ``numpy``, ``torch.manual_seed``, ``torch.Generator``, ``random.Random``: the data as well as the
   weights) is shifted by the offset;
 * a CPU profile (``--profiles``, default every one of ``tools/cpu_profiles.py``: ``native``, ``avx2``
-  and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine.
+  and ``avx``): ATen's, MKL's and oneDNN's vector code limited together, as on another machine;
+* the threads of each kernel (``--threads N``, default 1 as in ``make test``; a learner's Lab uses
+  PyTorch's default, every core): a run with N > 1 is labelled ``<profile>-<N>t`` in the tables, and
+  ``--markdown`` then leaves ``course_utils/claim_spread.json`` (the one-thread spread) alone;
+  ``--against tools/claim_spread.md`` says which values fall outside the one-thread ranges.
 
 It prints, per claim, its bound, the stored run's value (offset 0, native), the range over every
 run, the range under each profile and the smallest margin to the bound, and marks a claim that
@@ -96,7 +100,12 @@ def _outputs_text(cell) -> str:
     return re.sub(r"\b0x[0-9a-fA-F]{6,16}\b", "0x", "".join(parts))
 
 
-def run_one(notebook: str, offset: int, profile: str) -> dict:
+def label(profile: str, threads: int) -> str:
+    """A run's column in the tables: its CPU profile, with its thread count when that is not 1."""
+    return profile if threads == 1 else f"{profile}-{threads}t"
+
+
+def run_one(notebook: str, offset: int, profile: str, threads: int = 1) -> dict:
     """Execute one notebook copy under ``profile`` with every seed shifted by ``offset``; return its
     claims, the cells that raised, the changed checked outputs and (offset 0) every code cell's output."""
     import nbformat
@@ -113,7 +122,7 @@ def run_one(notebook: str, offset: int, profile: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "claims.jsonl"
         env = cpu_profiles.environment(profile, dict(
-            os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+            os.environ, COURSE_CLAIMS_LOG=str(log), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"))
         env.pop("NBGRADER_EXECUTION", None)
         km = KernelManager(kernel_name="python3")
@@ -139,7 +148,7 @@ def run_one(notebook: str, offset: int, profile: str) -> dict:
             changed.append(i)
         if offset == 0:
             outputs[i] = _outputs_text(cell)
-    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": profile, "seconds": round(seconds, 1),
+    return {"notebook": Path(notebook).stem, "offset": offset, "kernel": label(profile, threads), "threads": threads, "seconds": round(seconds, 1),
             "claims": records, "errors": errors, "changed_checked_outputs": changed, "outputs": outputs}
 
 
@@ -186,7 +195,7 @@ def report(runs: list[dict], profiles: list[str]) -> str:
              + " | ".join(profiles) + " | smallest margin | failed in |",
              "|---|---|---|---|" + "---|" * len(profiles) + "---|---|"]
     for name, e in by_claim(runs).items():
-        stored = e["values"].get(("native", 0), float("nan"))
+        stored = e["values"].get((profiles[0], 0), float("nan"))
         per = [_range([v for (k, _), v in e["values"].items() if k == p]) for p in profiles]
         lines.append(f"| {name} | {e['bound']} | {stored:.4g} | {_range(list(e['values'].values()))} | "
                      + " | ".join(per) + f" | {min(e['margin']):.4g} | {', '.join(e['failed']) or '–'} |")
@@ -251,7 +260,7 @@ COLUMNS = ("Columns: the claim's bound; its value at seed offset 0 under the nat
 ROW = re.compile(r"^\| (ch\d\d): ")
 
 
-def machine() -> str:
+def machine(threads: int = 1) -> str:
     """'Intel Xeon ..., 2 cores, torch 2.x, native CPU kernel `AVX512`': where the runs were made."""
     import platform
 
@@ -262,7 +271,31 @@ def machine() -> str:
         cpu = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
                     if ln.startswith("model name")), cpu)
     return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, native CPU kernel "
-            f"`{torch.backends.cpu.get_cpu_capability()}`, one thread per notebook")
+            f"`{torch.backends.cpu.get_cpu_capability()}`, "
+            + ("one thread per notebook" if threads == 1 else f"{threads} threads per notebook"))
+
+
+def against(runs: list[dict], table: str) -> str:
+    """A paragraph comparing ``runs`` with the rows of an earlier table (``--against``): how many claims'
+    values lie outside that table's range over every run, which, and whether any failed its bound."""
+    ranges = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        found = re.fullmatch(r"(-?[\d.e+-]+)–(-?[\d.e+-]+) \(\d+\)", cells[3]) if len(cells) > 3 else None
+        if found and ROW.match(line):     # a claims table's row (other tables of the document skipped)
+            ranges[cells[0]] = (float(found.group(1)), float(found.group(2)), cells[3])
+    seen, outside = 0, []
+    for name, e in by_claim(runs).items():
+        if name not in ranges:
+            continue
+        lo, hi, shown = ranges[name]
+        for value in e["values"].values():
+            seen += 1
+            if not lo <= float(f"{value:.4g}") <= hi:      # the table's rounding
+                outside.append(f"{name}: {value:.4g} against {shown}")
+    failed = [name for name, e in by_claim(runs).items() if e["failed"]]
+    return (f"Against the earlier table: {len(outside)} of {seen} values lie outside its range over every run"
+            + (": " + "; ".join(outside) if outside else "") + f". Claims that failed their bound: {len(failed)}" + (f" ({'; '.join(failed)})." if failed else "."))
 
 
 def made_by(command: str, where: str, day: str | None = None) -> str:
@@ -307,13 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seed offsets 0..N-1, under every profile")
     parser.add_argument("--profiles", nargs="*", default=list(cpu_profiles.PROFILES), choices=list(cpu_profiles.PROFILES),
                         help="CPU profiles of tools/cpu_profiles.py (default: all)")
-    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once (one thread each)")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at once")
+    parser.add_argument("--threads", type=int, default=1, help="threads of each notebook's kernel (default 1)")
     parser.add_argument("--json", type=Path, help="also write the raw records here (after every run)")
     parser.add_argument("--markdown", type=Path, help="also write the table here, with the machine it ran on, and "
                                                       "course_utils/claim_spread.json anew")
     parser.add_argument("--merge", type=Path,
                         help="update this document: drop the rows of the chapters run, append a section with the "
                              "new table; and update course_utils/claim_spread.json")
+    parser.add_argument("--against", type=Path, help="compare the runs with an earlier table of this tool: "
+                                                     "the values outside its ranges (a paragraph under --markdown)")
     parser.add_argument("--note", default="", help="a paragraph for the section --merge appends")
     parser.add_argument("--from-json", type=Path, help="print the table of an earlier --json run, run nothing")
     parser.add_argument("--quotes", action="store_true",
@@ -326,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         runs = json.loads(args.from_json.read_text())
     else:
-        plan = [(str(nb), off, prof) for nb in chapters(args.chapters) for prof in args.profiles
+        plan = [(str(nb), off, prof, args.threads) for nb in chapters(args.chapters) for prof in args.profiles
                 for off in range(args.seeds)]
         runs = []
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -336,13 +372,18 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 if args.json:
                     args.json.write_text(json.dumps(runs, indent=1))
-    table = report(runs, args.profiles)
+    table = report(runs, list(dict.fromkeys(run["kernel"] for run in runs)))
     print(table)
     if args.quotes:
         print(quotes_report(runs))
-    if args.markdown:   # a new document, and the learner's spreads from the same runs
-        args.markdown.write_text(markdown_document(table, command, machine()))
-        SPREAD_JSON.write_text(json.dumps(spread_summary(runs), indent=1, ensure_ascii=False) + "\n")
+    threads = max(run.get("threads") or int((re.search(r"-(\d+)t$", run["kernel"]) or [0, 1])[1]) for run in runs)
+    if args.against:
+        table = f"{against(runs, args.against.read_text(encoding='utf-8'))}\n\n{table}"
+        print(table.split("\n\n")[0])
+    if args.markdown:   # a new document, and (one thread, as the bounds are set) the learner's spreads
+        args.markdown.write_text(markdown_document(table, command, machine(threads)))
+        if threads == 1:
+            SPREAD_JSON.write_text(json.dumps(spread_summary(runs), indent=1, ensure_ascii=False) + "\n")
     if args.merge:
         run_chapters = sorted({run["notebook"][:4] for run in runs})
         args.merge.write_text(merge_document(args.merge.read_text(), table, run_chapters, command, machine(),

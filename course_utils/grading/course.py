@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils import stored_run
 from course_utils.grading import warm
 
 ORIGIN = ".grading-origin"   # in a throwaway course: the course root it was made from
@@ -110,6 +111,12 @@ def new_course(chapter_names: list[str], root: Path | None = None, lang: str | N
         if ch in translated:
             nbformat.write(translated[ch], course / "solutions" / ch / f"{ch}.ipynb")
         nbgrader("generate_assignment", ch, "--force", course=course)
+        # The learner sees the stored run (the one the text quotes) until they run a cell.
+        solution = nbformat.read(course / "solutions" / ch / f"{ch}.ipynb", as_version=4)
+        for path in (course / "notebooks" / ch).glob("*.ipynb"):
+            released = nbformat.read(path, as_version=4)
+            stored_run.add_stored_outputs(released, solution)
+            nbformat.write(released, path)
     return course
 
 

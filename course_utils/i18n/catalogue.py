@@ -30,7 +30,7 @@ from babel.messages.pofile import denormalize, normalize, read_po, write_po
 from course_utils.i18n import segments, terms
 from course_utils.i18n.segments import CODE_SPAN, INLINE_MATH, LINK_TARGET
 
-__all__ = ["LANGUAGES", "LOCALE_DIR", "Entry", "Stats", "po_path", "is_visible_test", "is_exercise", "is_model_answer", "cell_strings", "add_entry", "notebook_entries", "markdown_entries", "template", "read", "write", "update", "translations", "stats", "kept", "bold_faults", "entry_faults", "is_code", "problems"]
+__all__ = ["LANGUAGES", "LOCALE_DIR", "Entry", "Stats", "po_path", "is_visible_test", "is_exercise", "is_model_answer", "cell_strings", "add_entry", "notebook_entries", "markdown_entries", "template", "read", "write", "update", "translations", "stats", "kept", "bold_faults", "italic_faults", "QUESTION", "QUESTION_LABEL", "question_faults", "entry_faults", "is_code", "awaiting", "problems"]
 
 LANGUAGES = ("zh_CN",)
 LOCALE_DIR = "locale"
@@ -255,6 +255,35 @@ def bold_faults(text: str) -> list[str]:
     return faults
 
 
+# An emphasis span of single asterisks or underscores (not a list bullet, not half of a ``**`` pair).
+ITALIC = re.compile(r"(?<![*\\])\*(?![*\s])(.+?)(?<![\s*\\])\*(?!\*)|(?<![\w\\])_(?![_\s])(.+?)(?<![\s_\\])_(?!\w)")
+HAN = re.compile(r"[\u3400-\u9fff]")
+
+
+def italic_faults(text: str) -> list[str]:
+    """Italic spans holding Han characters: Chinese typesetting does not slant Han characters (the site
+    and JupyterLab would), it emphasises with bold: ``*只*`` becomes ``**只**``. Code spans, formulas and
+    link targets are left out; Latin italics (a paper's title) stay as they are."""
+    text = LINK_TARGET.sub("]", CODE_SPAN.sub("x", INLINE_MATH.sub("x", text)))
+    text = re.sub(r"(?<!\*)\*\*(?!\*)", "\0", text)        # bold markers out of the way
+    spans = [m.group(1) or m.group(2) for m in ITALIC.finditer(text)]
+    return [f"italic Chinese *{span}*: emphasise Chinese with bold (**{span}**)" for span in spans if HAN.search(span)]
+
+
+# A written question's label (the chapters: "**Question 2 (2 points).**"), one form per language.
+QUESTION = re.compile(r"^\*\*Question (\d+) \((?:written, )?(\d+) points?\)\.\*\*")
+QUESTION_LABEL = {"zh_CN": "**简答题 {n}（{points} 分）**："}
+
+
+def question_faults(msgid: str, msgstr: str, lang: str = "zh_CN") -> list[str]:
+    """A written question's translation starts with the language's one label for written questions."""
+    m = QUESTION.match(msgid)
+    if not m:
+        return []
+    label = QUESTION_LABEL[lang].format(n=m.group(1), points=m.group(2))
+    return [] if msgstr.startswith(label) else [f"a written question starts with the label {label!r}"]
+
+
 def kept(text: str, code: bool) -> Counter:
     """What a translation must keep exactly as the English has it: formulas, code spans, link targets,
     HTML tags, quoted-number placeholders, replacement fields (code) and numbers."""
@@ -293,6 +322,8 @@ def entry_faults(msgid: str, msgstr: str, code: bool) -> list[str]:
         faults.append("a heading must stay a heading of the same level")
     if not code:
         faults.extend(bold_faults(msgstr))
+        faults.extend(italic_faults(msgstr))
+        faults.extend(question_faults(msgid, msgstr))
     if msgid.endswith("\n") != msgstr.endswith("\n") and code:
         faults.append("keep the trailing line end")
     return faults
@@ -306,8 +337,16 @@ def is_code(message) -> bool:
     return any(c.startswith(CODE_KINDS) for c in message.auto_comments)
 
 
-def problems(cat: Catalog, fresh: Catalog) -> list[str]:
-    """Every fault of a catalogue against a fresh extraction of its English source."""
+def awaiting(cat: Catalog, fresh: Catalog) -> list[str]:
+    """The entries of a catalogue that await a translation: new (empty) or fuzzy (the English changed).
+    The translated pages show their English, marked (:data:`course_utils.i18n.notebooks.AWAITING`)."""
+    return [m.id for m in cat if m.id and m.id in fresh and (m.fuzzy or not m.string)]
+
+
+def problems(cat: Catalog, fresh: Catalog, pending: bool = True) -> list[str]:
+    """Every fault of a catalogue against a fresh extraction of its English source. With ``pending``
+    false, the entries that only await a translation (:func:`awaiting`) are left out: an English edit
+    lands before its translation (``make test``), ``make test-translations`` lists them all."""
     out = []
     for m in fresh:
         if m.id and m.id not in cat:
@@ -318,12 +357,17 @@ def problems(cat: Catalog, fresh: Catalog) -> list[str]:
         if m.id not in fresh:
             out.append(f"no longer in the English source (run make translations): {m.id[:70]!r}")
         elif m.fuzzy:
-            out.append(f"fuzzy (the English changed; check the translation, then remove the flag): {m.id[:70]!r}")
+            if pending:
+                out.append(f"fuzzy (the English changed; check the translation, then remove the flag): {m.id[:70]!r}")
         elif not m.string:
-            out.append(f"untranslated: {m.id[:70]!r}")
+            if pending:
+                out.append(f"untranslated: {m.id[:70]!r}")
         else:
             faults = entry_faults(m.id, m.string, is_code(fresh[m.id]))
             faults += [f"uses '{t}' but not the glossary's Chinese for it (or say why: # term: {t} -- reason)"
                        for t in terms.missing_terms(m.id, m.string, m.user_comments)]
+            faults += [f"names '{t}' {v!r}, not as the glossary does (one Chinese term per idea: "
+                       f"GLOSSARY.md, course_utils/i18n/terms.py; or say why: # term: {t} -- reason)"
+                       for t, v in terms.variant_faults(m.id, m.string, m.user_comments)]
             out.extend(f"{m.id[:60]!r}: {f}" for f in faults)
     return out

@@ -3,7 +3,9 @@
 :func:`translate` changes only what :mod:`course_utils.i18n.catalogue` extracts: markdown blocks,
 an exercise's docstrings and a visible test's messages. Code, outputs, metadata and grade ids are
 the English notebook's own, so a translated notebook is graded by the same tests. An entry with no
-translation (or a fuzzy one) stays English and is reported.
+translation (or a fuzzy one: its English changed) shows the English, marked as awaiting translation
+(:data:`AWAITING`: a small note after a markdown block, one line at the end of a docstring; a visible
+test's message stays English unmarked, inside a report that the checks library frames in English).
 
 Headings change their anchors with their words: :func:`anchors` pairs each English heading's
 anchor with the translated one, and :func:`relink` points links (``#5-why-scale``,
@@ -18,7 +20,25 @@ import nbformat
 
 from course_utils.i18n import catalogue, segments, sources
 
-__all__ = ["LINK", "slug", "slugs", "heading_titles", "headings", "translate_markdown", "translate", "titles", "anchors", "relink", "relink_notebook", "translated_chapters"]
+__all__ = ["AWAITING", "awaiting_note", "LINK", "slug", "slugs", "heading_titles", "headings", "translate_markdown", "translate", "titles", "anchors", "relink", "relink_notebook", "translated_chapters"]
+
+# What marks an English block of a translated page as awaiting its translation, per language.
+AWAITING = {"zh_CN": "待翻译：上文仍是英文原文，译文随后补上（awaiting translation）"}
+
+
+def awaiting_note(lang: str | None) -> str:
+    """The note after an English markdown block of a page in ``lang``: small, grey, its own paragraph."""
+    return f'<small style="color: gray">⏳ {AWAITING.get(lang or "zh_CN", AWAITING["zh_CN"])}</small>'
+
+
+def _awaiting_docstring(msgid: str, lang: str | None) -> str:
+    """An exercise's English docstring with the note as its last line, indented as its last line is."""
+    last = msgid.rstrip("\n").rsplit("\n", 1)[-1]
+    indent = last[:len(last) - len(last.lstrip())] if "\n" in msgid else ""
+    note = f"⏳ {AWAITING.get(lang or 'zh_CN', AWAITING['zh_CN'])}"
+    end = msgid[len(msgid.rstrip()):]
+    return msgid.rstrip() + ("\n\n" + indent + note if "\n" in msgid else "  " + note) + end
+
 
 LINK = re.compile(r"(\]\()([^)\s#]*)#([^)\s]+)(\))")
 HEADING_LINE = re.compile(r"^#{1,6} +(.+?)\s*#*\s*$", re.M)
@@ -61,8 +81,9 @@ def headings(text: str) -> list[str]:
 
 
 def translate_markdown(text: str, table: dict[str, str], missing: list[str], fences: bool = False,
-                       lang: str | None = None) -> str:
-    """``text`` with every block that has a translation replaced; the others kept (and listed)."""
+                       lang: str | None = None, mark: bool = True) -> str:
+    """``text`` with every block that has a translation replaced; the others kept in English (and
+    listed), each followed by the note that it awaits its translation unless ``mark`` is false."""
     out = []
     for block in segments.markdown_blocks(text, fences):
         if not block.translatable:
@@ -74,6 +95,8 @@ def translate_markdown(text: str, table: dict[str, str], missing: list[str], fen
             body = segments.from_msgstr(table[msgid], quotes, lang)
         else:
             missing.append(msgid)
+            if mark:
+                body = body + "\n\n" + awaiting_note(lang)
         out.append(lead + body + trail)
     return "".join(out)
 
@@ -87,8 +110,10 @@ def translate(nb: nbformat.NotebookNode, table: dict[str, str], lang: str) -> tu
             cell.source = translate_markdown(cell.source, table, missing, lang=lang)
         strings = catalogue.cell_strings(cell)
         if strings:
-            missing.extend(s.msgid for s in strings if s.msgid not in table)
-            cell.source = segments.replace_strings(cell.source, strings, table)
+            left = [s for s in strings if s.msgid not in table]
+            missing.extend(s.msgid for s in left)
+            marked = {s.msgid: _awaiting_docstring(s.msgid, lang) for s in left if catalogue.is_exercise(cell)}
+            cell.source = segments.replace_strings(cell.source, strings, {**table, **marked})
     out.metadata.setdefault("course", {})["language"] = lang
     return out, missing
 

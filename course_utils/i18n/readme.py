@@ -41,7 +41,7 @@ def translated_readme(root: Path, lang: str) -> str:
     learner = sources.readme_learner_part(root)
     table = catalogue.translations(catalogue.read(catalogue.po_path(root, lang, "readme")))
     missing: list[str] = []
-    translated = translate_markdown(learner, table, missing, fences=True)
+    translated = translate_markdown(learner, table, missing, fences=True, lang=lang)
     return for_language(translated, lang) + whole[len(learner):]
 
 

@@ -30,8 +30,11 @@ INLINE_MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$(?!\$)(?:\\.|[^$\\])+?\$", re
 CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
-# Prose (a check name, a message): two plain words or more (not parts of an identifier or a call).
+# Prose (a check name, a message): two plain words or more (not parts of an identifier or a call), or,
+# however short, one word that is not a name, a keyword argument or -inf ("step 1", "rotated x",
+# "shape (batch, S)": a learner reads them beside their translated siblings).
 WORD = re.compile(r"(?<![\w.(])[A-Za-z]{2,}(?![\w(])")
+PROSE_WORD = re.compile(r"(?<![\w.(\-])[A-Za-z]{2,}(?![\w(=\[])")
 
 
 @dataclass
@@ -263,7 +266,7 @@ def code_strings(source: str, docstrings_only: bool) -> list[CodeString]:
             continue
         if docstrings_only and id(node) not in docs:
             continue
-        if id(node) not in docs and not (" " in msgid and len(WORD.findall(msgid)) >= 2):
+        if id(node) not in docs and not (" " in msgid and (len(WORD.findall(msgid)) >= 2 or PROSE_WORD.search(msgid))):
             continue
         start, end = _span(node, source, starts)
         if 0 <= hidden < end:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from course_utils.i18n.segments import CODE_SPAN, INLINE_MATH, LINK_TARGET
 
-__all__ = ["Term", "TERMS", "prose", "used_terms", "missing_terms", "glossary_headings", "chinese_words"]
+__all__ = ["Term", "TERMS", "prose", "used_terms", "missing_terms", "variant_faults", "glossary_headings",
+           "taught_in", "uses", "first_use", "with_english", "chinese_words"]
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,12 @@ class Term:
     heading: str                  # the glossary heading (its Chinese side, before " · ")
     english: tuple[str, ...]      # forms searched for, case-insensitively, as whole words
     chinese: tuple[str, ...]      # any of these in the translation counts
+    variants: tuple[str, ...] = ()  # other names of the same idea, which a translation of it must not use
 
 
-def _t(heading: str, english: str, chinese: str) -> Term:
-    return Term(heading, tuple(english.split("|")), tuple(chinese.split("|")))
+def _t(heading: str, english: str, chinese: str, variants: str = "") -> Term:
+    return Term(heading, tuple(english.split("|")), tuple(chinese.split("|")),
+                tuple(v for v in variants.split("|") if v))
 
 
 TERMS: tuple[Term, ...] = (
@@ -90,15 +93,31 @@ TERMS: tuple[Term, ...] = (
     _t("温度 / top-k / top-p 采样", "temperature", "温度"),
     _t("视觉 Transformer（图像块）", "Vision Transformer|Vision Transformers", "视觉 Transformer"),
     _t("视觉 Transformer（图像块）", "patch|patches", "图像块"),
+    # One name per idea where the chapters, translated in separate passes, had drifted (issue 50).
+    _t("完全匹配率", "exact match|exact matches|exact-match", "完全匹配", "精确匹配"),
+    _t("块", "block|blocks", "块", "模块"),
+    _t("模块", "module|modules|submodule|submodules|sub-module|sub-modules", "模块"),
+    _t("假设（束搜索）", "hypothesis|hypotheses", "假设", "候选序列"),
+    _t("分类词元", "class token|class tokens|CLS token", "分类词元", "类别词元"),
+    _t("注意力展开", "attention rollout|rollout", "注意力展开", "注意力 rollout"),
+    _t("平均池化", "mean pooling|mean-pooling|mean-pool|mean-pooled|mean-pools", "平均池化", "均值池化"),
+    _t("二次编码", "quadratic encoding|quadratic encodings", "二次编码", "二次型编码"),
+    _t("批次", "batch|batches|batch size|batch sizes", "批次", "批量大小|批量 |批大小"),
+    _t("墙钟时间", "wall-clock|wall clock", "墙钟", "挂钟"),
+    _t("被掩码的", "masked", "被掩码|带掩码|加掩码|做掩码|掩码语言模型", "被掩盖|被遮住|被遮盖|遮盖|被屏蔽"),
+    _t("笔记本", "notebook|notebooks", "笔记本", "notebook"),
+    _t("保存的这次运行", "stored run|stored runs", "保存的这次运行|保存的那次运行", "存档的那次运行|存档的这次运行|存档的运行"),
 )
 
 EXEMPT = re.compile(r"^term:\s*(.+?)\s+--\s+\S", re.M)
 PLACEHOLDERS = re.compile(r"⟨q\d+⟩|<[^>]+>")
+# A shape written as a tuple of names, ``(batch, S, d)``, and an f-string's field, ``{batch}``: names, not words.
+SHAPE = re.compile(r"\(\s*[\w.]+\s*(?:,\s*[\w.]*\s*)+\)|\{[^{}\n]*\}")
 
 
 def prose(text: str) -> str:
     """``text`` without formulas, code spans, link targets, HTML and quoted-number placeholders."""
-    for pattern in (INLINE_MATH, CODE_SPAN, PLACEHOLDERS):
+    for pattern in (INLINE_MATH, CODE_SPAN, PLACEHOLDERS, SHAPE):
         text = pattern.sub(" ", text)
     return LINK_TARGET.sub("]", text)
 
@@ -132,9 +151,81 @@ def missing_terms(english: str, translation: str, comments: list[str] = ()) -> l
     return out
 
 
+# An English gloss after a Chinese term, ``注意力（attention）``: not a use of the English as a name.
+GLOSS = re.compile(r"[（(][^（）()\u4e00-\u9fff]*[）)]")
+
+
+def variant_faults(english: str, translation: str, comments: list[str] = ()) -> list[tuple[str, str]]:
+    """``(term, variant)`` for each term ``english`` uses whose translation names it by another name
+    than the glossary's (``精确匹配`` for exact match), less the exempt ones. An English gloss in
+    parentheses is not a variant: ``笔记本（notebook）`` is the glossary's form at first use; nor is
+    another term's own name where the English uses that term too (``子模块`` beside "block" when the
+    English also says "modules")."""
+    exempt = {m.group(1).lower() for c in comments for m in EXEMPT.finditer(c)}
+    text = GLOSS.sub(" ", prose(translation))
+    used = used_terms(english)
+    own = {zh for t in used for zh in t.chinese}
+    out = []
+    for t in used:
+        if exempt & {f.lower() for f in t.english}:
+            continue
+        for v in t.variants:
+            if any(v in zh for zh in own):
+                continue
+            if (v.lower() in text.lower()) if v.isascii() else (v in text):
+                out.append((t.english[0], v.strip()))
+    return out
+
+
 def glossary_headings(glossary: str) -> list[str]:
     """The Chinese side of every term heading of GLOSSARY.md."""
     return [m.group(1).strip() for m in re.finditer(r"^## (.+?) · ", glossary, re.M)]
+
+
+def taught_in(glossary: str) -> dict[str, str]:
+    """Glossary heading -> the chapter that teaches the term: the first one its "Taught in" line links
+    (``notebooks/chNN_x/...``). A heading whose line links no chapter is left out."""
+    out = {}
+    for m in re.finditer(r"^## (.+?) · .*?\n(?:.*\n)*?- \*\*Taught in / 章节：\*\*(.*)$", glossary, re.M):
+        chapter = re.search(r"notebooks/(ch\d\d_\w+)/", m.group(2))
+        if chapter:
+            out[m.group(1).strip()] = chapter.group(1)
+    return out
+
+
+def uses(zh: str, text: str) -> list[int]:
+    """Where ``text`` uses the Chinese form ``zh`` as a word of its own: not inside a longer Chinese
+    form of another term (块 in 模块 or 图像块, 语言模型 in 前缀语言模型)."""
+    longer = [z for t in TERMS for z in t.chinese if zh in z and z != zh]
+    covered = set()
+    for z in longer:
+        for m in re.finditer(re.escape(z), text):
+            covered.update(range(m.start(), m.end()))
+    return [m.start() for m in re.finditer(re.escape(zh), text) if m.start() not in covered]
+
+
+def first_use(term: Term, entries) -> tuple[str, str] | None:
+    """The first ``(english, translation)`` of ``entries`` (in the chapter's order) whose translation
+    uses a Chinese form of ``term`` in running text (a heading or a table is not where a term is
+    introduced; where it is used only in headings, the first heading); None if there is none."""
+    entries = list(entries)
+    for headings in (False, True):
+        for english, translation in entries:
+            if translation.lstrip().startswith(("#", "|")) != headings:
+                continue
+            if any(uses(zh, prose(translation).replace("**", "")) for zh in term.chinese):
+                return english, translation
+    return None
+
+
+def with_english(term: Term, translation: str) -> bool:
+    """Whether a use of a Chinese form of ``term`` in ``translation`` is followed by its English in
+    parentheses (``贪心搜索（greedy search）``; the parentheses may hold more: ``（exact match，即 ...）``)."""
+    text = prose(translation).replace("**", "")
+    forms = {f for t in TERMS if t.heading == term.heading for f in t.english}   # 循环神经网络（recurrent neural network）
+    english = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+    gloss = re.compile(rf"[^（(。，；\n]{{0,12}}[（(][^（）()]*?(?<!\w)(?:{english})(?!\w)[^（）()]*[）)]", re.I)
+    return any(gloss.match(text, at + len(zh)) for zh in term.chinese for at in uses(zh, text))
 
 
 def chinese_words() -> list[str]:

@@ -40,6 +40,10 @@
 # and a counterexample; section 2, after exercise 1) and what gradient clipping does under Adam
 # (section 4, after the models are trained). No exercise depends on them; each begins with a note
 # that says where to continue, and they are there to come back to.
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import copy

@@ -45,6 +45,10 @@
 # 5. write one step of an attention decoder;
 # 6. retrain chapter 1's model and this chapter's models on the same task with the same budget,
 #    and look at where a trained model attends on the date task.
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import datetime

@@ -31,6 +31,10 @@
 # 1 `scaled_scores` (2 points), 2 `stable_softmax` (3), 3 `sdp_attention` (5),
 # 4 `causal_mask` (2), 5 `cross_attention` (3), 6 `SelfAttention` (5), and two written
 # questions (2 + 2). The papers the chapter uses are listed, with links, at the end.
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import math

@@ -31,6 +31,10 @@
 # **Exercises** (graded by the test cells below each one): 1 `split_heads`/`merge_heads`
 # (2 points), 2 `multi_head_attention` (4), 3 `repeat_kv` (2), 4 `attend_with_cache` (4),
 # 5 `kv_cache_bytes` (2), 6 `mean_pool_heads` (3); two written questions (4).
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import math

@@ -33,6 +33,10 @@
 # **Exercises** (graded by the test cells below each one): 1 `relative_offsets` (3 points),
 # 2 `quadratic_scores` (4), 3 `head_attention_map` (3), 4 `kernel_to_heads` (3), 5 `apply_rope` (4),
 # and one written question (2).
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import math

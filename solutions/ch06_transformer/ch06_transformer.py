@@ -40,6 +40,10 @@
 #
 # A learner who skips an exercise can still run everything: the experiments use your function
 # when it agrees with the reference on a probe, and otherwise the reference, and say which.
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import math

@@ -47,6 +47,10 @@
 # **Budget.** The whole notebook must run in about 90 s on one CPU thread (measured times: `docs/performance.md`), so every experiment is small:
 # models of 2 layers and $d_\text{model} \le 64$, a few hundred training steps each. What that costs
 # in accuracy is said where it shows.
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import contextlib

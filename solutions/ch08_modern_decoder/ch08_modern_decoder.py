@@ -32,6 +32,10 @@
 #
 # **Exercises** (graded by the test cells below each one): 1 `rms_norm` (2 points), 2 `swiglu` (3),
 # 3 `rope_half` (4), 4 `course_key` (2), 5 `online_update` (4); two written questions (4).
+#
+# **The outputs you see first.** Until you run a cell, the output under it is the course's stored
+# run, the one this text calls "the stored run". Running the cell replaces it with the output
+# of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
 import math
