@@ -183,7 +183,7 @@ def _bad_prefix(L, p):
     """Record whether prefix_lm_mask(L, p) raised as the prompt asks (ValueError; TypeError too if p is no int)."""
     allowed = (ValueError,) if type(p) is int else (ValueError, TypeError)
     try:
-        prefix_lm_mask(L, p)
+        checks.call(prefix_lm_mask, L, p)        # through checks.call: the call is recorded
         outcome = "returned a value"
     except allowed:
         outcome = "raised"
