@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import conv_attention, decoding, llama, positional
+from course_utils import transformer as T
+from course_utils.data import PAD_ID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import exercise_runner as runner  # noqa: E402
@@ -29,7 +31,7 @@ _NAMESPACES: dict[str, dict] = {}
 def solution(chapter: str, name: str):
     """The function ``name`` defined by the chapter's answer cells (all run in order in one namespace)."""
     if chapter not in _NAMESPACES:
-        ns = {"torch": torch, "F": F, "math": math, "np": np}
+        ns = {"torch": torch, "F": F, "math": math, "np": np, "PAD_ID": PAD_ID}
         for ex in runner.exercises(runner.chapter_cells(runner.find_chapter(chapter))).values():
             try:
                 exec(compile(ex.source, f"<{chapter} {ex.name}>", "exec"), ns)   # noqa: S102 (the course's own source)
@@ -78,6 +80,31 @@ def test_ch05_apply_rope_fractional_and_negative_positions(dtype):
     assert not torch.allclose(fn(x, torch.tensor([2.0, -1.0, 0.0, 7.0])), fn(x, pos.double()))
 
 
+@pytest.mark.parametrize(("h", "w"), [(1, 1), (1, 4), (5, 1), (3, 4)])
+def test_ch05_relative_offsets_every_grid_shape(h, w):
+    got = solution("ch05", "relative_offsets")(h, w)
+    assert got.dtype == torch.int64 and torch.equal(got, conv_attention.relative_offsets(h, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("alpha", [0.7, 3, 100.0])
+def test_ch05_head_map_sharp_heads_and_both_dtypes(dtype, alpha):
+    """A direct float64 softmax of -alpha ||delta - Delta||^2 (alpha 100: scores far from 0)."""
+    got = solution("ch05", "head_attention_map")(5, 4, (1, 3), torch.tensor([2.0, -2.0], dtype=dtype), alpha)
+    rr, cc = torch.meshgrid(torch.arange(5), torch.arange(4), indexing="ij")
+    score = -alpha * ((rr - 1 - 2.0).double() ** 2 + (cc - 3 + 2.0).double() ** 2)
+    assert torch.isfinite(got).all()
+    _close(got, torch.softmax(score.flatten(), -1).reshape(5, 4), 1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 4, 3, 3), (3, 2, 1, 1), (2, 3, 5, 5)])
+def test_ch05_kernel_to_heads_matches_the_reference(dtype, shape):
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    for got, want in zip(solution("ch05", "kernel_to_heads")(w), conv_attention.kernel_to_heads(w)):
+        assert got.dtype == dtype and torch.equal(got, want)
+
+
 # ---- chapter 6 -------------------------------------------------------------------------------------
 
 def test_ch06_sinusoidal_table_up_to_10000_positions_and_odd_d_model():
@@ -89,6 +116,19 @@ def test_ch06_sinusoidal_table_up_to_10000_positions_and_odd_d_model():
     for d in (1, 7):
         with pytest.raises(ValueError, match="even"):
             fn(5, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8])
+def test_ch06_decoder_mask_any_integer_dtype(dtype):
+    ids = torch.tensor([[1, 200, 7, 7], [7, 1, 200, 9]]).to(dtype)
+    assert torch.equal(solution("ch06", "decoder_mask")(ids, 7), T.decoder_self_mask(ids, 7))
+
+
+@pytest.mark.parametrize("args", [(1, 512, 4000), (4000, 512, 4000), (100000, 64, 1), (37, 8, 100)])
+def test_ch06_warmup_matches_the_formula(args):
+    step, d, w = args
+    got = solution("ch06", "warmup_lr")(*args)
+    assert isinstance(got, float) and math.isclose(got, d**-0.5 * min(step**-0.5, step * w**-1.5), rel_tol=1e-12)
 
 
 # ---- chapter 7 -------------------------------------------------------------------------------------
@@ -126,6 +166,14 @@ def test_ch07_filter_logits_large_logits(dtype, offset, k, p):
     want = z if k is None else decoding.filter_top_k(z, k)
     want = want if p is None else decoding.filter_top_p(want, p)
     assert torch.equal(solution("ch07", "filter_logits")(z, top_k=k, top_p=p), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("shape", "patch"), [((2, 3, 4, 6), 2), ((1, 1, 5, 5), 5), ((3, 2, 3, 3), 1)])
+def test_ch07_patchify_is_unfold(dtype, shape, patch):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    got = solution("ch07", "patchify")(x, patch)
+    assert got.dtype == dtype and torch.equal(got, F.unfold(x, patch, stride=patch).transpose(1, 2))
 
 
 # ---- chapter 8 -------------------------------------------------------------------------------------
@@ -190,3 +238,14 @@ def test_ch08_online_update_keeps_minus_inf_in_unseen_rows(dtype):
     m, l, acc = fn(m, l, acc, s2, v2)
     want = torch.softmax(s2.double(), -1) @ v2.double()
     _close(acc / l, want, 1e-5, 1e-4)
+
+
+@pytest.mark.parametrize(("offset", "dtype"), [(0, torch.float64), (131069, torch.float64), (100000, torch.float32)])
+def test_ch08_rope_half_long_caches(offset, dtype):
+    x = torch.randn(2, 3, 4, 16, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    got = solution("ch08", "rope_half")(x.to(dtype), offset, 500000.0)
+    ang = torch.arange(offset, offset + 4, dtype=torch.float64)[:, None] * 500000.0 ** (-torch.arange(0, 16, 2) / 16)
+    cos, sin = ang.cos().repeat(1, 2), ang.sin().repeat(1, 2)
+    want = x * cos + torch.cat([-x[..., 8:], x[..., :8]], -1) * sin
+    assert got.dtype == dtype
+    _close(got, want, 1e-5 + 5e-7 * (offset + 4) * x.abs().max().item())
