@@ -197,7 +197,7 @@ checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastes
 # the position (a float32 angle pos * w is off by a few roundings of pos), checked band by band;
 # odd d_model raises ValueError; no ready-made table.
 ### BEGIN HIDDEN TESTS
-_sizes = [(50, 16), (7, 4), (1, 2), (200, 64), (1000, 8), (3, 128), (10000, 32), (4000, 6)]
+_sizes = [(50, 16), (7, 4), (1, 2), (200, 64), (1000, 8), (3, 128), (10000, 8), (4000, 6)]
 _gen = torch.Generator().manual_seed(106)
 for _ in range(4):      # random sizes: max_len 1-400, even d_model 2-78
     _sizes.append((int(torch.randint(1, 401, (), generator=_gen)), 2 * int(torch.randint(1, 40, (), generator=_gen))))
@@ -208,7 +208,7 @@ _want = [positional.sinusoidal_encoding(n, d) for n, d in _sizes]
 ### END EXPECTED
 
 
-_BANDS = (0, 16, 128, 1024, 4096, 10000)      # rows [lo, hi) compared at the tolerance of row hi
+_BANDS = (0, 16, 128, 1024, 2048, 4096, 6144, 8192, 10000)   # rows [lo, hi) at the tolerance of row hi; each record < 1 MiB
 
 
 def _check_table(i, n, d):
