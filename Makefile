@@ -42,6 +42,7 @@ help:
 	@echo "make autograde            grade submitted/<student>/<chapter>/ (new or changed ones), write feedback and grades.csv"
 	@echo "make autograde FORCE=1    regrade every submission"
 	@echo "make autograde JOBS=4     grade 4 submissions at a time (default: from the cores)"
+	@echo "make autograde LMS_PENDING=empty   grades_lms.csv leaves a chapter awaiting hand marks empty"
 	@echo "make hub-rehearsal        a class on a local JupyterHub: release, fetch, submit, collect, autograde, feedback"
 	@echo "make sync                 update solutions/*/*.ipynb from their text sources (.py), keeping outputs"
 	@echo "make execute              sync, then re-execute the solution notebooks in place (NB=one notebook)"
@@ -86,8 +87,9 @@ install: $(STAMP)
 # in new chapters and merges updated ones, the learner's edits winning, before Lab starts (make update
 # does the merge alone). JUPYTER_CONFIG_PATH=lab/learner:lab: JupyterLab's defaults from
 # lab/labconfig/default_setting_overrides.json (no news popup, no news or update checks), and for the
-# learner no formgrader, create-assignment or course list (lab/learner: page_config.json and the server
-# extensions); nbgrader's assignment list and Validate stay. `make instructor-lab` opens the course root
+# learner no formgrader, create-assignment, course list or assignment list (lab/learner: page_config.json
+# and the server extensions; the assignment list needs an exchange, which a learner's own Lab has not:
+# on a hub it stays, docs/jupyterhub.md); nbgrader's Validate stays. `make instructor-lab` opens the course root
 # with all of nbgrader. LAB_ROOT and LAB_ARGS let the browser tests start this same server on a copy.
 #
 # The course in Chinese: `make lab LANG=zh_CN` (also release, update and site) uses the Chinese release
@@ -112,7 +114,9 @@ lab: update
 
 # The instructor's Lab: nbgrader's formgrader on the course root (INSTRUCTOR_ROOT, the course's own by
 # default; the browser tests start it on a throwaway course). lab/instructor: formgrader renders every
-# learner's Markdown and output cleaned, under a Content-Security-Policy (course_utils/grading/formgrader_guard.py).
+# learner's Markdown and output cleaned, under a Content-Security-Policy, math with the pinned MathJax served
+# locally, and its Autograde and Generate Feedback buttons running the course's grader (formgrader_guard.py,
+# formgrader_api.py).
 INSTRUCTOR_ROOT ?= $(CURDIR)
 instructor-lab: $(STAMP)
 	cd "$(INSTRUCTOR_ROOT)" && JUPYTER_CONFIG_PATH="$(CURDIR)/lab/instructor:$(CURDIR)/lab" $(CURDIR)/$(BIN)/jupyter lab \
@@ -239,7 +243,7 @@ test-translations: $(STAMP)
 # JOBS=N grades N submissions at a time, each in its own sandbox and its own copy of the gradebook,
 # merged by one writer (course_utils/grading/parallel.py); default: the cores, fewer if memory is short.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS)) $(if $(LMS_PENDING),--lms-pending $(LMS_PENDING))
 
 # A class on JupyterHub, rehearsed on this machine (docs/jupyterhub.md): JupyterHub (the `hub`
 # extra of pyproject.toml) and its proxy (configurable-http-proxy, pinned in tools/hub, from npm;

@@ -11,9 +11,12 @@ from nbgrader.preprocessors import (
                                     AssignLatePenalties,
                                     CheckCellMetadata,
                                     ClearHiddenTests,
+                                    ClearOutput,
+                                    DeduplicateIds,
                                     GetGrades,
                                     IgnorePattern,
                                     LimitOutput,
+                                    OverwriteKernelspec,
                                     SaveAutoGrades,
 )
 
@@ -25,6 +28,7 @@ from course_utils.grading.feedback import (
                                     ShortTracebacks,
                                     WithholdAfterHidden,
 )
+from course_utils.grading.overwrite import ReleaseAwareOverwriteCells
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
@@ -51,6 +55,10 @@ c.CourseDirectory.student_id = "*"
 # Each submission runs in its own sandbox (course_utils/grading/sandbox.py: bubblewrap, cgroups,
 # limits in Limits / GRADING_* variables), the course's own Python whatever kernelspec the notebook
 # names, output caps, the tamper guard, and test results decided by the grader (execution.py).
+# nbgrader's first step, with its tampering warning ("checksum has changed") only for a read-only cell
+# the learner changed, not for every test cell whose hidden tests the release left out (overwrite.py).
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, ReleaseAwareOverwriteCells,
+                                      CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor,
                                        LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 

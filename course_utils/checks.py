@@ -144,14 +144,82 @@ class NotImplementedYet(CheckFailed):
     """The learner's function still raises ``NotImplementedError``: the exercise is not done yet."""
 
 
-def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
-    """Call the learner's ``fn``; an exercise not done yet becomes a clear failure."""
-    name = what or getattr(fn, "__name__", "your function")
+#: Functions whose prompt lets them change an argument in place, by name. Every other exercise returns new
+#: values and leaves its inputs as they were. ``online_update`` (chapter 8) carries the running state
+#: ``(m, l, acc)`` of the online softmax from block to block and returns it: updating ``l`` and ``acc`` in
+#: place, as FlashAttention's kernels do, is a right answer its prompt allows.
+MAY_CHANGE_INPUTS: frozenset[str] = frozenset({"online_update"})
+
+
+def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in ``value`` (inside lists, tuples and dicts, and a module's parameters and
+    buffers), each with where it sits (``x``, ``cache[0]``, ``layer.weight``)."""
+    if isinstance(value, torch.Tensor):
+        yield where, value
+    elif isinstance(value, torch.nn.Module):
+        for name, t in [*value.named_parameters(), *value.named_buffers()]:
+            yield f"{where}.{name}", t
+    elif depth < 3 and isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _tensors(v, f"{where}[{i}]", depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensors(v, f"{where}[{k!r}]", depth + 1)
+
+
+def _frozen(t: torch.Tensor) -> tuple:
+    """What a tensor is now: its values (a copy), shape, dtype, strides and offset."""
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        t = records.plain(t, None) if type(t) is not torch.Tensor else t
+        return (t.detach().clone(), tuple(t.shape), t.dtype, t.stride(), t.storage_offset())
+
+
+def _changed(before: tuple, t: torch.Tensor) -> str | None:
+    """How ``t`` differs from its snapshot ``before``, or None."""
+    now = _frozen(t)
+    if now[1:] != before[1:]:
+        return (f"its shape, dtype or layout changed from {_fmt_shape(before[1])} {before[2]} to "
+                f"{_fmt_shape(now[1])} {now[2]}")
+    old, new = before[0], now[0]
+    with torch._C.DisableTorchFunction():
+        same = torch.equal(old, new) or (old.is_floating_point() and torch.equal(old.isnan(), new.isnan())
+                                         and torch.equal(old.nan_to_num(0.0), new.nan_to_num(0.0)))
+    return None if same else "its values changed"
+
+
+def _inputs(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, tuple]]:
+    """Every tensor the call hands ``fn``, named by its argument, with its snapshot."""
     try:
-        return fn(*args, **kwargs)
+        import inspect
+        named = dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        named = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
+    return [(where, t, _frozen(t)) for name, value in named.items() for where, t in _tensors(value, name)]
+
+
+def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
+    """Call the learner's ``fn``; an exercise not done yet becomes a clear failure, and so does a call
+    that changed one of its inputs in place (the course's rule: a function leaves its inputs as they
+    were, unless ``fn`` is in :data:`MAY_CHANGE_INPUTS`)."""
+    from course_utils import domains
+    name = what or getattr(fn, "__name__", "your function")
+    watched = [] if getattr(fn, "__name__", None) in MAY_CHANGE_INPUTS else _inputs(fn, args, kwargs)
+    try:
+        out = fn(*args, **kwargs)
     except NotImplementedError:
         raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
                                 "with your code") from None
+    except BaseException as err:
+        domains.record(fn, args, kwargs, err)
+        raise
+    domains.record(fn, args, kwargs, None)
+    for where, t, before in watched:
+        how = _changed(before, t)
+        if how:
+            raise CheckFailed(f"{name} changed its input `{where}` in place ({how}): a function of the course "
+                              "leaves its inputs as they were and returns new tensors (use `x.masked_fill(...)`, "
+                              "`x * s`, `x.transpose(...)`, not `x.masked_fill_(...)`, `x.mul_(s)`, `x.transpose_(...)`)")
+    return out
 
 
 def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> None:

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,3 +156,40 @@ def test_expect_not_calling_sees_aliases_attributes_and_nested_code():
     with pytest.raises(AssertionError, match="uses softmax"):
         checks.expect_not_calling(by_attribute, torch.softmax)
     checks.expect_not_calling(honest, torch.softmax, F.scaled_dot_product_attention)
+
+
+def test_call_fails_a_function_that_changes_its_inputs_in_place():
+    # Issue 54: every visible and hidden test calls learner code through checks.call, which checks after
+    # the call that every tensor handed in (inside lists and dicts, a module's parameters) is as it was.
+    x, mask = torch.randn(2, 3), torch.tensor([[True, False, False], [False, False, True]])
+    assert torch.equal(checks.call(lambda x, m: x.masked_fill(m, 0.0), x, mask), x.masked_fill(mask, 0.0))
+    cases = {
+        "x": lambda x, m: x.masked_fill_(m, 0.0),
+        "q": lambda q: q.mul_(0.5),
+        "pair[1]": lambda pair: pair[1].zero_(),
+        "layer.weight": lambda layer, x: layer.weight.data.mul_(2) @ x,
+        "t": lambda t: t.transpose_(0, 1),
+    }
+    args = {"x": (x.clone(), mask), "q": (torch.ones(3),), "pair[1]": ([torch.ones(1), torch.ones(2)],),
+            "layer.weight": (torch.nn.Linear(2, 2), torch.ones(2)), "t": (torch.ones(2, 3),)}
+    for where, fn in cases.items():
+        with pytest.raises(checks.CheckFailed, match=rf"changed its input `{re.escape(where)}` in place"):
+            checks.call(fn, *args[where])
+    nan = torch.tensor([float("nan"), 1.0])
+    checks.call(lambda a: a + 1, nan)             # NaN equals NaN here: an unchanged input passes
+
+
+def test_call_hands_every_call_to_the_domains_recorder(monkeypatch):
+    from course_utils import domains
+    seen = []
+    monkeypatch.setattr(domains, "RECORDER", seen.append)
+
+    def f(a, b=2):
+        if a < 0:
+            raise ValueError("negative")
+        return a + b
+    checks.call(f, 1, b=3)
+    with pytest.raises(ValueError):
+        checks.call(f, -1)
+    assert [(c.function, c.arguments, type(c.raised).__name__) for c in seen] == [
+        ("f", {"a": 1, "b": 3}, "NoneType"), ("f", {"a": -1}, "ValueError")]

@@ -8,11 +8,11 @@ this one renders formgrader's own template with the exporter configuration of
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
-import pytest
 from nbconvert.exporters import HTMLExporter
 from nbgrader.server_extensions.formgrader import handlers
 from traitlets.config import Config
@@ -80,7 +80,9 @@ def test_formgrader_renders_no_learner_script_with_the_instructor_config():
 def test_formgraders_pages_get_the_policy():
     """The extension sets the policy on formgrader's handlers only, not in the server's headers."""
     from nbgrader.server_extensions.formgrader import base
-    saved = {c: c.__dict__.get("content_security_policy") for c in (base.BaseHandler, handlers.SubmissionFilesHandler)}
+    patched = [(base.BaseHandler, "content_security_policy"), (handlers.SubmissionFilesHandler, "content_security_policy"),
+               (handlers.SubmissionHandler, "exporter"), (base.BaseHandler, "api")]
+    saved = {(c, n): c.__dict__.get(n) for c, n in patched}
     try:
         formgrader_guard._load_jupyter_server_extension(SimpleNamespace(log=SimpleNamespace(info=print)))
         page = base.BaseHandler.__new__(base.BaseHandler)
@@ -94,16 +96,35 @@ def test_formgraders_pages_get_the_policy():
         page.application = SimpleNamespace(settings={"headers": {
             "Content-Security-Policy": "frame-ancestors 'none'; report-uri /x"}})
         assert page.content_security_policy.endswith("; frame-ancestors 'none'")
+        assert "https:" not in page.content_security_policy and "http:" not in page.content_security_policy
+        assert isinstance(base.BaseHandler.__dict__["api"], property)          # the course's API (formgrader_api)
     finally:
-        for cls, value in saved.items():
+        for (cls, name), value in saved.items():
             if value is None:
-                delattr(cls, "content_security_policy")
+                delattr(cls, name)
             else:
-                cls.content_security_policy = value
+                setattr(cls, name, value)
 
 
-@pytest.mark.parametrize("handler", formgrader_guard._OWN_HANDLERS)
-def test_formgraders_own_handlers_are_the_ones_allowed(handler):
-    """The three inline handlers the policy allows are formgrader's own (nbgrader's templates)."""
+def test_formgraders_own_handlers_are_the_ones_allowed():
+    """The inline handlers the policy allows are exactly formgrader's own (every one in nbgrader's templates:
+    a missing one is a dead link, such as "Add new assignment", under the policy)."""
     templates = "".join(p.read_text() for p in Path(handlers.template_path).rglob("*") if p.is_file())
-    assert f'onclick="{handler}"' in templates
+    found = set(re.findall(r'\son[a-z]+="([^"]*)"', templates, re.I))
+    assert found == set(formgrader_guard._OWN_HANDLERS), found
+
+
+def test_the_manual_grading_page_loads_mathjax_from_the_server_only():
+    """The page formgrader renders, as the extension rewrites it: MathJax 3 from the server (the pinned
+    package's file, which exists), no script or style from another host, the learner's text untouched."""
+    nb = _notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("Scale by $\\sqrt{d_k}$ and <code>https://cdnjs.x/mathjax.js</code>"))
+    raw = formgrader_html(nb, instructor_config())
+    assert "cdnjs.cloudflare.com/ajax/libs/mathjax" in raw          # what formgrader's template does by itself
+    html = formgrader_guard.local_mathjax(raw, "/base/")
+    head, body = html.split("</head>", 1)
+    assert '<script src="/base/course-mathjax/tex-svg.js"></script>' in head
+    assert (formgrader_guard.mathjax_folder() / "tex-svg.js").is_file()
+    assert not re.findall(r'(?:src|href)="(?:https?:)?//', head), re.findall(r'(?:src|href)="[^"]*"', head)
+    assert "x-mathjax-config" not in head and "MathJax.Hub = " in head     # formgrader.js's MathJax 2 call, answered
+    assert body == raw.split("</head>", 1)[1]                              # the learner's part is not touched

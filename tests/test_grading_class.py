@@ -101,9 +101,13 @@ def test_the_exchange_loop(tmp_path):
         inbound = tmp_path / "exchange" / exchange.COURSE_ID / "inbound"
         paths = _submit(tmp_path, course, teacher, homes, envs)
         _collect(course, inbound, teacher)
+        _name_the_students(course, teacher, tmp_path)
         grades = _autograde_the_class(course, teacher, paths)
+        _exports_are_nbgraders_grades(course, teacher, late={"alice": False, "bob": True}, pending={"alice", "bob"})
         _formgrader_grades_as_the_course_does(course, teacher)
         _written_marks_reach_feedback_and_exports(course, teacher, grades)
+        _exports_are_nbgraders_grades(course, teacher, late={"alice": False, "bob": True}, pending={"bob"})
+        _a_new_due_date_reaches_every_grade(course, teacher)
         _nbgrader("release_feedback", CHAPTER, cwd=course, env=teacher)
         for student, other in (("alice", "bob"), ("bob", "alice")):
             _nbgrader("fetch_feedback", CHAPTER, cwd=homes[student], env=envs[student])
@@ -223,6 +227,58 @@ def _autograde_the_class(course: Path, teacher: dict, paths: list[str]) -> dict[
     return grades
 
 
+STUDENTS_CSV = "id,first_name,last_name,email\nalice,Alice,Liddell,alice@example.org\nbob,Bob,Marley,bob@example.org\n"
+
+
+def _name_the_students(course: Path, teacher: dict, tmp_path: Path) -> None:
+    """The instructor imports the class list (docs/instructors.md): formgrader and the exports name them."""
+    roster = tmp_path / "students.csv"
+    roster.write_text(STUDENTS_CSV)
+    _nbgrader("db", "student", "import", str(roster), cwd=course, env=teacher)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert {(st.id, st.first_name, st.last_name) for st in gb.students} >= {
+            ("alice", "Alice", "Liddell"), ("bob", "Bob", "Marley")}
+
+
+def _exports_are_nbgraders_grades(course: Path, teacher: dict, late: dict[str, bool], pending: set[str]) -> None:
+    """Each CSV of the course against ``nbgrader export`` (nbgrader's own exporter, which subtracts the late
+    penalty): the same score after the penalty, raw score, penalty and due date for every student; the late
+    flag and the points awaiting a hand mark where they are; the LMS file the same grade, provisional where
+    a mark is awaited; the per-exercise file flagging what waits for a mark."""
+    _nbgrader("export", "--to", str(course / "nbgrader_export.csv"), cwd=course, env=teacher)
+    theirs = {r["student_id"]: r for r in csv.DictReader((course / "nbgrader_export.csv").open())}
+    ours = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open()) if r["chapter"] == CHAPTER}
+    lms = {r["student_id"]: r for r in csv.DictReader((course / "grades_lms.csv").open())}
+    by_exercise = list(csv.DictReader((course / "grades_by_exercise.csv").open()))
+    assert set(ours) == set(theirs) == set(lms) == {"alice", "bob"}, (ours, theirs, lms)
+    for st in ("alice", "bob"):
+        mine, nbg = ours[st], theirs[st]
+        for col, their_col in (("score", "score"), ("raw_score", "raw_score"), ("late_penalty", "late_submission_penalty"),
+                               ("max_score", "max_score")):
+            assert float(mine[col]) == pytest.approx(float(nbg[their_col])), (st, col, mine, nbg)
+        assert float(mine["score"]) == pytest.approx(max(0.0, float(mine["raw_score"]) - float(mine["late_penalty"])))
+        assert mine["due_date"][:19] == nbg["duedate"][:19], (mine["due_date"], nbg["duedate"])
+        assert mine["late"] == ("yes" if late[st] else "no") and (float(mine["late_penalty"]) > 0) == late[st], mine
+        chapter_col = next(k for k in lms[st] if k.startswith(CHAPTER))
+        assert float(lms[st][chapter_col]) == pytest.approx(float(mine["score"])), (lms[st], mine)
+        waits = st in pending
+        assert (float(mine["pending_points"]) > 0) == waits, mine
+        assert (CHAPTER in lms[st]["provisional"]) == waits, lms[st]
+        written = [r for r in by_exercise if r["student_id"] == st and r["kind"] == "written"]
+        assert written and all(r["pending"] == ("yes" if waits else "no") for r in written), written
+
+
+def _a_new_due_date_reaches_every_grade(course: Path, teacher: dict) -> None:
+    """The instructor moves the due date past bob's submission (an extension for all): the next
+    `make autograde`, nothing resubmitted and no FORCE, takes his penalty away everywhere."""
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    _nbgrader("db", "assignment", "add", CHAPTER, f"--duedate={later:%Y-%m-%d %H:%M:%S} UTC", cwd=course, env=teacher)
+    out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde",
+               cwd=course, env=teacher).stdout
+    assert f"late penalty of bob in {CHAPTER}" in out, out
+    _exports_are_nbgraders_grades(course, teacher, late={"alice": False, "bob": False}, pending={"bob"})
+
+
 def _formgrader_grades_as_the_course_does(course: Path, teacher: dict) -> None:
     """formgrader's Autograde button (nbgrader's own API, no reference run prepared by the course's
     commands) grades alice exactly as the course's grader did."""
@@ -240,6 +296,7 @@ def _written_marks_reach_feedback_and_exports(course: Path, teacher: dict, grade
         assert answers, "the chapter has no written answer to mark"
         for g in answers:
             g.manual_score = g.max_score / 2
+            g.needs_manual_grade = False          # as formgrader's save does
             gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"Marked by hand: {g.name}-remark"
         written = [(g.name, g.max_score) for g in answers]
         gb.db.commit()

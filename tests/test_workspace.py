@@ -134,3 +134,132 @@ def test_make_lab_opens_the_workspace_never_the_release_and_git_ignores_it():
     learner = (ROOT / "lab" / "learner" / "labconfig" / "page_config.json").read_text()
     for plugin in ("formgrader", "create-assignment", "course-list"):
         assert f'"@jupyter/nbgrader:{plugin}": true' in learner
+
+
+def _no_server():
+    return {}, []
+
+
+def _release_v2(release):
+    """A new release: the introduction and a plain code cell reworded, a test cell grown."""
+    new = nbformat.read(release / NB, as_version=4)
+    intro = next(c for c in new.cells if c.cell_type == "markdown" and c.source.startswith("# Chapter 3"))
+    intro.source += "\n\nA sentence of the new release."
+    code = next(c for c in new.cells if c.cell_type == "code" and not c.metadata.get("nbgrader") and c.outputs)
+    code.source += "\n# reworded in the new release"
+    _grade(new, "ex2_softmax-visible").source += "\n# a test that grew"
+    nbformat.write(new, release / NB)
+    return intro.get("id"), code.get("id")
+
+
+def test_an_overwrite_after_an_update_loses_nothing_for_good(course):
+    # JupyterLab's "File Changed" dialog: Overwrite writes the open (old) copy over the update. The
+    # next update, with or without a new release, brings the release's text back into every cell the
+    # learner never edited, and keeps the one they did.
+    release, ws = course
+    old_copy = nbformat.read(ws / NB, as_version=4)
+    intro_id, code_id = _release_v2(release)
+    workspace.update(ws, release, log=lambda _: None, is_open=_no_server)
+    answer = "def scaled_scores(q, k):\n    return q @ k.mT / q.shape[-1] ** 0.5\n"
+    _grade(old_copy, "ex1_scores").source = answer          # typed in the open tab before the update
+    nbformat.write(old_copy, ws / NB)                       # ... and saved with Overwrite
+    said = []
+    assert workspace.update(ws, release, log=said.append, is_open=_no_server) == [ws / NB], said
+    got = {c.get("id"): c for c in nbformat.read(ws / NB, as_version=4).cells}
+    assert got[intro_id].source.endswith("A sentence of the new release.")
+    assert got[code_id].source.endswith("# reworded in the new release")
+    assert _grade(nbformat.read(ws / NB, as_version=4), "ex1_scores").source == answer
+    # A later release still brings its changes, and the learner's answer stays.
+    new = nbformat.read(release / NB, as_version=4)
+    new.cells.append(nbformat.v4.new_markdown_cell("An appendix of release 3"))
+    nbformat.write(new, release / NB)
+    workspace.update(ws, release, log=lambda _: None, is_open=_no_server)
+    final = nbformat.read(ws / NB, as_version=4)
+    assert final.cells[-1].source == "An appendix of release 3"
+    assert _grade(final, "ex1_scores").source == answer
+    assert {c.get("id"): c.source for c in final.cells}[intro_id].endswith("A sentence of the new release.")
+
+
+def test_a_cell_the_learner_edited_is_kept_even_if_an_older_release_held_similar_text(course):
+    release, ws = course
+    intro_id, _ = _release_v2(release)
+    mine = nbformat.read(ws / NB, as_version=4)
+    intro = next(c for c in mine.cells if c.get("id") == intro_id)
+    intro.source += "\n\nMy own note."
+    nbformat.write(mine, ws / NB)
+    workspace.update(ws, release, log=lambda _: None, is_open=_no_server)
+    got = {c.get("id"): c.source for c in nbformat.read(ws / NB, as_version=4).cells}
+    assert got[intro_id].endswith("My own note.")
+
+
+def test_visible_test_outputs_survive_and_unrun_cells_show_the_new_stored_run(course):
+    release, ws = course
+    mine = nbformat.read(ws / NB, as_version=4)
+    ran = [nbformat.v4.new_output("stream", name="stdout", text="scaled_scores: all 4 checks passed\n")]
+    _grade(mine, "ex1_scores-visible").outputs = ran
+    nbformat.write(mine, ws / NB)
+    new = nbformat.read(release / NB, as_version=4)
+    unrun = next(c for c in new.cells if c.cell_type == "code" and not c.metadata.get("nbgrader") and c.outputs)
+    unrun.outputs = [nbformat.v4.new_output("stream", name="stdout", text="the new stored run\n")]
+    _grade(new, "ex2_softmax-visible").source += "\n# a test that grew"
+    nbformat.write(new, release / NB)
+    workspace.update(ws, release, log=lambda _: None, is_open=_no_server)
+    got = nbformat.read(ws / NB, as_version=4)
+    assert _grade(got, "ex1_scores-visible").outputs == ran                  # unchanged test cell: kept
+    assert _grade(got, "ex2_softmax-visible").source.endswith("# a test that grew")
+    assert next(c for c in got.cells if c.get("id") == unrun.get("id")).outputs[0]["text"] == "the new stored run\n"
+
+
+def test_an_update_waits_for_a_notebook_open_in_jupyter(course):
+    release, ws = course
+    _release_v2(release)
+    before = (ws / NB).read_bytes()
+    said = []
+    opened = ({(ws / NB).resolve(): "http://127.0.0.1:8888/"}, [])
+    assert workspace.update(ws, release, log=said.append, is_open=lambda: opened) == []
+    assert (ws / NB).read_bytes() == before
+    assert said and said[0].startswith(f"NOT updated: {NB} is open in Jupyter (http://127.0.0.1:8888/)")
+    assert "Close and Shut Down Notebook" in said[0] and "make update" in said[0]
+    said.clear()
+    assert workspace.update(ws, release, log=said.append, is_open=lambda: ({}, ["http://x/ (timeout)"])) == [ws / NB]
+    assert said[0].startswith("note: a running Jupyter server did not say") and said[1].startswith("updated:")
+
+
+def test_open_notebooks_asks_each_running_server(tmp_path, monkeypatch):
+    # Two servers: one answers (two kernel sessions), one does not.
+    import http.server
+    import json
+    import threading
+
+    from jupyter_server import serverapp
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.headers.get("Authorization") != "token secret":
+                self.send_response(403)
+                self.end_headers()
+                return
+            body = {"/api/sessions": [{"path": "ch01/ch01.ipynb"},
+                                      {"notebook": {"path": "ch02/ch02.ipynb"}}]}.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    up = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/"      # nothing listens there
+    monkeypatch.setattr(serverapp, "list_running_servers", lambda *a, **k: iter([
+        {"url": up, "token": "secret", "root_dir": str(tmp_path)},
+        {"url": down, "token": "x", "root_dir": str(tmp_path)}]))
+    try:
+        found, silent = workspace.open_notebooks()
+    finally:
+        httpd.shutdown()
+    assert found == {(tmp_path / "ch01/ch01.ipynb").resolve(): up, (tmp_path / "ch02/ch02.ipynb").resolve(): up}
+    assert len(silent) == 1 and silent[0].startswith(down)

@@ -6,9 +6,10 @@ end (the visible test cells are tagged ``raises-exception``), and every exercise
 says the exercise is not implemented yet, the first and the second alike; write the first
 exercise's solution into its cell and run it and its test: the test passes; save and press
 nbgrader's Validate: its dialog reports the exercises still left, and no longer the first. The
-learner's Lab has no formgrader (neither its menu item nor its page). Then the course is updated
-(a new release with a new cell and a changed one, merged into the workspace as `make update` does):
-after a reload the answer is still there, and so is the new cell.
+learner's Lab has no formgrader and no assignment list (no exchange: neither menu item nor page).
+Then the course is updated while the chapter is open: `make update` leaves the open notebook alone and
+says so; the learner closes it (File > Close and Shut Down Notebook), the update merges, and after
+reopening the answer is still there, and so is the new cell.
 Screenshots: site/_build/screenshots/lab_*.png.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -93,6 +95,26 @@ def _wait_idle(page, timeout_s: float) -> None:
         timeout=timeout_s * 1000, polling=500)
 
 
+def _make_update(work: Path, release: Path) -> subprocess.CompletedProcess:
+    """`make update` of the workspace ``work`` from ``release``, as the learner runs it beside the open Lab
+    (the same Jupyter runtime folder, so it finds the running server)."""
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(work.parent / "runtime")}
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "course_utils.workspace", "update",
+                           str(work), "--release", str(release)], capture_output=True, text=True, env=env)
+
+
+def _server_state(base: str, token: str) -> str:
+    """What the server says is open (for a failure's message)."""
+    said = []
+    for path in ("api/sessions", "lab/api/workspaces"):
+        try:
+            with urllib.request.urlopen(f"{base}{path}?token={token}", timeout=10) as r:
+                said.append(f"{path}: {r.read().decode()[:3000]}")
+        except OSError as err:
+            said.append(f"{path}: {err}")
+    return "\n" + "\n".join(said)
+
+
 def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     base, token, work = lab
     page = watch.page
@@ -153,21 +175,36 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     page.wait_for_timeout(500)
     menu = page.locator(".lm-Menu").last.inner_text()
     page.keyboard.press("Escape")
-    assert "Formgrader" not in menu and "Course List" not in menu, f"the learner's nbgrader menu: {menu!r}"
-    assert "Assignment List" in menu, f"the learner's nbgrader menu lacks the assignment list: {menu!r}"
+    assert "Formgrader" not in menu and "Course List" not in menu and "Assignment List" not in menu, \
+        f"the learner's nbgrader menu: {menu!r}"
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(f"{base}formgrader?token={token}", timeout=10)
 
-    # The course is updated: a new release, merged into the workspace as `make update` does.
+    # The course is updated while the chapter is open: `make update` leaves it alone and says why
+    # (JupyterLab would write the open copy over the update at its next save); once the learner has
+    # closed it, the update merges: after reopening, the answer is still there, and so is the new cell.
     new_release = work.parent / "new-release"
     shutil.copytree(ROOT / "notebooks" / CHAPTER, new_release / CHAPTER)
     nb = nbformat.read(new_release / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
     nb.cells.insert(1, nbformat.v4.new_markdown_cell("## New in this version of the course"))
     nbformat.write(nb, new_release / CHAPTER / f"{CHAPTER}.ipynb")
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "course_utils.workspace", "update",
-                           str(work), "--release", str(new_release)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "updated" in proc.stdout, proc.stdout + proc.stderr
-    page.reload(wait_until="load")
+    saved = (work / CHAPTER / f"{CHAPTER}.ipynb").read_bytes()
+    proc = _make_update(work, new_release)
+    assert proc.returncode == 0 and f"NOT updated: {CHAPTER}/{CHAPTER}.ipynb is open in Jupyter" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert (work / CHAPTER / f"{CHAPTER}.ipynb").read_bytes() == saved, "the update wrote under the open notebook"
+    page.screenshot(path=str(screenshots / "lab_update_waits.png"))
+
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Close and Shut Down Notebook")).click()
+    page.locator(".jp-Dialog").get_by_role("button", name=re.compile(r"^(Ok|Shut Down)$", re.I)).click()
+    deadline = time.monotonic() + 60
+    while "NOT updated" in (proc := _make_update(work, new_release)).stdout and time.monotonic() < deadline:
+        time.sleep(2)             # JupyterLab saves its closed layout a moment later
+    assert proc.returncode == 0 and "updated" in proc.stdout and "NOT updated" not in proc.stdout, \
+        proc.stdout + proc.stderr + _server_state(base, token)
+
+    page.goto(f"{base}lab/tree/{CHAPTER}/{CHAPTER}.ipynb?token={token}", wait_until="load")
     cells.nth(answer + 1).wait_for(state="attached", timeout=120_000)
     page.locator(".jp-NotebookPanel .jp-MarkdownOutput").get_by_text(
         "New in this version of the course").first.wait_for(timeout=60_000)
@@ -176,6 +213,7 @@ def test_learner_path_in_jupyterlab(lab, watch, screenshots):
     kept_cell.locator(".cm-content").get_by_text(f"def {FUNCTION}").first.wait_for(timeout=60_000)
     kept = kept_cell.locator(".cm-content").inner_text()
     assert "NotImplementedError" not in kept, f"the answer is gone: {kept!r}"
+    assert page.get_by_text("File Changed").count() == 0, "JupyterLab reports the notebook changed on disk"
     page.screenshot(path=str(screenshots / "lab_after_update.png"))
 
     # JupyterLab asks its own server only; no request went elsewhere (news, updates, fonts).

@@ -21,7 +21,9 @@ One module per idea:
 - :mod:`~course_utils.grading.seccomp` -- the system calls the box denies
 - :mod:`~course_utils.grading.tamper_guard` -- inside the kernel: restores and flags what a submission replaced
 - :mod:`~course_utils.grading.feedback` -- sanitised feedback without hidden tests
-- :mod:`~course_utils.grading.formgrader_guard` -- formgrader safe to open: learner HTML cleaned, a Content-Security-Policy
+- :mod:`~course_utils.grading.formgrader_guard` -- formgrader safe to open: learner HTML cleaned, a Content-Security-Policy, math offline
+- :mod:`~course_utils.grading.formgrader_api` -- formgrader's Autograde and Generate Feedback buttons, done as ``make autograde`` does
+- :mod:`~course_utils.grading.overwrite` -- nbgrader's "checksum has changed" warning only for a changed read-only cell
 - :mod:`~course_utils.grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``
 - :mod:`~course_utils.grading.results` -- per-cell grades and a submission's faults
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from html import escape as html_escape
 from pathlib import Path
 
-from course_utils.grading import parallel, reference, sandbox, withhold
+from course_utils.grading import late, parallel, reference, sandbox, withhold
 from course_utils.grading.course import (
     chapter_notebook,
     chapters,
@@ -152,7 +152,9 @@ def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], 
     html = {s: course / "feedback" / s / chapter / f"{nb_name}.html" for s in students}
     for path in html.values():
         path.unlink(missing_ok=True)
-    nbgrader("generate_feedback", chapter, "--force", course=course, check=False,
+    # One student's alone: nbgrader would otherwise rewrite every student's page, uncleaned.
+    only = [f"--student={students[0]}"] if len(students) == 1 else []
+    nbgrader("generate_feedback", chapter, "--force", *only, course=course, check=False,
              timeout=FEEDBACK_S * max(1, len(students)), memory_mb=grader_memory_mb())
     for student in students:
         proc = None
@@ -215,12 +217,13 @@ def _ensure_probe_secret(root: Path) -> None:
           "never commit or share it)")
 
 
-def instructor_autograde(root: Path | None = None, force: bool = False,
-                         jobs: int | str | None = None) -> dict[tuple[str, str], NotebookGrades]:
+def instructor_autograde(root: Path | None = None, force: bool = False, jobs: int | str | None = None,
+                         lms_pending: str = "provisional") -> dict[tuple[str, str], NotebookGrades]:
     """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary.
 
     ``jobs``: submissions graded at a time (``None`` or ``"auto"``: from the cores and memory,
-    :func:`~course_utils.grading.parallel.default_jobs`).
+    :func:`~course_utils.grading.parallel.default_jobs`). ``lms_pending``: what ``grades_lms.csv`` holds for
+    a chapter awaiting hand marks (:data:`~course_utils.grading.gradebook.LMS_PENDING`).
     """
     root = course_root(root)
     submitted = root / "submitted"
@@ -247,9 +250,51 @@ def instructor_autograde(root: Path | None = None, force: bool = False,
         _grade_class_chapter(root, ch, students, results, faults, force=force, limits=limits, jobs=jobs)
     if (root / "gradebook.db").exists():
         os.chmod(root / "gradebook.db", 0o600)
-    write_grades_csv(root, faults)
+    write_grades_csv(root, faults, lms_pending)
     _print_summary(root, faults, len(folders))
     return results
+
+
+def autograde_submission(root: Path, chapter: str, student: str) -> NotebookGrades:
+    """Regrade ``submitted/<student>/<chapter>/`` as ``make autograde FORCE=1`` grades it (the sandbox or a
+    refusal, the gradebook's backup and current tests, the intake, the grading record, the feedback), one
+    submission: what formgrader's Autograde button does (``formgrader_api.py``). The CSV exports are
+    ``make autograde``'s (they need every submission's faults)."""
+    root = Path(root)
+    if chapter not in chapters(root):
+        raise SystemExit(f"{chapter!r} is not a chapter of this course ({', '.join(chapters(root))})")
+    folder = root / "submitted" / student / chapter
+    if not folder.is_dir():
+        raise SystemExit(f"no submission of {chapter} by {student}: {folder} is not a folder")
+    iso = _sandbox_or_refuse()
+    for w in iso.warnings:
+        print(f"WARNING: {w}")
+    limits = sandbox.Limits.from_env()
+    _prepare_class(root)
+    update_gradebook_tests(root, chapter)
+    nb_name = chapter_notebook(chapter, root).stem
+    print(f"autograding {chapter} of {student} (limits: {limits.describe()}) ...", flush=True)
+    graded = grade_chapter(root, chapter, {student: submitted_notebook(folder, nb_name)}, force=True,
+                           limits=limits, base=root / "submitted", progress=True)
+    if (root / "gradebook.db").exists():
+        os.chmod(root / "gradebook.db", 0o600)
+    return graded[student]
+
+
+def make_feedback(root: Path, chapter: str, student: str | None = None) -> list[Path]:
+    """The course's feedback of ``chapter`` (``make autograde``'s: offline math, its own policy, contents by
+    exercise, the faults on top) for ``student``, else every autograded student; the pages written."""
+    root = Path(root)
+    if chapter not in chapters(root):
+        raise SystemExit(f"{chapter!r} is not a chapter of this course ({', '.join(chapters(root))})")
+    autograded = root / "autograded"
+    students = [student] if student else sorted(p.name for p in autograded.glob("*") if (p / chapter).is_dir())
+    students = [s for s in students if (autograded / s / chapter).is_dir()]
+    if not students:
+        raise SystemExit(f"nothing autograded for {chapter}{f' of {student}' if student else ''}: autograde first")
+    nb_name = chapter_notebook(chapter, root).stem
+    _make_feedback(root, chapter, dict.fromkeys(students), nb_name)
+    return [root / "feedback" / s / chapter / f"{nb_name}.html" for s in students]
 
 
 def _sandbox_or_refuse() -> sandbox.Isolation:
@@ -272,6 +317,10 @@ def _prepare_class(root: Path) -> None:
     backup = backup_gradebook(root)
     if backup:
         print(f"gradebook backed up to {backup.relative_to(root)}")
+    if (root / "gradebook.db").exists():   # a due date moved, an extension, a hand mark: the penalty follows
+        for ch, student, old, new in late.refresh_penalties(f"sqlite:///{root / 'gradebook.db'}",
+                                                            late.configured_percent(root)):
+            print(f"late penalty of {student} in {ch}: {old:g} -> {new:g} points (due date, extension or marks changed)")
     for private in ("submitted", "autograded", "feedback"):   # other students' work stays out of reach
         (root / private).mkdir(exist_ok=True)
         os.chmod(root / private, 0o700)

@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--lang", default=None, help="a language of locale/ (zh_CN): the release from its catalogues")
     a = sub.add_parser("autograde", help="grade submitted/, write feedback and grades.csv")
     a.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
+    a.add_argument("--lms-pending", choices=["provisional", "empty"], default="provisional",
+                   help="grades_lms.csv for a chapter whose written answers await a hand mark: its points so far, "
+                        "named in the provisional column (default), or empty until marked")
     a.add_argument("--jobs", "-j", default=None,
                    help="submissions graded at a time, each in its own sandbox (default: auto, from the "
                         "cores and the memory limit per box)")
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in release(root, lang=args.lang):
             print(f"wrote {p.relative_to(root)}")
     elif args.command == "autograde":
-        instructor_autograde(root, force=args.force, jobs=args.jobs)
+        instructor_autograde(root, force=args.force, jobs=args.jobs, lms_pending=args.lms_pending)
     elif args.command == "execute":
         execute(args.path if args.path is not None else root / "solutions")
     return 0

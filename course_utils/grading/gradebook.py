@@ -98,20 +98,52 @@ def update_gradebook_tests(root: Path, chapter: str) -> None:
 
 
 
-def write_grades_csv(root: Path, faults: Mapping[tuple[str, str], str]) -> Path:
+#: What ``grades_lms.csv`` holds for a chapter whose written answers still await a hand mark:
+#: ``provisional`` (the points so far, and the chapter named in the ``provisional`` column) or ``empty``
+#: (no number: the LMS shows it as missing until the marks are in). ``make autograde LMS_PENDING=empty``.
+LMS_PENDING = ("provisional", "empty")
+
+GRADES_HEADER = ["chapter", "student_id", "score", "max_score", "autograded_score", "needs_manual_grade", "fault",
+                 "late_penalty", "raw_score", "submitted_at", "due_date", "late", "pending_points"]
+
+
+def _when(t) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else ""
+
+
+def _pending_points(sub) -> float:
+    """The points of ``sub``'s answers that still wait for a hand mark (scored 0 until then)."""
+    return sum(g.max_score for nb in sub.notebooks for g in nb.grades if _awaits_mark(g))
+
+
+def _awaits_mark(grade) -> bool:
+    """A cell nbgrader flags for a hand grade that has no hand mark yet."""
+    return bool(grade.needs_manual_grade) and grade.manual_score is None
+
+
+def write_grades_csv(root: Path, faults: Mapping[tuple[str, str], str], lms_pending: str = "provisional") -> Path:
     """The grade exports, from the gradebook (autograded scores, written marks, late penalties):
 
-    * ``grades.csv``: a row per student and chapter (plus unknown folders), with the fault and the
-      late penalty (``score`` is after the penalty, as nbgrader counts it);
+    * ``grades.csv``: a row per student and chapter (plus unknown folders): ``score`` is the grade,
+      after the late penalty (``max(0, raw_score - late_penalty)``, as ``nbgrader export`` counts it),
+      with the raw score, the penalty, when it was submitted, the due date (with any extension), whether
+      it was late, and the points still waiting for a hand mark (``needs_manual_grade``,
+      ``pending_points``; they count 0 in ``score`` until marked);
     * ``grades_by_exercise.csv``: a row per student, chapter and exercise (its visible and hidden tests
-      together; each written question on its own);
-    * ``grades_lms.csv``: a row per student, a column per chapter (``chNN (max)``) and the total, the
-      shape a learning-management system imports.
+      together; each written question on its own), raw points, ``pending`` where a mark is awaited (the
+      late penalty is the chapter's, in ``grades.csv``);
+    * ``grades_lms.csv``: a row per student, a column per chapter (``chNN (max)``, after the penalty) and
+      the total, the shape a learning-management system imports; a chapter awaiting hand marks is
+      ``lms_pending``: ``provisional`` (its points so far, named in the ``provisional`` column) or
+      ``empty`` (no number, and no total, until the marks are in).
     """
     from nbgrader.api import Gradebook, MissingEntry
 
+    if lms_pending not in LMS_PENDING:
+        raise ValueError(f"lms_pending={lms_pending!r}: expected one of {', '.join(LMS_PENDING)}")
     rows, by_exercise = [], []
-    lms: dict[str, dict[str, float]] = {}
+    lms: dict[str, dict[str, float | None]] = {}
+    provisional: dict[str, list[str]] = {}
     maxima: dict[str, float] = {}
     db = root / "gradebook.db"
     if db.exists():
@@ -122,28 +154,39 @@ def write_grades_csv(root: Path, faults: Mapping[tuple[str, str], str]) -> Path:
                     try:
                         sub = gb.find_submission(a.name, st.id)
                     except MissingEntry:
-                        rows.append([a.name, st.id, "0", f"{a.max_score:g}", "0", "no",
-                                     faults.get((st.id, a.name), ""), "0"])
+                        rows.append([a.name, st.id, "0", f"{a.max_score:g}", "0", "no", faults.get((st.id, a.name), ""),
+                                     "0", "0", "", _when(a.duedate), "no", "0"])
                         lms.setdefault(st.id, {})[a.name] = 0.0
                         continue
-                    rows.append([a.name, st.id, f"{sub.score:g}", f"{a.max_score:g}", f"{sub.code_score:g}",
+                    penalty = sub.late_submission_penalty or 0.0
+                    score = max(0.0, sub.score - penalty)
+                    pending = _pending_points(sub)
+                    rows.append([a.name, st.id, f"{score:g}", f"{a.max_score:g}", f"{sub.code_score:g}",
                                  "yes" if sub.needs_manual_grade else "no", faults.get((st.id, a.name), ""),
-                                 f"{sub.late_submission_penalty or 0:g}"])
-                    lms.setdefault(st.id, {})[a.name] = sub.score
+                                 f"{penalty:g}", f"{sub.score:g}", _when(sub.timestamp), _when(sub.duedate),
+                                 "yes" if sub.total_seconds_late > 0 else "no", f"{pending:g}"])
+                    if pending:
+                        provisional.setdefault(st.id, []).append(f"{a.name}: {pending:g} points to be marked")
+                    lms.setdefault(st.id, {})[a.name] = None if pending and lms_pending == "empty" else score
                     by_exercise += _exercise_rows(sub, a.name, st.id)
     seen = {(r[1], r[0]) for r in rows}
     for (s, ch), why in faults.items():
         if (s, ch) not in seen:
-            rows.append([ch, s, "0", "", "0", "no", why, "0"])
+            rows.append([ch, s, "0", "", "0", "no", why, "0", "0", "", "", "no", "0"])
     _write_csv(root / "grades_by_exercise.csv",
-               ["student_id", "chapter", "exercise", "kind", "score", "max_score"], sorted(by_exercise))
+               ["student_id", "chapter", "exercise", "kind", "score", "max_score", "pending"], sorted(by_exercise))
     chapters_ = sorted(maxima)
+
+    def shown(v: float | None) -> str:
+        return "" if v is None else f"{v:g}"
+
     _write_csv(root / "grades_lms.csv",
-               ["student_id", *(f"{ch} ({maxima[ch]:g})" for ch in chapters_), f"total ({sum(maxima.values()):g})"],
-               [[s, *(f"{lms[s].get(ch, 0.0):g}" for ch in chapters_), f"{sum(lms[s].values()):g}"]
+               ["student_id", *(f"{ch} ({maxima[ch]:g})" for ch in chapters_), f"total ({sum(maxima.values()):g})",
+                "provisional"],
+               [[s, *(shown(lms[s].get(ch, 0.0)) for ch in chapters_),
+                 shown(None if None in lms[s].values() else sum(lms[s].values())), "; ".join(provisional.get(s, []))]
                 for s in sorted(lms)])
-    return _write_csv(root / "grades.csv", ["chapter", "student_id", "score", "max_score", "autograded_score",
-                                            "needs_manual_grade", "fault", "late_penalty"], sorted(rows))
+    return _write_csv(root / "grades.csv", GRADES_HEADER, sorted(rows))
 
 
 def _exercise_rows(sub, chapter: str, student: str) -> list[list[str]]:
@@ -155,10 +198,12 @@ def _exercise_rows(sub, chapter: str, student: str) -> list[list[str]]:
         for g in nb.grades:
             score = g.manual_score if g.manual_score is not None else (g.auto_score or 0.0)
             kind = "written" if g.cell_type == "markdown" else "autograded"
-            t = totals.setdefault(exercise_of(g.name), [kind, 0.0, 0.0])
+            t = totals.setdefault(exercise_of(g.name), [kind, 0.0, 0.0, False])
             t[1] += score
             t[2] += g.max_score
-    return [[student, chapter, ex, kind, f"{score:g}", f"{mx:g}"] for ex, (kind, score, mx) in totals.items()]
+            t[3] = t[3] or _awaits_mark(g)
+    return [[student, chapter, ex, kind, f"{score:g}", f"{mx:g}", "yes" if pending else "no"]
+            for ex, (kind, score, mx, pending) in totals.items()]
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:

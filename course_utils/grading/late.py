@@ -17,7 +17,7 @@ import math
 from nbgrader.plugins.latesubmission import LateSubmissionPlugin
 from traitlets import Float
 
-__all__ = ["PerDayPenalty", "penalty"]
+__all__ = ["PerDayPenalty", "configured_percent", "penalty", "refresh_penalties"]
 
 DAY_S = 24 * 3600
 
@@ -41,3 +41,37 @@ class PerDayPenalty(LateSubmissionPlugin):
         self.log.info("late penalty for %s: %.2f points (%.0f s late, %g %% per day)", student_id, p,
                       total_seconds_late, self.percent_per_day)
         return p
+
+
+def configured_percent(root) -> float:
+    """``PerDayPenalty.percent_per_day`` as the course's ``nbgrader_config.py`` sets it (0: no penalty
+    plugin configured)."""
+    from pathlib import Path
+
+    from traitlets.config.loader import PyFileConfigLoader
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(Path(root))).load_config()
+    if "PerDayPenalty" not in str(config.get("AssignLatePenalties", {}).get("plugin_class", "")):
+        return 0.0
+    return PerDayPenalty(config=config).percent_per_day
+
+
+def refresh_penalties(db: str, percent_per_day: float) -> list[tuple[str, str, float, float]]:
+    """Each submission's late penalty recomputed from what the gradebook holds now: its due date (a
+    changed one, or an extension), its timestamp and its score (hand marks given since it was graded
+    included), stored back so that the feedback, ``nbgrader export`` and the course's CSVs all read it.
+    Returns ``(chapter, student, old, new)`` for every penalty that changed."""
+    from nbgrader.api import Gradebook
+
+    changed = []
+    with Gradebook(db) as gb:
+        for assignment in gb.assignments:
+            for sub in assignment.submissions:
+                seconds = sub.total_seconds_late
+                for nb in sub.notebooks:
+                    new = penalty(nb.score, seconds, percent_per_day)
+                    old = nb.late_submission_penalty or 0.0
+                    if not math.isclose(old, new, abs_tol=1e-9):
+                        nb.late_submission_penalty = new
+                        changed.append((assignment.name, sub.student.id, old, new))
+        gb.db.commit()
+    return changed

@@ -17,7 +17,10 @@ after its busy timeout) at best. So the work is split in two:
    through nbgrader's own API: the student, the submission's timestamp, each notebook's late
    penalty, each graded cell's ``auto_score`` and automatic comment; ``needs_manual_grade``
    follows nbgrader's rule against the gradebook's *current* manual score (a grader may be
-   marking in the formgrader meanwhile). The autograded notebook is moved into
+   marking in the formgrader meanwhile), except that a mark the grader gave stays graded while
+   what it marked did not change (:func:`hand_grade_stands`: a regrade, from ``make autograde
+   FORCE=1`` or formgrader's Autograde button, does not send marked answers back to "needs manual
+   grading"). The autograded notebook is moved into
    ``autograded/<student>/<chapter>/``. A submission whose nbgrader run failed writes nothing
    there: its autograded scores are set to 0 and the reason goes to its student.
 
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_utils.grading import sandbox
-from course_utils.grading.course import grader_memory_mb, nbgrader
+from course_utils.grading.course import exercise_of, grader_memory_mb, nbgrader
 from course_utils.grading.intake import Refused, intake, one_line, read_submission
 
 # What nbgrader's exchange puts beside a submitted notebook and later steps need: ``collect``
@@ -180,6 +183,8 @@ def merge(course: Path, chapter: str, graded: Graded) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
     out = course / "autograded" / graded.student / chapter
+    before = _answers(out)       # what the grader saw when marking by hand (read before it is replaced)
+    after = {} if graded.error else _answers(graded.autograded(chapter))
     shutil.rmtree(out, ignore_errors=True)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as dst:
         dst.update_or_create_student(graded.student)
@@ -205,13 +210,54 @@ def merge(course: Path, chapter: str, graded: Graded) -> None:
                 dnb.late_submission_penalty = snb.late_submission_penalty
                 for g in snb.grades:
                     dg = dst.find_grade(g.name, snb.name, chapter, graded.student)
+                    kept = hand_grade_stands(dg, g.auto_score, before.get(snb.name), after.get(snb.name))
                     dg.auto_score = g.auto_score
-                    dg.needs_manual_grade = dg.manual_score is not None or dg.auto_score is None
+                    dg.needs_manual_grade = not kept and (dg.manual_score is not None or dg.auto_score is None)
                 for c in snb.comments:
                     dst.find_comment(c.name, snb.name, chapter, graded.student).auto_comment = c.auto_comment
             dst.db.commit()
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(graded.autograded(chapter), out)
+
+
+def _answers(folder: Path) -> dict[str, dict[str, str]]:
+    """``{notebook: {grade_id: source}}`` of the graded and answer cells of the autograded notebooks in
+    ``folder`` (empty where there are none)."""
+    import nbformat
+
+    found = {}
+    for path in sorted(folder.glob("*.ipynb")) if folder.is_dir() else []:
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:   # an unreadable old copy: no hand grade is kept on its word
+            continue
+        found[path.stem] = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+                            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+    return found
+
+
+def hand_grade_stands(grade, new_auto: float | None, before: dict[str, str] | None,
+                      after: dict[str, str] | None) -> bool:
+    """Whether a grader's mark on ``grade`` still holds after a regrade, so that the cell is not sent back
+    to "needs manual grading" (nbgrader's rule sends back every cell with a manual score, on every run).
+
+    It holds when the grader had marked it (a manual score, nothing pending) and what was marked is what
+    is graded now: a written answer (or hand-graded code answer) with the same text; a test cell whose
+    automatic score is the same and whose exercise's answers have the same text. Without the earlier
+    autograded notebook there is nothing to compare with, and nbgrader's rule applies.
+    """
+    if grade.manual_score is None or grade.needs_manual_grade or before is None or after is None:
+        return False
+    name = grade.name
+    if name not in before or before.get(name) != after.get(name):
+        return False
+    if grade.cell_type == "markdown" or grade.auto_score is None and new_auto is None:
+        return True                 # a written answer: the text the grader read
+    if grade.auto_score != new_auto:
+        return False
+    exercise = exercise_of(name)
+    answers = [gid for gid in after if gid != name and exercise_of(gid) == exercise] or list(after)
+    return all(before.get(gid) == after.get(gid) for gid in answers)
 
 
 def discard(graded: Graded) -> None:

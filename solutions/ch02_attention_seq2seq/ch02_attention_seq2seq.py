@@ -162,6 +162,10 @@ assert every_step == T_len * (S_len + 1) * n * n, 'the count of multiplications 
 # more (also `S` equal to the batch size), `n_a` different from `n`, and float32 or float64
 # inputs: the scores come back in the inputs' dtype, exact to about `1e-5` in float32. Calling
 # the references `ra.additive_score` or `ra.concat_score` loses the hidden points.
+#
+# A rule for every exercise of this chapter (the visible and the hidden tests check it after every
+# call): your functions must not change their inputs in place (no `scores.masked_fill_(...)` or
+# `q /= ...` on the caller's tensors); they return new tensors.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_additive", "locked": false, "schema_version": 3, "solution": true}
 def additive_score(query, UH, W, v):
