@@ -107,20 +107,22 @@ HF_NAMES = {
 
 
 def hf_key_to_ours(key: str) -> str:
-    """``model.layers.3.self_attn.o_proj.weight`` -> ``stack.layers.3.self_attn.out_proj.weight``, etc."""
-    if key == "lm_head.weight":
-        return key
-    if key == "model.embed_tokens.weight":
-        return "embed.table.weight"
-    if key == "model.norm.weight":
-        return "stack.norm.weight"
+    """``model.layers.3.self_attn.o_proj.weight`` -> ``stack.layers.3.self_attn.out_proj.weight``, etc.
+
+    Only Llama's parameters have a counterpart: the leaf must be ``weight`` (a quantised
+    checkpoint's ``weight_scale``, ``qweight``, ``scales`` ... and any ``bias`` raise), the module one
+    of :data:`HF_NAMES` under its own parent and the layer number digits. Anything else raises
+    ``KeyError``: a made-up name would only fail later, when the weights are loaded.
+    """
+    fixed = {"lm_head.weight": "lm_head.weight", "model.embed_tokens.weight": "embed.table.weight",
+             "model.norm.weight": "stack.norm.weight"}
+    if key in fixed:
+        return fixed[key]
     parts = key.split(".")
-    if len(parts) == 6 and parts[:2] == ["model", "layers"]:
-        inner = ".".join(parts[3:5])
+    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and parts[-1] == "weight":
+        inner = ".".join(parts[3:-1])
         if inner in HF_NAMES:
-            return f"stack.layers.{parts[2]}.{HF_NAMES[inner]}.{parts[5]}"
-    if len(parts) == 5 and parts[:2] == ["model", "layers"] and parts[3] in HF_NAMES:
-        return f"stack.layers.{parts[2]}.{HF_NAMES[parts[3]]}.{parts[4]}"
+            return f"stack.layers.{parts[2]}.{HF_NAMES[inner]}.weight"
     raise KeyError(f"no counterpart for Hugging Face's {key!r}")
 
 

@@ -267,3 +267,24 @@ def test_load_rejects_a_state_dict_that_does_not_fit():
         llama.load_hf_llama(ours, sd)
     with pytest.raises(KeyError, match="no counterpart"):
         llama.hf_key_to_ours("model.layers.0.self_attn.rotary.weight")
+
+
+@pytest.mark.parametrize("key", [
+    "model.layers.0.self_attn.q_proj.weight_scale", "model.layers.3.mlp.down_proj.qweight",     # FP8, GPTQ
+    "model.layers.1.self_attn.k_proj.scales", "model.layers.2.mlp.up_proj.qzeros", "model.layers.0.self_attn.o_proj.g_idx",
+    "model.layers.0.self_attn.q_proj.input_scale", "model.layers.0.input_layernorm.bias", "model.layers.5.mlp.gate_proj.bias",
+    "model.layers.0.mlp.q_proj.weight", "model.layers.0.self_attn.gate_proj.weight",            # a module under the wrong parent
+    "model.layers.0.mlp.input_layernorm.weight", "model.layers.0.self_attn.post_attention_layernorm.weight",
+    "model.layers.x.self_attn.q_proj.weight", "model.layers.0.q_proj.weight", "model.layers.0.mlp.weight",
+])
+def test_hf_key_to_ours_follows_its_table(key):
+    """Issue 54: only the table's names map; another leaf, a module under the wrong parent or a layer
+    number that is not digits raises instead of giving a made-up name."""
+    with pytest.raises(KeyError, match="no counterpart"):
+        llama.hf_key_to_ours(key)
+
+
+def test_hf_key_to_ours_maps_every_row_of_its_table():
+    assert llama.hf_key_to_ours("model.layers.12.self_attn.o_proj.weight") == "stack.layers.12.self_attn.out_proj.weight"
+    for hf, ours in llama.HF_NAMES.items():
+        assert llama.hf_key_to_ours(f"model.layers.3.{hf}.weight") == f"stack.layers.3.{ours}.weight"

@@ -255,7 +255,8 @@ assert deltas[score_flipped.argmax()].item() == -Delta, "the sign q - k must mir
 #   `D = 1` works too; `L_q` and `L_k` may differ);
 # * `center`: `(D,)` for one head, or `(heads, D)` for several (`heads` may be 1), float32 or float64;
 # * `alpha`: a number (a Python `int` or `float`, then the same for every head, however many there
-#   are), or a tensor `(heads,)` with one per head;
+#   are), or a tensor `(heads,)` with one per head, of any integer or float dtype (an `alpha` tensor
+#   need not have `center`'s dtype: float64 widths with float32 centres give float32 scores);
 # * returns $-\alpha(\lVert\delta - \Delta\rVert^2 - \lVert\Delta\rVert^2)$ as a float tensor
 #   `(L_q, L_k)` for a `(D,)` centre or `(heads, L_q, L_k)` for a `(heads, D)` one, in `center`'s dtype.
 #
@@ -318,7 +319,7 @@ checks.run_checks("quadratic_scores", [
 # %% nbgrader={"grade": true, "grade_id": "ex2_quadratic-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # Hidden tests: exact values with centres away from 0 (the ||Delta||^2 term); several heads with one
 # alpha each and with one number (float or int) for all; one head as (D,) and as (1, D); float32
-# and float64; integer and float offsets; L_q != L_k; 1-D grids; a seeded set of random cases
+# and float64; alpha tensors of another dtype than the centres (float64, float32, int64); integer and float offsets; L_q != L_k; 1-D grids; a seeded set of random cases
 # spanning all of these; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
@@ -349,6 +350,10 @@ _cases = [   # (what, offsets, center, alpha)
     ("three heads, float32, one number for all", _off, _c.float(), 0.8),
     ("float offsets (float64), three heads", _off.double() * 0.75, _c, _a),
     ("float offsets (float32), one head", _off.float() * 0.5 + 0.25, _c[2].float(), 1.25),
+    ("float32 centres, float64 alpha tensor: float32 scores", _off, _c.float(), _a),
+    ("float64 centres, float32 alpha tensor: float64 scores", _off, _c, _a.float()),
+    ("float32 centres, int64 alpha tensor", _off, _c.float(), torch.tensor([1, 2, 3])),
+    ("one head given as (1, 2), float64 centre, float32 alpha tensor", _off[:5], _c[:1], _a[:1].float()),
     ("1-D offsets (L, L, 1), one head", _off1d, torch.tensor([2.0], dtype=torch.float64), 1.5),
     ("1-D offsets, four heads, one number, 3 queries", _off1d[1:4], torch.tensor([[2.0], [-1.0], [0.5], [0.0]]), 0.9),
 ]
@@ -1272,7 +1277,8 @@ with cost.torch_threads(1), torch.no_grad():
 # ### Exercise 5: the RoPE rotation (2 + 2 points)
 #
 # Write `apply_rope(x, positions)` for `x` of shape `(..., seq, d)` with even `d` and
-# `positions` of shape `(seq,)` (an integer or float tensor, in any order): rotate features
+# `positions` of shape `(seq,)` (an integer or float tensor, in any order; float positions may be
+# fractional, such as 2.5, or negative): rotate features
 # `(2i, 2i+1)` of the vector at sequence index `s` by the angle `positions[s] * 10000 ** (-2i / d)`,
 # as above, and return a tensor of `x`'s shape and dtype (float32 or float64). The angles may be
 # computed in float32 or float64 (the tests allow for float32's rounding at large positions). Do
@@ -1324,8 +1330,8 @@ checks.run_checks("apply_rope", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: every pair's angle against rotation matrices: d = 16 and d = 2, x with no, one or
-# two leading dimensions, positions up to 1000, not in order, int and float tensors, a seeded set
-# of random cases; float32 and float64 kept; no ready-made function.
+# two leading dimensions, positions up to 1000, not in order, int and float tensors, fractional and
+# negative float positions, a seeded set of random cases; float32 and float64 kept; no ready-made function.
 ### BEGIN HIDDEN TESTS
 ### BEGIN EXPECTED
 def _rope_matrices(x, positions):
@@ -1354,6 +1360,12 @@ _rope_cases = [   # (what, x, positions)
      torch.tensor([1000, 2, 999, 17])),
     ("one position, int32 positions", torch.randn(3, 1, 8, generator=_g, dtype=torch.float64),
      torch.tensor([12], dtype=torch.int32)),
+    ("fractional float64 positions (2.5 is not 2)", torch.randn(2, 4, 8, generator=_g, dtype=torch.float64),
+     torch.tensor([2.5, 0.25, 7.75, 0.5], dtype=torch.float64)),
+    ("fractional float32 positions, float32 x", torch.randn(3, 6, generator=_g),
+     torch.tensor([1.5, 40.5, 0.125])),
+    ("negative and fractional positions", torch.randn(3, 4, generator=_g, dtype=torch.float64),
+     torch.tensor([-3.0, -0.5, 6.5])),
 ]
 for _i in range(4):     # random shapes, dtypes and positions
     _lead = torch.randint(1, 4, (_i % 3,), generator=_g).tolist()

@@ -147,8 +147,12 @@ plt.show()
 #
 # Write `sinusoidal_table(max_len, d_model)` returning the `(max_len, d_model)` float32 table
 # above: even columns $2i$ hold the sines, odd columns $2i+1$ the cosines of the *same* angle.
+# `max_len` is an int from 1 to 10000 and `d_model` a positive even int (each frequency fills a sine
+# and a cosine column): for an odd `d_model` raise a `ValueError` that says so.
 # Tensor operations build it without a loop over positions (a loop passes the tests too, only
-# slower); compute in float32 or float64 as you like, and do not call `course_utils.transformer` or `course_utils.positional` (whose `sinusoidal_encoding`
+# slower); compute in float32 or float64 as you like (a float32 angle $pos\,\omega_i$ is off by up to a
+# few roundings of $pos$, so the tests allow $10^{-5} + 2^{-21}\,pos$ at position $pos$, about
+# $5 \cdot 10^{-3}$ at 10000), and do not call `course_utils.transformer` or `course_utils.positional` (whose `sinusoidal_encoding`
 # is the reference).
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_sinusoidal", "locked": false, "schema_version": 3, "solution": true}
@@ -158,6 +162,8 @@ def sinusoidal_table(max_len, d_model):
     ``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))``, ``PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))``.
     """
     ### BEGIN SOLUTION
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (each frequency fills a sine and a cosine column), got {d_model}")
     two_i = torch.arange(0, d_model, 2).double()                    # 2i for i = 0 .. d_model/2 - 1
     angle = torch.arange(max_len)[:, None] / 10000 ** (two_i / d_model)   # (max_len, d_model/2), float64
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()   # sin, cos interleaved
@@ -186,10 +192,12 @@ checks.run_checks("sinusoidal_table", [("shape, dtype, position 0 and the fastes
                                         _check_second_pair)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_sinusoidal-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: every column of bigger tables (the exponent 2i / d_model), up to 1000 positions,
-# d_model = 2 and 128, a seeded set of random sizes; float32; no ready-made table.
+# Hidden tests: every column of bigger tables (the exponent 2i / d_model), up to 10000 positions,
+# d_model = 2 and 128, a seeded set of random sizes; float32; the tolerance 1e-5 + 2^-21 pos grows with
+# the position (a float32 angle pos * w is off by a few roundings of pos), checked band by band;
+# odd d_model raises ValueError; no ready-made table.
 ### BEGIN HIDDEN TESTS
-_sizes = [(50, 16), (7, 4), (1, 2), (200, 64), (1000, 8), (3, 128)]
+_sizes = [(50, 16), (7, 4), (1, 2), (200, 64), (1000, 8), (3, 128), (10000, 8), (4000, 6)]
 _gen = torch.Generator().manual_seed(106)
 for _ in range(4):      # random sizes: max_len 1-400, even d_model 2-78
     _sizes.append((int(torch.randint(1, 401, (), generator=_gen)), 2 * int(torch.randint(1, 40, (), generator=_gen))))
@@ -200,14 +208,32 @@ _want = [positional.sinusoidal_encoding(n, d) for n, d in _sizes]
 ### END EXPECTED
 
 
+_BANDS = (0, 16, 128, 1024, 2048, 4096, 6144, 8192, 10000)   # rows [lo, hi) at the tolerance of row hi; each record < 1 MiB
+
+
 def _check_table(i, n, d):
     checks.expect_dtype(_got[i], torch.float32, f"sinusoidal_table({n}, {d})")
-    checks.expect_close(_got[i], _want[i], f"sinusoidal_table({n}, {d})", atol=1e-4)
+    checks.expect_shape(_got[i], (n, d), f"sinusoidal_table({n}, {d})")
+    for lo, hi in zip(_BANDS, _BANDS[1:]):
+        if lo < n:
+            checks.expect_close(_got[i][lo:hi], _want[i][lo:hi], f"sinusoidal_table({n}, {d}), positions {lo} to "
+                                f"{min(hi, n) - 1}", atol=1e-5 + hi * 2.0**-21, rtol=0.0)
+
+
+def _odd_raises(d):
+    try:
+        checks.call(sinusoidal_table, 5, d)      # through checks.call: the call is recorded
+        outcome = "returned a value"
+    except ValueError:
+        outcome = "raised"
+    except Exception as err:  # noqa: BLE001 (any other outcome is a wrong answer, recorded as such)
+        outcome = f"raised {type(err).__name__}"
+    checks.expect_equal(outcome, "raised", f"sinusoidal_table(5, {d}): an odd d_model must raise ValueError")
 
 
 checks.run_checks("sinusoidal_table (hidden)", [
-    (f"({n}, {d}) table", lambda i=i, n=n, d=d: _check_table(i, n, d))
-    for i, (n, d) in enumerate(_sizes)
+    *((f"({n}, {d}) table", lambda i=i, n=n, d=d: _check_table(i, n, d)) for i, (n, d) in enumerate(_sizes)),
+    *((f"odd d_model = {d} raises ValueError", lambda d=d: _odd_raises(d)) for d in (1, 7, 33)),
 ])
 ### END HIDDEN TESTS
 
@@ -633,14 +659,16 @@ checks.run_checks("decoder_mask", [
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_decoder_mask-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# Hidden tests: other padding ids and the default one, padding in the middle, int32 ids, no padding,
+# Hidden tests: other padding ids and the default one, padding in the middle, int32, int16 and uint8 ids, no padding,
 # other sizes, a seeded set of random batches; bool; no ready-made masks.
 ### BEGIN HIDDEN TESTS
 _cases = [(torch.tensor([[1, 4, 3, 3, 3], [1, 3, 5, 6, 7], [1, 7, 8, 3, 3]]), 3),
           (torch.tensor([[1, 9, 9, 9, 9, 0, 0]]), 0), (torch.tensor([[1]]), 0),
           (torch.tensor([[SOS_ID, 5, PAD_ID, 6, PAD_ID], [SOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]), None),   # the default pad_id
           (torch.tensor([[1, 2, 3, 2, 5, 2], [2, 2, 4, 4, 4, 4]], dtype=torch.int32), 2),    # int32 ids, padding in the middle
-          (torch.tensor([[1, 5, 6], [1, 7, 8]]), 0)]                                          # no padding at all
+          (torch.tensor([[1, 5, 6], [1, 7, 8]]), 0),                                          # no padding at all
+          (torch.tensor([[1, 200, 7, 7], [7, 1, 200, 9]], dtype=torch.uint8), 7),            # uint8 ids
+          (torch.tensor([[3, 1, 2], [2, 2, 2]], dtype=torch.int16), 2)]                        # int16 ids
 _gen = torch.Generator().manual_seed(107)
 for _ in range(4):      # random batches: ids 0-6, pad_id 0-5, so padding falls anywhere
     _b, _t = int(torch.randint(1, 5, (), generator=_gen)), int(torch.randint(1, 8, (), generator=_gen))

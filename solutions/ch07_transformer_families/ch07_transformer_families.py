@@ -108,10 +108,14 @@ device = torch.device("cpu")   # small models: the CPU, one thread, is where the
 # Write `prefix_lm_mask(L, prefix_len)`: a bool `(L, L)` tensor whose entry $(i, j)$ is True when
 # query $i$ may attend to key $j$, that is when $j$ lies in the prefix ($j <$ `prefix_len`) or
 # $j \le i$. `L` is an int $\ge 1$. `prefix_len` must be an int in $[0, L]$; for anything else raise a
-# `ValueError` that says so. The tests try, and expect an error for, each of these: an int below 0 or
-# above `L`, and a value that is not an int at all: a float (even a whole one such as `2.0`, and
-# `2.5`), a string such as `"2"`, and `None` (for a value that is not an int, a `TypeError` is accepted
-# as well). Valid calls are tested for every `prefix_len` from 0 to `L`, at several `L`.
+# `ValueError` that says so. An int here means a Python `int` and nothing else: `True` and `False`
+# (Python's bools are ints to `isinstance`), NumPy integers such as `numpy.int64(2)` and tensors, even
+# a 0-d integer one such as `torch.tensor(2)`, are not. The tests try, and expect an error for, each
+# of these: an int below 0 or above `L`, and a value that is not an int: a Python float (even a whole
+# one such as `2.0`, and `2.5`), NumPy floats and integers, 0-d and 1-element tensors (float and
+# integer), `True` and `False`, a string such as `"2"`, and `None` (for a value that is not an int, a
+# `TypeError` is accepted as well). Valid calls are tested for every `prefix_len` from 0 to `L`, at
+# several `L`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_prefix_mask", "locked": false, "schema_version": 3, "solution": true}
 def prefix_lm_mask(L, prefix_len):
@@ -124,7 +128,7 @@ def prefix_lm_mask(L, prefix_len):
         (``j < prefix_len`` or ``j <= i``).
     """
     ### BEGIN SOLUTION
-    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= L:
+    if type(prefix_len) is not int or not 0 <= prefix_len <= L:      # bool, NumPy and tensor values are no ints here
         raise ValueError(f"prefix_len must be an int in [0, L={L}], got {prefix_len!r}")
     keys = torch.arange(L)
     return (keys[None, :] < prefix_len) | (keys[None, :] <= keys[:, None])
@@ -148,7 +152,8 @@ checks.run_checks("prefix_lm_mask", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_prefix_mask-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: every prefix length 0..L at L = 1..8 (0 = causal, L = bidirectional); every kind of bad
-# prefix_len the prompt names (below 0, above L, floats 2.5 and 2.0, a string, None) must raise.
+# prefix_len the prompt names (below 0, above L, floats 2.5 and 2.0, NumPy floats and integers, 0-d and
+# 1-element tensors, True and False, a string, None) must raise.
 ### BEGIN HIDDEN TESTS
 # Beside every prefix of L = 1..8, lengths and prefixes drawn from the class's secret (the grader rewrites
 # the literal manual_seed): L in 9..96 with a prefix in 0..L, and the out-of-range prefixes' lengths.
@@ -176,21 +181,24 @@ def _every_prefix(L, also=()):
 
 def _bad_prefix(L, p):
     """Record whether prefix_lm_mask(L, p) raised as the prompt asks (ValueError; TypeError too if p is no int)."""
-    allowed = (ValueError,) if isinstance(p, int) else (ValueError, TypeError)
+    allowed = (ValueError,) if type(p) is int else (ValueError, TypeError)
     try:
-        prefix_lm_mask(L, p)
+        checks.call(prefix_lm_mask, L, p)        # through checks.call: the call is recorded
         outcome = "returned a value"
     except allowed:
         outcome = "raised"
     except Exception as err:  # noqa: BLE001 (any other outcome is a wrong answer, recorded as such)
         outcome = f"raised {type(err).__name__}"
     checks.expect_equal(outcome, _want_raised, f"prefix_lm_mask({L}, {p!r}): must raise "
-                        + ("ValueError" if isinstance(p, int) else "ValueError (or TypeError)"))
+                        + ("ValueError" if type(p) is int else "ValueError (or TypeError: not a Python int)"))
 
 
 _BAD_PREFIXES = ((_bad_L[0], _bad_L[0] + 1), (1, 2), (_bad_L[1], _bad_L[1] + _beyond[0]), (_bad_L[2], -1),
                  (_bad_L[3], -_beyond[1]), (5, 2.5), (5, 2.0), (3, 0.0), (4, -0.5),
-                 (5, 6.5), (3, "2"), (3, None))
+                 (5, 6.5), (3, "2"), (3, None),
+                 (5, np.float32(2.5)), (5, np.float64(2.0)), (5, np.int64(2)), (4, np.int32(0)), (5, True), (5, False),
+                 (5, torch.tensor(2.5)), (5, torch.tensor(2)), (4, torch.tensor(0)), (5, torch.tensor([2])),
+                 (6, torch.tensor(3, dtype=torch.int32)))
 checks.run_checks("prefix_lm_mask (hidden)", [
     *((f"L = {L}, every prefix 0..{L}, and a longer L", lambda L=L: _every_prefix(L, [_random_prefixes[L - 1]]))
       for L in range(1, 9)),
@@ -789,9 +797,12 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # With both, apply top-k first, then top-p to the distribution that top-k left (the softmax of the
 # surviving logits). `top_k` is an int $\ge 1$ (a `top_k` of at least V keeps every entry), `top_p` a
 # float in $(0, 1]$ (top-p keeps a token when the probability mass of the tokens ranked before it is
-# below `top_p`, so 1 keeps every entry). Return the logits' shape and dtype (float32 or float64),
+# below `top_p`, so 1 keeps every entry, even where rounding brings the mass before a token to 1:
+# Hugging Face's `generate` adds no top-p filter at all at 1). Return the logits' shape and dtype (float32 or float64),
 # with the kept entries' values exactly as they were. The tests use random logits in float32 and
-# float64, with 0 to 3 leading dimensions, logits around 200 as well as around 0, and every kind of
+# float64, with 0 to 3 leading dimensions, logits around 200 (and 1000 in float64) as well as around 0,
+# rows where one logit dwarfs the rest (their float32 mass rounds to 1 after the first token, yet
+# `top_p = 1` still keeps every entry), and every kind of
 # `top_k` (1, less than V, V, more than V) and `top_p` (small to 1), alone and together. Which of
 # several tied tokens a cut keeps is not tested (break ties as you like), nor are random logits whose
 # mass comes within $10^{-3}$ of `top_p`; but exact boundaries are, where the arithmetic is exact:
@@ -811,7 +822,7 @@ def filter_logits(logits, top_k=None, top_p=None):
     if top_k is not None and top_k < logits.shape[-1]:
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.topk(top_k, dim=-1).indices, True)
         logits = logits.masked_fill(~keep, float("-inf"))
-    if top_p is not None:
+    if top_p is not None and top_p < 1:     # 1 keeps every entry: a float32 mass may round to 1 before the last
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
         keep_sorted = probs.cumsum(-1) - probs < top_p
@@ -865,9 +876,10 @@ checks.run_checks("filter_logits", [("top-k alone", _top_k_only), ("top-p alone"
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_filter_logits-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: top-k then top-p on the renormalised distribution; a seeded grid of random logits over the
-# domain the prompt names (float32 and float64; 0 to 3 leading dimensions; logits around 0 and around 200;
+# domain the prompt names (float32 and float64; 0 to 3 leading dimensions; logits around 0, 200 and 1000 (float64);
 # top_k 1, < V, V, > V; top_p small to 1; each filter alone and both), each compared with the reference,
-# away from ties and from masses within 1e-3 of top_p; the input left unchanged.
+# away from ties and from masses within 1e-3 of top_p; top_p = 1 on saturated rows (float32 mass rounding
+# to 1 after the first token) keeps every entry; the input left unchanged.
 ### BEGIN HIDDEN TESTS
 # The random logits' seeds, drawn from the class's secret (the grader rewrites the literal manual_seed).
 _filter_seeds = torch.randint(2**62, (128,), generator=torch.Generator().manual_seed(1000)).tolist()
@@ -910,7 +922,7 @@ def _filter_case(shape, dtype, k, p, seed, offset=0.0):
         z = (torch.randn(shape, generator=gen, dtype=torch.float64) * 2.0 + offset).to(dtype)
         if _clear_of_boundaries(z, k, p):
             break
-    name = f"filter_logits of {dtype} logits {tuple(shape)}{' around 200' if offset else ''}, top_k={k}, top_p={p}"
+    name = f"filter_logits of {dtype} logits {tuple(shape)}{f' around {offset:g}' if offset else ''}, top_k={k}, top_p={p}"
     z_in = z.clone()
     got = checks.call(filter_logits, z_in, top_k=k, top_p=p)
     ### BEGIN EXPECTED
@@ -948,18 +960,37 @@ def _equal_logits(n, p, dtype, lead=()):
                         f"{name}: how many are kept (ceil(p * n): mass before a token below p)")
 
 
+def _saturated(dtype, low, k):
+    """One logit far above the rest: the softmax's mass rounds to 1 after the first token, yet top_p=1 keeps all."""
+    z = torch.tensor([[0.0, low, low - 1, low - 2], [low - 1, low, 0.0, low - 2]], dtype=dtype)   # no ties
+    z_in = z.clone()
+    got = checks.call(filter_logits, z_in, top_k=k, top_p=1.0)
+    name = f"filter_logits of the {dtype} rows {z.tolist()}, top_k={k}, top_p=1.0"
+    ### BEGIN EXPECTED
+    want = z if k is None else decoding.filter_top_k(z, k)
+    want_kept = torch.isfinite(want)
+    ### END EXPECTED
+    checks.expect_equal(z_in, z, f"the logits passed in ({name}): left unchanged")
+    checks.expect_equal(torch.isfinite(got), want_kept, f"kept entries ({name}): top_p=1 keeps every entry")
+    checks.expect_close(got, want, f"values ({name})")
+
+
 checks.run_checks("filter_logits (hidden)", [
     ("top-k then top-p", _both),
+    *((f"top_p=1.0 on a saturated {dtype} row (logits 0 and {low:g}), top_k={k}",
+       lambda dtype=dtype, low=low, k=k: _saturated(dtype, low, k))
+      for dtype, low in ((torch.float32, -20.0), (torch.float64, -40.0), (torch.float32, -200.0)) for k in (None, 3)),
     *((f"top_p={p} over {n} equal logits, {dtype}", lambda n=n, p=p, dtype=dtype: _equal_logits(n, p, dtype, (2, 3)))
       for dtype in (torch.float32, torch.float64) for n, p in ((4, 0.5), (4, 0.25), (4, 0.75), (8, 0.5), (8, 0.375),
                                                                (2, 0.5), (4, 1.0), (8, 0.3))),
     *((f"{dtype}: top_k={k}, top_p={p}, shape {shape}",
        lambda shape=shape, dtype=dtype, k=k, p=p, i=i: _filter_case(shape, dtype, k, p, _filter_seeds[i]))
       for dtype in (torch.float32, torch.float64) for i, (shape, k, p) in enumerate(_filter_grid())),
-    *((f"{dtype}: logits around 200, top_k={k}, top_p={p}",
-       lambda dtype=dtype, k=k, p=p, i=i: _filter_case((4, 10), dtype, k, p, _filter_seeds[100 + i],
-                                                       offset=200.0))
-      for dtype in (torch.float32, torch.float64) for i, (k, p) in enumerate(((3, None), (None, 0.6), (5, 0.8)))),
+    *((f"{dtype}: logits around {offset:g}, top_k={k}, top_p={p}",
+       lambda dtype=dtype, k=k, p=p, i=i, offset=offset: _filter_case((4, 10), dtype, k, p, _filter_seeds[100 + i],
+                                                                      offset=offset))
+      for dtype, offset in ((torch.float32, 200.0), (torch.float64, 200.0), (torch.float64, 1000.0))
+      for i, (k, p) in enumerate(((3, None), (None, 0.6), (5, 0.8)))),
 ])
 ### END HIDDEN TESTS
 

@@ -115,16 +115,24 @@ plt.show()
 # Write `rms_norm(x, weight, eps=1e-6)` for `x (..., d)` (any number of leading axes, none
 # included) and `weight (d,)` of `x`'s dtype, float32 or float64, following the formula (the mean of
 # the squares over the last axis, $\epsilon$ inside the square root; keep the default
-# $\epsilon = 10^{-6}$). Return a tensor of `x`'s shape and dtype. Write it with tensor operations:
+# $\epsilon = 10^{-6}$). Return a tensor of `x`'s shape and dtype. `x` and `weight` may also be
+# float16, the half precision LLMs run in: there $x_i^2$ overflows above $|x_i| \approx 256$
+# (float16's largest number is 65504), and activations of hundreds are common, so compute a float16
+# input in float32, as `LlamaRMSNorm` does, and cast the result back. (In float32 and float64 the
+# squares overflow only above $10^{19}$ and $10^{154}$; the tests stay below $10^{15}$ there, so that
+# a float64 input computed in float32 passes too.)
+# Write it with tensor operations:
 # `F.rms_norm`, `torch.rms_norm` and the course's `blocks.rms_norm` fail inside the tests. Any
 # float32 or float64 computation passes (the tests compare with a float64 one to $10^{-5}$ absolute,
-# $10^{-4}$ relative).
+# $10^{-4}$ relative; float16 results to $10^{-3}$ absolute, $2 \cdot 10^{-3}$ relative, about one
+# float16 rounding).
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rms_norm", "locked": false, "schema_version": 3, "solution": true}
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm of ``x (..., d)`` with gain ``weight (d,)``; same shape as ``x``."""
     ### BEGIN SOLUTION
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    h = x.to(torch.promote_types(x.dtype, torch.float32))    # float16 in float32: its squares overflow above 256
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
     ### END SOLUTION
 
 
@@ -146,14 +154,17 @@ checks.run_checks("rms_norm", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex1_rms_norm-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of inputs (1-D to 4-D, one feature to 64, float32 and float64, a
-# transposed input, a zero vector, tiny vectors where the default eps counts, eps = 1 and 0.01),
-# each compared with a float64 computation of the formula, dtype kept; no ready-made function.
+# transposed input, a zero vector, tiny vectors where the default eps counts, eps = 1 and 0.01,
+# float16 inputs of hundreds whose squares overflow float16, vectors of size 1e14), each
+# compared with a float64 computation of the formula, dtype kept; no ready-made function.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(101)
 # (shape of x, scale of x, eps: None for the default / a positional number / ("kw", number), dtype)
 _cases1 = [((16,), 1.0, None, torch.float64), ((3, 16), 0.1, 1.0, torch.float64), ((2, 5, 8), 1e-3, None, torch.float64),
            ((2, 2, 3, 4), 1.0, ("kw", 0.01), torch.float32), ((4, 64), 30.0, None, torch.float32), ((5, 1), 2.0, None, torch.float64),
-           ((3, 7), 1e-3, None, torch.float32), ((6,), 0.5, 1.0, torch.float32), ((3, 4, 8), 1.0, "transposed", torch.float64)]
+           ((3, 7), 1e-3, None, torch.float32), ((6,), 0.5, 1.0, torch.float32), ((3, 4, 8), 1.0, "transposed", torch.float64),
+           ((4, 16), 300.0, None, torch.float16), ((2, 3, 8), 1000.0, ("kw", 0.01), torch.float16),
+           ((5,), 0.5, None, torch.float16), ((3, 6), 1e14, None, torch.float32), ((2, 5), 1e14, None, torch.float64)]
 _in1, _raw1 = [], []
 for _shape, _scale, _eps, _dt in _cases1:
     _x = torch.randn(_shape, generator=_g, dtype=torch.float64) * _scale
@@ -161,6 +172,7 @@ for _shape, _scale, _eps, _dt in _cases1:
         _x[1, 2] = 0.0                                       # a zero vector stays zero
     _w = torch.randn(_shape[-1], generator=_g, dtype=torch.float64)
     _e = 1e-6 if _eps in (None, "transposed") else (_eps[1] if isinstance(_eps, tuple) else _eps)
+    _x, _w = _x.to(_dt).double(), _w.to(_dt).double()       # the expected values from the very inputs passed
     _raw1.append((_x, _w, _e))
     _in1.append((_x.to(_dt), _w.to(_dt), _eps))
 ### BEGIN EXPECTED
@@ -182,8 +194,11 @@ with checks.forbid(blocks.rms_norm, (F, "rms_norm"), (torch, "rms_norm")):
 def _case1(i):
     (_shape, _scale, _eps, _dt), got = _cases1[i], _got1[i]
     what = f"rms_norm, case {i}: x {_shape} {str(_dt)[6:]} of scale {_scale}, eps {_eps}"
-    checks.expect_close(got, _want1[i], what)
     checks.expect_dtype(got, _dt, what)
+    if _dt == torch.float16:                                 # one float16 rounding of the float64 value
+        checks.expect_close(got.double(), _want1[i], what, atol=1e-3, rtol=2e-3)
+    else:
+        checks.expect_close(got, _want1[i], what)
 
 
 checks.run_checks("rms_norm (hidden)", [(f"case {i}", lambda i=i: _case1(i)) for i in range(len(_cases1))])
@@ -269,7 +284,10 @@ for name, t in norm_times.items():
 # included), `W_gate` and `W_up` of shape `(d_ff, d)` and `W_down (d, d_ff)` (the layout of
 # `nn.Linear.weight`: `y = x @ W.T`), all of one dtype, float32 or float64; return `(..., d)` in
 # `x`'s dtype. Use `F.silu` or write SiLU yourself; the course's `blocks.SwiGLU` module fails inside
-# the tests. Any float32 or float64 computation passes ($10^{-5}$ absolute, $10^{-4}$ relative).
+# the tests. Gate pre-activations $z$ may be large, as activations of hundreds are in trained LLMs: the
+# tests include gates of several hundred in float32 and of thousands in float64, where $e^{z}$
+# overflows (float32 above $z \approx 88.7$, float64 above $709.8$); there $\mathrm{SiLU}(z) = z$, and
+# $0$ for large negative $z$. Any float32 or float64 computation passes ($10^{-5}$ absolute, $10^{-4}$ relative).
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_swiglu", "locked": false, "schema_version": 3, "solution": true}
 def swiglu(x, W_gate, W_up, W_down):
@@ -296,7 +314,8 @@ checks.run_checks("swiglu", [
 # %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of inputs (one vector, (n, d), (batch, seq, d), 4-D, a transposed
 # input; d_ff above, below and equal to d; float32 and float64), each compared with a float64
-# computation of the formula, dtype kept; and equal to the course's SwiGLU module with its weights.
+# computation of the formula, dtype kept; gates of hundreds (float32) and thousands (float64) where
+# exp(z) overflows; and equal to the course's SwiGLU module with its weights.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(102)
 # (shape of x, d_ff, dtype, transposed input)
@@ -315,6 +334,15 @@ for _shape, _dff, _dt, _tr in _cases2:
     if _tr:                                               # the same values, stored transposed (not contiguous)
         _x = _x.transpose(0, 1).contiguous().transpose(0, 1)
     _in2.append((_x, *(W.to(_dt) for W in _Ws)))
+# Large gates (issue 54): a diagonal W_gate and identity W_up, W_down, so that each output is one gate's
+# silu(z) * x alone (no sum to cancel in float32); z from -400 to 400 (float32) and -3000 to 3000 (float64).
+for _dt, _top in ((torch.float32, 400.0), (torch.float64, 3000.0)):
+    _cases2.append(((4, 6), 6, _dt, False))
+    _x = (torch.rand(4, 6, generator=_g, dtype=torch.float64) * 2 - 1).to(_dt).double()
+    _gain = (torch.linspace(-_top, _top, 6, dtype=torch.float64)).to(_dt).double()
+    _Ws = (torch.diag(_gain), torch.eye(6, dtype=torch.float64), torch.eye(6, dtype=torch.float64))
+    _raw2.append((_x, _Ws))
+    _in2.append((_x.to(_dt), *(W.to(_dt) for W in _Ws)))
 _mod2 = blocks.SwiGLU(8, 12).double()
 with torch.no_grad():                                      # its weights from the seeded generator
     for _p in _mod2.parameters():
@@ -447,7 +475,7 @@ checks.run_checks("rope_half", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_rope-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of inputs ((seq, d), (batch, seq, d), (batch, heads, seq, d), an
-# expanded input; d from 2 to 128; offsets up to 8000, one new token after a long cache; bases 100 to
+# expanded input; d from 2 to 128; offsets up to 131069 (a 128k cache), one new token after a long cache; bases 100 to
 # 10^6; float32 and float64; the defaults and keyword arguments), each compared with a float64
 # computation within what float32 angles allow, dtype kept, x unchanged; the permutation to the
 # interleaved layout; no ready-made function.
@@ -458,7 +486,8 @@ _cases3 = [((6, 16), 3, 500000.0, torch.float64, "positional"), ((2, 6, 16), 100
            ((2, 3, 5, 8), None, None, torch.float32, "positional"), ((1, 4, 1, 64), 4095, 500000.0, torch.float32, "keyword"),
            ((3, 2), 7, 10000.0, torch.float64, "keyword"), ((1, 2, 9, 128), 8000, 1e6, torch.float64, "positional"),
            ((2, 1, 4), 1, 100.0, torch.float32, "keyword"), ((1, 3, 12, 32), 2047, 10000.0, torch.float32, "positional"),
-           ((4, 1, 16), 513, None, torch.float64, "offset only"), ((2, 2, 7, 6), 60, 10000.0, torch.float64, "expanded")]
+           ((4, 1, 16), 513, None, torch.float64, "offset only"), ((2, 2, 7, 6), 60, 10000.0, torch.float64, "expanded"),
+           ((1, 2, 3, 16), 131069, 500000.0, torch.float64, "positional"), ((2, 1, 8), 100000, None, torch.float32, "offset only")]
 _in3, _raw3, _atol3 = [], [], []
 for _shape, _off, _base, _dt, _how in _cases3:
     _x = torch.randn(_shape, generator=_g, dtype=torch.float64)
@@ -616,8 +645,9 @@ for name, rotate in (("offset = cache length", learner_rope),
 # `{i}` is the layer number, any number of digits. Raise `KeyError` for any name that no row of the
 # table matches: a buffer such as `model.layers.0.self_attn.rotary_emb.inv_freq`, a module this
 # model does not have, another model's naming, one of the course's own names, a name cut short or
-# with more after it. Never return a made-up name: a wrong name would only fail later, when the
-# weights are loaded. (What you do with a `.bias` name, which Llama does not have, or with a layer
+# with more after it, a module of the table under the other parent (`mlp.q_proj`), a leaf other than
+# `weight` (quantised checkpoints store `weight_scale`, `qweight`, `scales`, ...). Never return a
+# made-up name: a wrong name would only fail later, when the weights are loaded. (What you do with a `.bias` name, which Llama does not have, or with a layer
 # "number" that is not digits, is not tested.) Write the mapping yourself: the course's
 # `llama.hf_key_to_ours` fails inside the tests.
 
@@ -634,10 +664,10 @@ def course_key(hf_key):
              "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
              "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
     parts = hf_key.split(".")
-    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
-        middle = ".".join(parts[3:-1])
+    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and parts[-1] == "weight":
+        middle = ".".join(parts[3:-1])             # the parent and the module together: one row of the table
         if middle in inner:
-            return f"stack.layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
+            return f"stack.layers.{parts[2]}.{inner[middle]}.weight"
     raise KeyError(hf_key)
     ### END SOLUTION
 
@@ -666,7 +696,8 @@ checks.run_checks("course_key", [
 
 # %% nbgrader={"grade": true, "grade_id": "ex4_keys-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: every name of layers with one to three digits, the final norm and the output layer;
-# unknown names of many kinds, each of which must raise KeyError.
+# unknown names of many kinds, each of which must raise KeyError: a table module under the other
+# parent (mlp.q_proj), leaves other than weight (quantised checkpoints' weight_scale, qweight, ...).
 ### BEGIN HIDDEN TESTS
 # Layer numbers drawn from the class's secret beside the fixed ones (the grader rewrites the literal seed).
 _layer_draws = torch.Generator().manual_seed(44)
@@ -689,13 +720,20 @@ _unknown = [
     "model.lm_head.weight", "model.embed_tokens", "model.layers.3.input_layernorm",         # cut short, misplaced
     "model.layers.8.mlp.down_proj", "model.norm", "model.layers.4.post_attention_layernorm.weight.extra",
     "model.layers.4.mlp.up_proj.weight.weight", "model.model.norm.weight", "decoder.layers.0.self_attn.q_proj.weight",
+    "model.layers.0.mlp.q_proj.weight", "model.layers.1.self_attn.gate_proj.weight",  # a module under the wrong parent
+    "model.layers.2.mlp.o_proj.weight", "model.layers.3.self_attn.down_proj.weight", "model.layers.0.mlp.input_layernorm.weight",
+    "model.layers.5.self_attn.post_attention_layernorm.weight", "model.layers.0.q_proj.weight", "model.layers.1.norm1.weight",
+    "model.layers.0.self_attn.q_proj.weight_scale", "model.layers.3.mlp.down_proj.qweight",   # quantised checkpoints' leaves
+    "model.layers.1.self_attn.k_proj.scales", "model.layers.2.mlp.up_proj.qzeros", "model.layers.0.self_attn.o_proj.g_idx",
+    "model.layers.0.self_attn.v_proj.input_scale", "model.layers.7.input_layernorm.weight_scale", "model.norm.weight_scale",
+    "lm_head.weight_scale", "model.embed_tokens.qweight",
 ] + [f"model.layers.{i}.{part}" for i in _random_layers[:2]
      for part in ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight", "input_layernorm", "mlp.down_proj")]
 
 
 def _raises_key_error(name):
     try:
-        course_key(name)
+        checks.call(course_key, name)            # through checks.call: the call is recorded
     except KeyError:
         return True
     except Exception:  # noqa: BLE001 (any other exception is not the KeyError the prompt asks for)
@@ -1144,7 +1182,9 @@ print("exp(s - max(s))  :", [f"{x:.3g}" for x in e_row.tolist()], "-> exp / sum:
 # axes: none, a batch, a batch and heads; any block size `B`; float32 or float64); return the new
 # `(m, l, acc)` as the formulas above define them. Start: `m = -inf`, `l = 0`, `acc = 0`. Masked
 # scores are `-inf`: a row whose scores are all `-inf` so far must keep `l = 0`, `acc = 0` (and no
-# NaN; what `m` holds in such a row is not tested).
+# NaN). The tests compare `m` with a value only in rows that have seen a score, but the later blocks
+# start from whatever `m` holds in the others: keep it `-inf` there, as in the start state (a 0 there
+# would make the next block's exponentials $e^{s - 0}$ underflow or overflow).
 #
 # The tests check `m`, `l` and `acc` themselves after every block, not only `acc / l` at the end,
 # in float32 as well as float64, with scores from about $-1000$ to $1000$: every exponential must

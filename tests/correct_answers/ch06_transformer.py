@@ -9,6 +9,8 @@ through small helpers or with keyword-free calls, and other ways to write the sc
 CORRECT = {
     "ex1_sinusoidal": {
         "float32, exp-log frequencies (the Annotated Transformer)": '''def sinusoidal_table(max_len, d_model):
+    if d_model % 2 == 1:
+        raise ValueError(f"d_model must be even, got {d_model}")
     pe = torch.zeros(max_len, d_model)
     position = torch.arange(0, max_len).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
@@ -17,11 +19,15 @@ CORRECT = {
     return pe
 ''',
         "stack and flatten, float64": '''def sinusoidal_table(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("odd d_model: the sines and cosines pair up")
     i = torch.arange(d_model // 2, dtype=torch.float64)
     angle = torch.outer(torch.arange(max_len, dtype=torch.float64), 10000.0 ** (-2 * i / d_model))
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).to(torch.float32)
 ''',
         "cos as a shifted sine": '''def sinusoidal_table(max_len, d_model):
+    if d_model & 1:
+        raise ValueError("d_model must be even")
     cols = torch.arange(d_model)
     freq = torch.pow(10000.0, -(cols - cols % 2).double() / d_model)
     angle = torch.arange(max_len, dtype=torch.float64)[:, None] * freq + (cols % 2) * (math.pi / 2)

@@ -92,7 +92,7 @@ CORRECT = {
         k = min(top_k, scores.size(-1))
         kth = torch.topk(scores, k)[0][..., -1, None]
         scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p is not None:
+    if top_p is not None and top_p < 1.0:   # 1 keeps all (generate adds no warper)
         sorted_logits, sorted_indices = torch.sort(scores, descending=False)
         cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         sorted_to_remove = cumulative_probs <= (1 - top_p)
@@ -111,7 +111,7 @@ CORRECT = {
         if top_k is not None and top_k < V:
             keep = torch.zeros(V, dtype=torch.bool)
             keep[torch.topk(z, top_k).indices] = True
-        if top_p is not None:
+        if top_p is not None and top_p < 1.0:   # 1 keeps all (generate adds no warper)
             probs = torch.where(keep, z, torch.tensor(float("-inf"), dtype=z.dtype)).double().softmax(-1)
             order = torch.argsort(probs, descending=True, stable=True)
             mass = 0.0
@@ -130,7 +130,7 @@ CORRECT = {
         k = min(top_k, out.shape[-1])
         values, _ = out.sort(dim=-1, descending=True)
         out = torch.where(out >= values[..., k - 1:k], out, torch.full_like(out, float("-inf")))
-    if top_p is not None:
+    if top_p is not None and top_p < 1.0:   # 1 keeps all (generate adds no warper)
         values, order = out.sort(dim=-1, descending=True)
         probs = torch.softmax(values, dim=-1)
         before = torch.cat([torch.zeros_like(probs[..., :1]), probs.cumsum(-1)[..., :-1]], dim=-1)

@@ -18,11 +18,12 @@ CORRECT = {
     hidden_states = hidden_states * torch.rsqrt(variance + eps)
     return weight * hidden_states.to(input_dtype)
 ''',
-        # the norm of the vector divided by sqrt(d), einsum for nothing
+        # the norm of the vector divided by sqrt(d), float16 computed in float32
         "vector_norm": '''def rms_norm(x, weight, eps=1e-6):
-    d = x.shape[-1]
-    ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) ** 2 / d
-    return x / torch.sqrt(ms + eps) * weight
+    h = x.float() if x.dtype == torch.float16 else x
+    d = h.shape[-1]
+    ms = torch.linalg.vector_norm(h, dim=-1, keepdim=True) ** 2 / d
+    return (h / torch.sqrt(ms + eps) * weight).to(x.dtype)
 ''',
         # float64 throughout, cast back to x's dtype
         "float64_einsum": '''def rms_norm(x, weight, eps=1e-6):

@@ -132,4 +132,25 @@ REVIEWED = {
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 '''),
+    # Positions truncated to integers (a "position is an index" habit): float positions are allowed
+    # and may be fractional, so position 2.5 must not rotate as if it were 2 (issue 54).
+    "positions_truncated_long": ("ex5_rope", '''def apply_rope(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = positions.long().to(torch.float64)[:, None] * theta[None, :]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+'''),
+    # alpha taken as it comes, not cast to center's dtype: a float64 alpha tensor with float32 centres
+    # gives float64 scores (or raises in einsum); the prompt allows alpha tensors of any dtype and asks
+    # for center's dtype (issue 54).
+    "alpha_not_cast": ("ex2_quadratic", '''def quadratic_scores(offsets, center, alpha):
+    d = offsets.to(center.dtype)
+    alpha = torch.as_tensor(alpha)
+    if center.dim() == 1:
+        return -alpha * (((d - center) ** 2).sum(-1) - (center ** 2).sum())
+    a = alpha.expand(center.shape[0])[:, None, None]
+    return -a * (((d[None] - center[:, None, None, :]) ** 2).sum(-1) - (center ** 2).sum(-1)[:, None, None])
+'''),
 }

@@ -127,4 +127,20 @@ REVIEWED = {
     "table_from_reference_module": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
     return positional.SinusoidalPositions(d_model, max_len).table.clone()
 '''),
+    # Issue 54: the old solution: an odd d_model gives a (max_len, d_model + 1) table instead of the
+    # ValueError the prompt asks for.
+    "odd_d_model_accepted": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
+    two_i = torch.arange(0, d_model, 2).double()
+    angle = torch.arange(max_len)[:, None] / 10000 ** (two_i / d_model)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()
+'''),
+    # Issue 54: the angles in bfloat16 (8 bits of mantissa): fine at the first positions, off by far
+    # more than float32's rounding from a few hundred on.
+    "angles_in_bfloat16": ("ex1_sinusoidal", '''def sinusoidal_table(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angle = (torch.arange(max_len, dtype=torch.float64)[:, None] * freq).to(torch.bfloat16).double()
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()
+'''),
 }

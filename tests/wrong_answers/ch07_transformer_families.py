@@ -206,4 +206,38 @@ REVIEWED = {
         x = layer(x).x
     return model.head(model.stack.norm(x)[:, :1].squeeze())
 '''),
+    # Issue 54: only Python floats rejected (isinstance(x, float)): numpy.float32(2.5), torch.tensor(2.5),
+    # numpy.int64(2) and True return a mask, where the prompt says only a Python int is an int.
+    "prefix_only_python_float_rejected": ("ex1_prefix_mask", '''def prefix_lm_mask(L, prefix_len):
+    if isinstance(prefix_len, (float, str)) or prefix_len is None or not 0 <= prefix_len <= L:
+        raise ValueError(f"prefix_len must be an int in [0, {L}], got {prefix_len!r}")
+    keys = torch.arange(L)
+    return (keys[None, :] < prefix_len) | (keys[None, :] <= keys[:, None])
+'''),
+    # Issue 54: numbers.Integral accepts NumPy integers (and bool when not excluded): numpy.int64(2)
+    # returns a mask, but the prompt counts only a Python int as an int.
+    "prefix_integral_accepted": ("ex1_prefix_mask", '''import numbers
+
+
+def prefix_lm_mask(L, prefix_len):
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, numbers.Integral) or not 0 <= prefix_len <= L:
+        raise ValueError(f"prefix_len must be an int in [0, {L}], got {prefix_len!r}")
+    keys = torch.arange(L)
+    return (keys[None, :] < prefix_len) | (keys[None, :] <= keys[:, None])
+'''),
+    # Issue 54: the old solution: top-p applied at top_p = 1 too, so a saturated float32 row
+    # ([0, -20, -21, -22]: mass 1.0 after the first token) keeps 1 entry where 1 keeps every entry.
+    "top_p_one_on_saturated_row": ("ex3_filter_logits", '''def filter_logits(logits, top_k=None, top_p=None):
+    if top_k is not None and top_k < logits.shape[-1]:
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.topk(top_k, dim=-1).indices, True)
+        logits = logits.masked_fill(~keep, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        keep_sorted = probs.cumsum(-1) - probs < top_p
+        keep_sorted[..., 0] = True
+        keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+        logits = logits.masked_fill(~keep, float("-inf"))
+    return logits
+'''),
 }

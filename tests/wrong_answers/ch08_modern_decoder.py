@@ -179,4 +179,66 @@ def course_key(hf_key):
     p = torch.exp(scores - m_new)
     return m_new, l * scale + p.sum(-1, keepdim=True), acc * scale + p @ v
 '''),
+    # Issue 54: SiLU written z exp(z) / (1 + exp(z)): inf / inf = NaN for a gate above ~88.7 in
+    # float32 (709.8 in float64), where SiLU(z) = z.
+    "silu_by_exp": ("ex2_swiglu", '''def swiglu(x, W_gate, W_up, W_down):
+    z = x @ W_gate.T
+    return (z * torch.exp(z) / (1 + torch.exp(z)) * (x @ W_up.T)) @ W_down.T
+'''),
+    # Issue 54: the formula in the input's dtype: x^2 overflows float16 above 256, so a float16 vector
+    # of hundreds comes back 0 (x / inf); the prompt asks for float16 inputs computed in float32.
+    "rms_squares_overflow": ("ex1_rms_norm", '''def rms_norm(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+'''),
+    # Issue 54: the parent and the module checked separately: model.layers.0.mlp.q_proj.weight maps
+    # to stack.layers.0.self_attn.q_proj.weight, a real name under the wrong parent.
+    "parent_and_module_separately": ("ex4_keys", '''def course_key(hf_key):
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    modules = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+               "o_proj": "self_attn.out_proj", "gate_proj": "ff.gate_proj", "up_proj": "ff.up_proj",
+               "down_proj": "ff.down_proj", "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    parts = hf_key.split(".")
+    if parts[:2] != ["model", "layers"] or not parts[2].isdigit() or parts[-1] != "weight":
+        raise KeyError(hf_key)
+    if len(parts) == 6 and parts[3] in ("self_attn", "mlp") and parts[4] in modules:
+        return f"stack.layers.{parts[2]}.{modules[parts[4]]}.weight"
+    if len(parts) == 5 and parts[3] in ("input_layernorm", "post_attention_layernorm"):
+        return f"stack.layers.{parts[2]}.{modules[parts[3]]}.weight"
+    raise KeyError(hf_key)
+'''),
+    # Issue 54: the old solution: the leaf kept whatever it is, so a quantised checkpoint's
+    # ...q_proj.weight_scale or ...down_proj.qweight gets a made-up name instead of KeyError.
+    "any_leaf_kept": ("ex4_keys", '''def course_key(hf_key):
+    fixed = {"model.embed_tokens.weight": "embed.table.weight", "model.norm.weight": "stack.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    if hf_key in fixed:
+        return fixed[hf_key]
+    inner = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+             "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+             "mlp.gate_proj": "ff.gate_proj", "mlp.up_proj": "ff.up_proj", "mlp.down_proj": "ff.down_proj",
+             "input_layernorm": "norm1", "post_attention_layernorm": "norm2"}
+    parts = hf_key.split(".")
+    if len(parts) >= 5 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
+        middle = ".".join(parts[3:-1])
+        if middle in inner:
+            return f"stack.layers.{parts[2]}.{inner[middle]}.{parts[-1]}"
+    raise KeyError(hf_key)
+'''),
+    # Issue 54: a table of 32768 positions (Mistral's context): right for every offset the tests tried
+    # before (up to 8000), wrong for a cache as long as the prompt allows (Llama 3: 128k positions).
+    "table_of_32768": ("ex3_rope", '''MAX_POSITIONS = 32768
+
+
+def rope_half(x, offset=0, base=10000.0):
+    seq, d = x.shape[-2], x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.arange(MAX_POSITIONS, dtype=torch.float64)[:, None] * theta
+    angle = table[offset:offset + seq]
+    cos, sin = angle.cos().repeat(1, 2).to(x.dtype), angle.sin().repeat(1, 2).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+'''),
 }
