@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Arg", "Call", "Exercise", "Kind", "RECORDER", "describe", "exercises", "kinds_drawn", "record"]
+__all__ = ["Arg", "Call", "Exercise", "Kind", "RECORDER", "describe", "exercises", "kinds_drawn", "record", "tensor"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,13 @@ class Exercise:
     raises: tuple[Kind, ...] = ()     # bad inputs that must raise (tests on the bound arguments)
     mutates: tuple[str, ...] = ()     # arguments the prompt allows to change (almost always none)
     returns_new: bool = False         # the prompt promises a new tensor: no output may alias an input
+
+
+def tensor(dtype=None, dim: int | None = None) -> Callable[[Any], bool]:
+    """A kind's test: a tensor, of ``dtype`` (or any) with ``dim`` dimensions (or any)."""
+    import torch
+    return lambda v: (torch.is_tensor(v) and (dtype is None or v.dtype == dtype)
+                      and (dim is None or v.dim() == dim))
 
 
 @dataclasses.dataclass

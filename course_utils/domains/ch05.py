@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.domains import Arg, Exercise, Kind
+from course_utils.domains import Arg, Exercise, Kind, tensor
 
 __all__ = ["CHAPTER", "EXERCISES"]
 
 CHAPTER = "ch05_attention_as_convolution"
 
 
-def _t(dtype=None, dim=None):
-    """A tensor test: of ``dtype`` (or any) and ``dim`` dimensions (or any)."""
-    return lambda v: (torch.is_tensor(v) and (dtype is None or v.dtype == dtype)
-                      and (dim is None or v.dim() == dim))
+_t = tensor
 
 
 def _py(kind):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.domains import Arg, Exercise, Kind
+from course_utils.domains import Arg, Exercise, Kind, tensor
 
 __all__ = ["CHAPTER", "EXERCISES"]
 
 CHAPTER = "ch06_transformer"
 
 
-def _t(dtype=None, dim=None):
-    return lambda v: (torch.is_tensor(v) and (dtype is None or v.dtype == dtype)
-                      and (dim is None or v.dim() == dim))
+_t = tensor
 
 
 def _int(pred):
