@@ -166,6 +166,8 @@ def prepare(root: Path, out: Path, lang: str | None = None) -> list[Path]:
     else:
         glossary = glossary_for_site(glossary)
     (out / "index.md").write_text(index, encoding="utf-8")
+    # The glossary's links to the README (a term the course's front page teaches) point at the site's front page.
+    glossary = glossary.replace("](README.md)", "](index.md)")
     (out / "glossary.md").write_text(glossary, encoding="utf-8")
     shutil.copy(root / BENCH, out / "benchmarks.md")
     pages = site_pages(root)
