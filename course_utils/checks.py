@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import traceback
 import types
@@ -191,7 +192,6 @@ def _changed(before: tuple, t: torch.Tensor) -> str | None:
 def _inputs(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, tuple]]:
     """Every tensor the call hands ``fn``, named by its argument, with its snapshot."""
     try:
-        import inspect
         named = dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         named = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
@@ -205,7 +205,8 @@ _WARNED: list[str] | None = None
 def _said(name: str, caught: list) -> None:
     """The warnings a call of ``name`` gave, one line each, without the file path of the cell that gave
     them (a temporary file of the kernel): kept for after run_checks' verdict, else printed now."""
-    lines = [f"note: {name} gave a {w.category.__name__}: {str(w.message).splitlines()[0][:300]}" for w in caught]
+    lines = [f"note: {name} gave a {w.category.__name__}: {(str(w.message).splitlines() or [''])[0][:300]}"
+             for w in caught]
     lines = list(dict.fromkeys(lines))
     if _WARNED is not None:
         _WARNED.extend(x for x in lines if x not in _WARNED)

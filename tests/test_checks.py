@@ -211,3 +211,13 @@ def test_a_library_warning_comes_after_the_hint_without_its_file_path(capsys):
     checks.run_checks("answer", [("runs", lambda: checks.call(answer, torch.ones(2)))])
     assert capsys.readouterr().out.splitlines() == ["\u2713 answer: all 1 checks passed",
                                                     "note: answer gave a UserWarning: To copy construct from a tensor, use sourceTensor.clone()"]
+
+
+def test_a_warning_with_an_empty_message_is_still_reported(capsys):
+    import warnings
+
+    def quiet(x):
+        warnings.warn("", UserWarning, stacklevel=2)
+        return x
+    checks.call(quiet, torch.ones(1))
+    assert capsys.readouterr().out == "note: quiet gave a UserWarning: \n"
