@@ -142,6 +142,18 @@ def instructor_lab(tmp: Path, course: Path, extra_env: dict[str, str] | None = N
         log.close()
 
 
+def _give_full_credit(page, grade_id: str) -> int:
+    """Click formgrader's full-credit button of ``grade_id`` once its grade views exist, and wait for
+    the save it sends (a PUT to ``/api/grade/<id>``); returns that response's status. Formgrader binds
+    the button only after it has fetched the grades, so a click before that does nothing."""
+    page.wait_for_function("() => window.formgrader && formgrader.grades && formgrader.grades.loaded === true",
+                           timeout=30_000)
+    saved = lambda r: r.request.method == "PUT" and "/api/grade/" in r.url  # noqa: E731
+    with page.expect_response(saved, timeout=30_000) as response:
+        page.locator(f"div.pull-right:has(#{grade_id}) .full-credit").click()
+    return response.value.status
+
+
 def _kernels(base: str, token: str) -> list:
     with urllib.request.urlopen(f"{base}api/kernels?token={token}", timeout=10) as r:
         return json.load(r)
@@ -165,8 +177,7 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
         after, kernels = _grades(course), _kernels(base, token)
 
         # Formgrader itself still works under the policy: full credit for the written answer.
-        page.locator(f"div.pull-right:has(#{written_id}) .full-credit").click()
-        page.wait_for_timeout(2000)
+        save_status = _give_full_credit(page, written_id)
         credited = _grades(course)
         # ... and its own inline handlers, which the policy allows by hash: the eye shows the name.
         page.locator("span.name-hidden").first.click()
@@ -184,7 +195,8 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
     assert not any(problems), "\n".join(p for p in problems if p)
     assert name_shown, "formgrader's own onclick handler (the student's name) was blocked"
     manual, max_score = credited[written_id][1], credited[written_id][3]
-    assert manual == max_score > 0, f"formgrader's full-credit button did not save: {credited[written_id]}"
+    assert manual == max_score > 0, \
+        f"formgrader's full-credit button did not save (HTTP {save_status}): {credited[written_id]}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,12 +324,8 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
         page.locator("mjx-container").first.wait_for(timeout=30_000)
         typeset = page.locator("mjx-container").count()
         page.screenshot(path=str(screenshots / "formgrader-math.png"))
-        page.locator("div.pull-right:has(#q1_scale) .full-credit").click()
-        for _ in range(60):           # formgrader saves the mark in the background
-            marked = _grade(course, "ada", "q1_scale")
-            if marked[0] is not None:
-                break
-            page.wait_for_timeout(250)
+        save_status = _give_full_credit(page, "q1_scale")
+        marked = _grade(course, "ada", "q1_scale")
 
         # Autograde (ada's, regraded by the course's grader), then Generate and Release Feedback.
         page.goto(f"{base}formgrader/manage_submissions/{CHAPTER}", wait_until="load")
@@ -348,7 +356,8 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
     assert typeset >= 2, f"the written answer's math was not typeset ({typeset} formulas)"
     assert "https:" not in csp and "http:" not in csp, csp
     watch.assert_clean("formgrader's pages")
-    assert marked[0] == marked[2] and marked[1] is False, f"the full-credit button did not save: {marked}"
+    assert marked[0] == marked[2] and marked[1] is False, \
+        f"the full-credit button did not save (HTTP {save_status}): {marked}"
     assert "checksum" not in log and "has changed" not in log, f"a tampering warning on an honest submission:\n{log}"
     assert "faults: none" in log and "ex6_module" in log, log
     assert after_autograde == marked, f"formgrader's Autograde undid the hand mark: {marked} -> {after_autograde}"
