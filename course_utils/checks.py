@@ -145,13 +145,48 @@ class NotImplementedYet(CheckFailed):
 
 
 def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
-    """Call the learner's ``fn``; an exercise not done yet becomes a clear failure."""
+    """Call the learner's ``fn``; an exercise not done yet becomes a clear failure.
+
+    Where ``fn`` is a declared exercise (:mod:`course_utils.domains`): while it runs, the chapter's
+    other exercises' functions are the references (one mistake costs one exercise); afterwards its
+    inputs must be unchanged (bitwise, shape, dtype and stride; tensors inside lists, tuples, dicts
+    and modules too) unless the declaration allows it, and where the prompt promises a new tensor,
+    the result must not share an input's storage. While recording is on, the call is recorded.
+    """
+    from course_utils import domains
+
     name = what or getattr(fn, "__name__", "your function")
+    ex = domains.exercise_of(fn)
+    snap = []
+    if ex is not None:
+        bound = domains._bind(fn, ex, args, kwargs)
+        snap = domains.snapshot(bound, skip=ex.mutates) if bound is not None else []
+    raised: BaseException | None = None
     try:
-        return fn(*args, **kwargs)
-    except NotImplementedError:
+        with domains.isolated(fn):
+            out = fn(*args, **kwargs)
+    except NotImplementedError as err:
+        raised = err
         raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
                                 "with your code") from None
+    except BaseException as err:
+        raised = err
+        raise
+    finally:
+        domains.record(fn, args, kwargs, raised)
+        if snap and not isinstance(raised, NotImplementedError):
+            where = domains.changed(snap)
+            if where is not None:
+                raise CheckFailed(f"{name} changed its argument `{where}` in place; the chapter's rule: "
+                                  "inputs are never modified (work on a copy, or use out-of-place "
+                                  "operations: `x.masked_fill(...)` rather than `x.masked_fill_(...)`)")
+    if ex is not None and ex.returns_new:
+        where = domains.shares_storage(out, snap)
+        if where is not None:
+            raise CheckFailed(f"{name} returned a view of its argument `{where}` (the result shares its "
+                              "memory); the prompt asks for a new tensor: the caller's input and your "
+                              "result must not change together")
+    return out
 
 
 def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> None:
@@ -247,6 +282,11 @@ def learner_or_reference(learner: Callable, reference: Callable, probe: Callable
     return learner
 
 
+def _domains():
+    from course_utils import domains
+    return domains
+
+
 def _forbidden_message(name: str) -> str:
     return f"your answer calls {name}: the exercise is to write it yourself"
 
@@ -293,6 +333,8 @@ def forbid(*targets: Any) -> Iterator[None]:
                 restore.append(functools.partial(setattr, module, attr, old))
             elif isinstance(target, types.FunctionType):
                 old_code = target.__code__
+                _domains()._ORIGINAL_CODE.setdefault(id(target), old_code)
+                restore.append(functools.partial(_domains()._ORIGINAL_CODE.pop, id(target), None))
                 target.__code__ = _raising_code(f"{target.__module__}.{target.__qualname__}", old_code)
                 restore.append(functools.partial(setattr, target, "__code__", old_code))
             else:
