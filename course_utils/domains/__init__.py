@@ -164,9 +164,13 @@ def _bind(fn: Any, ex: Exercise, args: tuple, kwargs: dict) -> dict[str, Any] | 
     return dict(bound.arguments)
 
 
+CALL = "*"      # an Arg of this name classifies the whole call (the dict of bound arguments)
+
+
 def classify(ex: Exercise, bound: dict[str, Any]) -> dict[str, list[str]]:
     """``{argument: [names of the declared kinds its value is]}``."""
-    return {a.name: [k.name for k in a.kinds if a.name in bound and k.holds(bound[a.name])]
+    return {a.name: [k.name for k in a.kinds if (a.name == CALL or a.name in bound)
+                     and k.holds(bound if a.name == CALL else bound[a.name])]
             for a in ex.args}
 
 
@@ -341,7 +345,8 @@ def describe(ex: Exercise) -> str:
     """The prompt's list of what the tests try (markdown, no comment prefix)."""
     lines = ["The tests try every kind of input listed here:"]
     for a in ex.args:
-        lines.append(f"- `{a.name}`: " + "; ".join(k.text for k in a.kinds) + ".")
+        what = "the arguments together" if a.name == CALL else f"`{a.name}`"
+        lines.append(f"- {what}: " + "; ".join(k.text for k in a.kinds) + ".")
     if ex.raises:
         lines.append("- must raise: " + "; ".join(k.text for k in ex.raises) + ".")
     lines.append("- the inputs come back unchanged" + (

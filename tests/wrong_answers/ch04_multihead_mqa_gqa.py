@@ -146,4 +146,42 @@ def merge_heads(x):
             out[j * d_head:(j + 1) * d_head] += weight[h * d_head:(h + 1) * d_head] / r
     return out
 '''),
+    # Issue 54. ``.transpose_`` on the view: equivalent on plain tensors, but an in-place view op on a
+    # view of a leaf that requires grad raises; the hidden tests pass such leaves.
+    "split_transpose_in_place": ("ex1_split", '''def split_heads(x, n_heads):
+    b, L, d = x.shape
+    return x.view(b, L, n_heads, d // n_heads).transpose_(1, 2)
+
+
+def merge_heads(x):
+    b, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(b, L, h * d)
+'''),
+    # Issue 54. Scales the caller's queries in place (``q.mul_``): every output is right, but ``q`` comes back
+    # changed, against the chapter's rule; checks.call's inputs-unchanged check catches it.
+    "cache_scales_q_in_place": ("ex4_cache", '''def attend_with_cache(q, k_new, v_new, cache=None):
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    q.mul_(1 / math.sqrt(q.shape[-1]))
+    n_rep = q.shape[1] // k_new.shape[1]
+    k, v = repeat_used(k_new, n_rep), repeat_used(v_new, n_rep)
+    s = (q @ k.transpose(-2, -1)).masked_fill(~attention.causal_mask(q.shape[2], k.shape[2]), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v, (k_new, v_new)
+'''),
+    # Issue 54. ``numpy.prod`` works in int64: past 2**63 it wraps (8 * 10**19 comes back 6213023705161793536)
+    # against the prompt's "exact, however large".
+    "kv_bytes_numpy_prod": ("ex5_kv_bytes", '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
+    import numpy
+    return int(numpy.prod([2, n_layers, n_kv_heads, d_head, seq_len, batch, bytes_per_value]))
+'''),
+    # Issue 54. Scales the caller's ``x`` in place before projecting the queries (and undoes the scale on the
+    # scores): every output is right, ``x`` comes back changed.
+    "mha_scales_x_in_place": ("ex2_mha", '''def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    k = split_used(context @ W_k, n_heads)
+    v = split_used(context @ W_v, n_heads)
+    q = split_used(x.mul_(1 / math.sqrt(x.shape[-1] // n_heads)) @ W_q, n_heads)
+    out, weights = attention.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
+    return merge_used(out) @ W_o, weights
+'''),
 }
