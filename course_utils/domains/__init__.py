@@ -368,7 +368,9 @@ def _source(ex: Exercise, root: Path) -> Path:
 
 def _block(ex: Exercise) -> list[str]:
     start, end = _marker(ex)
-    return [f"# {start}"] + [f"# {ln}" if ln else "#" for ln in describe(ex).splitlines()] + [f"# {end}"]
+    # blank lines around the list: the catalogues (course_utils.i18n) take it as a paragraph of its own
+    return ([f"# {start}", "#"] + [f"# {ln}" if ln else "#" for ln in describe(ex).splitlines()]
+            + ["#", f"# {end}"])
 
 
 def prompt_problems(root: Path = ROOT, write: bool = False) -> list[str]:

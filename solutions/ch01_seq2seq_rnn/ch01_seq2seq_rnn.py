@@ -138,9 +138,11 @@ for src, tgt in len_test[:3]:
 #   `torch.rnn_tanh_cell` or the reference `rnn.rnn_forward` loses the hidden points.
 #
 # <!-- domain: ex1_rnn_forward rnn_forward -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one; a batch of one.
+# - `x`: float32; float64; a batch of more than 1; a batch of 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rnn_forward", "locked": false, "schema_version": 3, "solution": true}
@@ -554,9 +556,11 @@ plt.show()
 # `data.shift_targets` loses the hidden point.
 #
 # <!-- domain: ex2_decoder_io make_decoder_io -->
+#
 # The tests try every kind of input listed here:
 # - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_decoder_io", "locked": false, "schema_version": 3, "solution": true}
@@ -670,10 +674,12 @@ print("same as make_decoder_io:", torch.equal(mine_in, batch.tgt_in) and torch.e
 # hidden points.
 #
 # <!-- domain: ex3_encode encode -->
+#
 # The tests try every kind of input listed here:
-# - `src`: a batch of more than one; a batch of one.
+# - `src`: a batch of more than 1; a batch of 1.
 # - the arguments together: sources of different lengths (some padded).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_encode", "locked": false, "schema_version": 3, "solution": true}
@@ -786,9 +792,11 @@ for _bi, _lengths, _S in _cases:
 # its `forward`) or `Seq2Seq.decode_step` loses the hidden point.
 #
 # <!-- domain: ex4_decoder_step decoder_step -->
+#
 # The tests try every kind of input listed here:
-# - `prev_tokens`: a batch of more than one; a batch of one.
+# - `prev_tokens`: a batch of more than 1; a batch of 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_decoder_step", "locked": false, "schema_version": 3, "solution": true}
@@ -1079,10 +1087,12 @@ if not GRADING:
 # log-probabilities. Calling the reference `decoding.greedy_decode` loses the hidden points.
 #
 # <!-- domain: ex5_greedy greedy_decode -->
+#
 # The tests try every kind of input listed here:
 # - `max_len`: 1; more than 1.
 # - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_greedy", "locked": false, "schema_version": 3, "solution": true}
@@ -1286,11 +1296,13 @@ checks.expect_close(_sc, _want_sc, "scores (a step that needs torch.long ids)")
 # steps with a memory. Calling the reference `decoding.beam_search` loses the hidden points.
 #
 # <!-- domain: ex6_beam beam_search -->
+#
 # The tests try every kind of input listed here:
 # - `beam_size`: 1; more than 1.
 # - `alpha`: 0; fractional (0.6); 1.
 # - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults; a beam of 1 with `alpha` > 0.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_beam", "locked": false, "schema_version": 3, "solution": true}

@@ -164,9 +164,11 @@ assert every_step == T_len * (S_len + 1) * n * n, 'the count of multiplications 
 # after every call.
 #
 # <!-- domain: ex1_additive additive_score -->
+#
 # The tests try every kind of input listed here:
-# - `query`: float32; float64; a batch of more than one; a batch of one.
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_additive", "locked": false, "schema_version": 3, "solution": true}
@@ -296,16 +298,20 @@ assert same_general and same_concat, 'general and concat scores must agree with 
 # `ra.dot_score` or `ra.general_score` loses the hidden point.
 #
 # <!-- domain: ex2_luong_scores dot_score -->
+#
 # The tests try every kind of input listed here:
-# - `query`: float32; float64; a batch of more than one; a batch of one.
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 #
 # <!-- domain: ex2_luong_scores general_score -->
+#
 # The tests try every kind of input listed here:
-# - `query`: float32; float64; a batch of more than one; a batch of one.
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
 # - `W_a`: not symmetric (square or not).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_luong_scores", "locked": false, "schema_version": 3, "solution": true}
@@ -439,10 +445,12 @@ print("-1e9 in float16:", torch.tensor(-1e9).half())
 # `attention.masked_softmax` (or `ra.attend`) loses the hidden points.
 #
 # <!-- domain: ex3_masked_softmax masked_softmax -->
+#
 # The tests try every kind of input listed here:
 # - `scores`: float32; float64; scores of 1000 and beyond, positive or negative.
 # - the arguments together: a row without any real position; a mask with fewer axes than the scores.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_masked_softmax", "locked": false, "schema_version": 3, "solution": true}
@@ -538,9 +546,11 @@ for _i, (_what, _sc, _mk) in enumerate(_cases):
 # or `F.scaled_dot_product_attention` loses the hidden point.
 #
 # <!-- domain: ex4_context context_vector -->
+#
 # The tests try every kind of input listed here:
-# - `weights`: float32; float64; a batch of more than one; a batch of one; a row of zero weights (all padding).
+# - `weights`: float32; float64; a batch of more than 1; a batch of 1; a row of zero weights (all padding).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_context", "locked": false, "schema_version": 3, "solution": true}
@@ -692,10 +702,12 @@ print("masked_softmax of the unclamped row:", attention.masked_softmax(torch.ran
 # loses the hidden points.
 #
 # <!-- domain: ex5_local_window local_m_mask -->
+#
 # The tests try every kind of input listed here:
 # - `D`: 0; more than 0.
 # - the arguments together: `t` beyond the sentence; `src_len` above the longest length.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_local_window", "locked": false, "schema_version": 3, "solution": true}
@@ -793,9 +805,11 @@ for _t, _lengths, _D, _S in _cases:
 # model's own step (`bahdanau_step`, `decode_step`, `forward`) loses the hidden points.
 #
 # <!-- domain: ex6_decoder_step attention_decoder_step -->
+#
 # The tests try every kind of input listed here:
-# - `prev_tokens`: a batch of more than one; a batch of one.
+# - `prev_tokens`: a batch of more than 1; a batch of 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_decoder_step", "locked": false, "schema_version": 3, "solution": true}

@@ -258,9 +258,11 @@ assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float6
 # float64).
 #
 # <!-- domain: ex1_scores scaled_scores -->
+#
 # The tests try every kind of input listed here:
-# - `q`: float32; float64; a batch of more than one.
+# - `q`: float32; float64; a batch of more than 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_scores", "locked": false, "schema_version": 3, "solution": true}
@@ -373,10 +375,12 @@ print("torch.softmax of [1, 2, 3] - 100:", torch.softmax(x_small - 100, dim=0))
 # axis so that the subtraction broadcasts.
 #
 # <!-- domain: ex2_softmax stable_softmax -->
+#
 # The tests try every kind of input listed here:
 # - `x`: float32; float64; scores in the hundreds or beyond (exp overflows in float32); with -inf entries.
 # - `dim`: -1; another negative axis; an axis counted from 0.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_softmax", "locked": false, "schema_version": 3, "solution": true}
@@ -701,10 +705,12 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # tests compare your function with the latter.
 #
 # <!-- domain: ex3_attention sdp_attention -->
+#
 # The tests try every kind of input listed here:
-# - `q`: float32; float64; a batch of more than one.
+# - `q`: float32; float64; a batch of more than 1.
 # - `mask`: None; a bool tensor; a query whose every key is masked.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_attention", "locked": false, "schema_version": 3, "solution": true}
@@ -918,10 +924,12 @@ print("max |ours - F.scaled_dot_product_attention| < 1e-6:", (ours - fused).abs(
 # than keys ($L_q > L_k$: the first $L_q - L_k$ queries then see no key).
 #
 # <!-- domain: ex4_causal causal_mask -->
+#
 # The tests try every kind of input listed here:
 # - `L_q`: 1; more than 1.
 # - the arguments together: `L_k` left out (square); `L_k` > `L_q` (a cache).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_causal", "locked": false, "schema_version": 3, "solution": true}
@@ -1103,10 +1111,12 @@ except TypeError as err:
 # `T`). Both results have the inputs' dtype (float32 or float64).
 #
 # <!-- domain: ex5_cross cross_attention -->
+#
 # The tests try every kind of input listed here:
-# - `x_dec`: float32; float64; a batch of more than one; a batch of one.
+# - `x_dec`: float32; float64; a batch of more than 1; a batch of 1.
 # - the arguments together: `enc_lengths` None; `enc_lengths` with sources shorter than S (their padded positions must stay as the caller gave them).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_cross", "locked": false, "schema_version": 3, "solution": true}
@@ -1262,10 +1272,12 @@ plt.show()
 # `multihead.MultiHeadAttention`.
 #
 # <!-- domain: ex6_module SelfAttention -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one.
+# - `x`: float32; float64; a batch of more than 1.
 # - `mask`: None; a bool tensor.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_module", "locked": false, "schema_version": 3, "solution": true}

@@ -226,16 +226,20 @@ plt.show()
 # come in.
 #
 # <!-- domain: ex1_split split_heads -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one; a batch of one; a leaf tensor that requires grad.
+# - `x`: float32; float64; a batch of more than 1; a batch of 1; a leaf tensor that requires grad.
 # - `n_heads`: 1; more than 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 #
 # <!-- domain: ex1_split merge_heads -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one; a batch of one; a leaf tensor that requires grad.
+# - `x`: float32; float64; a batch of more than 1; a batch of 1; a leaf tensor that requires grad.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_split", "locked": false, "schema_version": 3, "solution": true}
@@ -371,12 +375,14 @@ assert torch.allclose(batched, looped, atol=1e-6), 'the batched heads must equal
 # `multihead.MultiHeadAttention`: the hidden tests check.)
 #
 # <!-- domain: ex2_mha multi_head_attention -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one.
+# - `x`: float32; float64; a batch of more than 1.
 # - the arguments together: `context` is `x` (self-attention); `context` of another length than `x` (cross-attention).
 # - `n_heads`: 1; more than 1.
 # - `mask`: None; a bool tensor.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_mha", "locked": false, "schema_version": 3, "solution": true}
@@ -626,10 +632,12 @@ for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
 # `n_rep >= 1` (`n_rep = 1`: MHA, `n_kv_heads = 1`: MQA).
 #
 # <!-- domain: ex3_repeat_kv repeat_kv -->
+#
 # The tests try every kind of input listed here:
-# - `x`: float32; float64; a batch of more than one; every head holding different values at different positions.
+# - `x`: float32; float64; a batch of more than 1; every head holding different values at different positions.
 # - `n_rep`: 1; more than 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_repeat_kv", "locked": false, "schema_version": 3, "solution": true}
@@ -805,10 +813,12 @@ print("the mask behind is_causal=True (top-left):\n", torch.ones(2, 5).tril().in
 # `out` has `q`'s dtype (float32 or float64).
 #
 # <!-- domain: ex4_cache attend_with_cache -->
+#
 # The tests try every kind of input listed here:
-# - `q`: float32; float64; a batch of more than one.
+# - `q`: float32; float64; a batch of more than 1.
 # - `cache`: None (an empty cache); a `(k, v)` pair.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_cache", "locked": false, "schema_version": 3, "solution": true}
@@ -995,12 +1005,14 @@ for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
 # position as well as by keyword, and leave the defaults out.
 #
 # <!-- domain: ex5_kv_bytes kv_cache_bytes -->
+#
 # The tests try every kind of input listed here:
 # - `n_layers`: a Python int.
 # - `seq_len`: a Python int.
 # - `bytes_per_value`: 1; 2; 4.
 # - the arguments together: sizes whose product passes 2**53; sizes whose product passes 2**63 (a Python int stays exact).
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_kv_bytes", "locked": false, "schema_version": 3, "solution": true}
@@ -1307,10 +1319,12 @@ print(f"d_model 256 / d_model 32: MHA {step_ms[(256, 'MHA')] / step_ms[(32, 'MHA
 # (float32 or float64), and `weight` itself is left unchanged.
 #
 # <!-- domain: ex6_mean_pool mean_pool_heads -->
+#
 # The tests try every kind of input listed here:
 # - `weight`: float32; float64; a weight (2-D); a bias (1-D).
 # - `n_groups`: 1; more than 1.
 # - the inputs come back unchanged.
+#
 # <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_mean_pool", "locked": false, "schema_version": 3, "solution": true}
