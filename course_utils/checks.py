@@ -160,6 +160,8 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     snap = []
     if ex is not None:
         bound = domains._bind(fn, ex, args, kwargs)
+        if bound is not None and isinstance(fn, torch.nn.Module):
+            bound = {"self": fn, **bound}      # a module's own parameters and buffers are inputs too
         snap = domains.snapshot(bound, skip=ex.mutates) if bound is not None else []
     raised: BaseException | None = None
     try:

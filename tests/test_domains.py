@@ -189,3 +189,34 @@ def test_ch05_a_wrong_ex1_costs_ex1_only():
                                        ex3: [("wrong ex1, right ex3", wrong1 + "\n" + exs[ex3].source)]})
     assert not got[ex1][0].full_marks, got[ex1][0]
     assert got[ex3][0].full_marks, f"a wrong ex1 cost ex3's points too: {got[ex3][0]}"
+
+
+def test_a_modules_own_parameters_are_watched(monkeypatch):
+    t = domains.Kind("tensor", "a tensor", torch.is_tensor)
+    ex = domains.Exercise("ch99_fake", "ex1_mod", "Mod", None, (domains.Arg("x", (t,)),))
+    monkeypatch.setattr(domains, "_BY_FUNCTION", {"Mod": [ex]})
+
+    class Mod(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.w.mul_(2)
+            return x * self.w
+
+    Mod.__module__ = "__main__"
+    with pytest.raises(checks.CheckFailed, match=r"`self.w`"):
+        checks.call(Mod(), torch.ones(2))
+
+
+def test_coverage_names_what_the_hidden_cell_never_draws(monkeypatch):
+    _fake(monkeypatch)
+    ex2 = domains._BY_FUNCTION["second"][0]
+    rec = {"exercise": "ch99_fake:ex2_second", "cell": "ex2_second-hidden", "raised": None, "kinds": {"x": []},
+           "raises": []}
+    assert domains.coverage_misses(ex2, [rec]) == ["argument `x`: kind 'tensor' (a tensor)"]
+    visible = {**rec, "cell": "ex2_second-visible", "kinds": {"x": ["tensor"]}}
+    assert domains.coverage_misses(ex2, [rec, visible]), "a kind drawn by the visible cell only does not count"
+    assert domains.coverage_misses(ex2, [{**rec, "kinds": {"x": ["tensor"]}}]) == []

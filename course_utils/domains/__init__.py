@@ -231,7 +231,7 @@ def snapshot(bound: dict[str, Any], skip: tuple[str, ...] = ()) -> list[tuple[st
     out = []
     with torch.no_grad():
         for name, value in bound.items():
-            if name in skip or name == "self":
+            if name in skip:
                 continue
             for where, t in _tensors(value, name):
                 out.append((where, t, (t.detach().clone(), tuple(t.shape), t.dtype, t.stride(),
