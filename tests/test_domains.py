@@ -172,7 +172,7 @@ def test_recording_classifies_arguments_and_raises(monkeypatch):
             checks.call(ns["second"], None)
     assert recs[0]["exercise"] == "ch99_fake:ex2_second" and recs[0]["kinds"] == {"x": ["tensor"]}
     assert recs[1]["raised"] == "TypeError" and recs[1]["kinds"] == {"x": []}
-    assert domains._RECORDS is None                               # off outside the block
+    assert domains._STATE.records is None                         # off outside the block
 
 
 def test_ch05_a_wrong_ex1_costs_ex1_only():

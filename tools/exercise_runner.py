@@ -108,7 +108,7 @@ def _run(shell, source: str, quiet: bool = False, cell_id: str | None = None) ->
     ``cell_id``: the cell's grade_id, told to :mod:`course_utils.domains` for its records."""
     from course_utils import domains
 
-    domains.current_cell = cell_id
+    domains.set_cell(cell_id)
     if quiet:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             result = shell.run_cell(source, store_history=False, silent=False)
@@ -270,7 +270,7 @@ def record_chapter(chapter: str, root: Path = ROOT) -> list[dict]:
                 _close_figures()
         return list(recs)
     finally:
-        domains.current_cell = None
+        domains.set_cell(None)
         os.chdir(cwd)
         if grading_env is None:
             os.environ.pop("NBGRADER_EXECUTION", None)

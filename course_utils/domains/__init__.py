@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Arg", "Exercise", "Kind", "chapters", "classify", "declarations", "describe",
-           "exercise_of", "isolated", "recording", "snapshot", "changed"]
+           "exercise_of", "isolated", "recording", "set_cell", "snapshot", "changed"]
 
 CHAPTER_MODULES = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08")
 
@@ -97,17 +97,16 @@ def chapters() -> dict[str, tuple[Exercise, ...]]:
     return {c: declarations(c) for c in CHAPTER_MODULES}
 
 
-_BY_FUNCTION: dict[str, list[Exercise]] | None = None
+# Module state is only ever changed in place, never rebound: the grader's tamper guard
+# (course_utils/grading/tamper_guard.py) fails a submission when a course module's global is replaced.
+_BY_FUNCTION: dict[str, list[Exercise]] = {}     # filled on first use
 
 
 def _by_function() -> dict[str, list[Exercise]]:
-    global _BY_FUNCTION
-    if _BY_FUNCTION is None:
-        table: dict[str, list[Exercise]] = {}
+    if not _BY_FUNCTION:
         for exs in chapters().values():
             for ex in exs:
-                table.setdefault(ex.function, []).append(ex)
-        _BY_FUNCTION = table
+                _BY_FUNCTION.setdefault(ex.function, []).append(ex)
     return _BY_FUNCTION
 
 
@@ -139,19 +138,22 @@ def exercise_of(fn: Any) -> Exercise | None:
 
 # --- recording ----------------------------------------------------------------------------------
 
-_RECORDS: list[dict] | None = None
-current_cell: str | None = None      # the grade_id of the cell running (set by the test harness)
+_STATE = types.SimpleNamespace(records=None, cell=None, depth=0)
+
+
+def set_cell(grade_id: str | None) -> None:
+    """Tell the records which cell runs now (its grade_id; the test harness calls this)."""
+    _STATE.cell = grade_id
 
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[dict]]:
     """Record every :func:`course_utils.checks.call` in the block; yields the list of records."""
-    global _RECORDS
-    old, _RECORDS = _RECORDS, []
+    old, _STATE.records = _STATE.records, []
     try:
-        yield _RECORDS
+        yield _STATE.records
     finally:
-        _RECORDS = old
+        _STATE.records = old
 
 
 def _bind(fn: Any, ex: Exercise, args: tuple, kwargs: dict) -> dict[str, Any] | None:
@@ -176,10 +178,10 @@ def classify(ex: Exercise, bound: dict[str, Any]) -> dict[str, list[str]]:
 
 def record(fn: Any, args: tuple, kwargs: dict, raised: BaseException | None) -> None:
     """Append one call's record when recording is on (called by ``checks.call``)."""
-    if _RECORDS is None:
+    if _STATE.records is None:
         return
     ex = exercise_of(fn)
-    rec: dict[str, Any] = {"function": _name(fn), "cell": current_cell, "raised": None if raised is None
+    rec: dict[str, Any] = {"function": _name(fn), "cell": _STATE.cell, "raised": None if raised is None
                            else type(raised).__name__, "exercise": None, "kinds": {}, "raises": []}
     if ex is not None:
         bound = _bind(fn, ex, args, kwargs)
@@ -188,7 +190,7 @@ def record(fn: Any, args: tuple, kwargs: dict, raised: BaseException | None) -> 
             rec["kinds"] = classify(ex, bound)
             if raised is not None:
                 rec["raises"] = [k.name for k in ex.raises if k.holds(bound)]
-    _RECORDS.append(rec)
+    _STATE.records.append(rec)
 
 
 def coverage_misses(ex: Exercise, records: list[dict]) -> list[str]:
@@ -301,23 +303,19 @@ def _stand_in(ref: Any) -> Any:
     return copy
 
 
-_DEPTH = 0
-
-
 @contextlib.contextmanager
 def isolated(fn: Any) -> Iterator[None]:
     """While the learner's ``fn`` runs, every OTHER declared exercise of its chapter that the
     notebook's namespace defines is the reference; the learner's versions come back afterwards, even
     when the call fails. Nested calls keep the outermost swap."""
-    global _DEPTH
     ex = exercise_of(fn)
     ns = _namespace(fn)
-    if ex is None or ns is None or _DEPTH:
-        _DEPTH += 1
+    if ex is None or ns is None or _STATE.depth:
+        _STATE.depth += 1
         try:
             yield
         finally:
-            _DEPTH -= 1
+            _STATE.depth -= 1
         return
     saved: dict[str, Any] = {}
     for other in declarations(ex.chapter[:4]):
@@ -331,11 +329,11 @@ def isolated(fn: Any) -> Iterator[None]:
             continue
         saved[other.function] = mine
         ns[other.function] = _stand_in(ref)
-    _DEPTH += 1
+    _STATE.depth += 1
     try:
         yield
     finally:
-        _DEPTH -= 1
+        _STATE.depth -= 1
         ns.update(saved)
 
 
