@@ -380,7 +380,8 @@ for _B, _S, _dq, _dk, _dt in _grid:
 # %%
 # NBVAL_CHECK_OUTPUT
 dot_fn = checks.learner_or_reference(dot_score, ra.dot_score, lambda f: f(q, K), "dot_score")
-general_fn = checks.learner_or_reference(general_score, ra.general_score, lambda f: f(q, K, W_a), "general_score")
+general_fn = checks.learner_or_reference(general_score, ra.general_score,     # the probe: d_q != d_k too
+                                         lambda f: (f(q, K, W_a), f(q, K[..., :3], W_a[:, :3])), "general_score")
 W_loc = torch.randn(6, 4, generator=_g)                     # up to 6 source positions
 scores_by_kind = {"dot": dot_fn(q, K), "general": general_fn(q, K, W_a),
                   "concat": ra.concat_score(q, K, W_cat, v_cat), "location": ra.location_score(q, W_loc, K.shape[1])}
