@@ -146,13 +146,6 @@ class NotImplementedYet(CheckFailed):
     """The learner's function still raises ``NotImplementedError``: the exercise is not done yet."""
 
 
-#: Functions whose prompt lets them change an argument in place, by name. Every other exercise returns new
-#: values and leaves its inputs as they were. ``online_update`` (chapter 8) carries the running state
-#: ``(m, l, acc)`` of the online softmax from block to block and returns it: updating ``l`` and ``acc`` in
-#: place, as FlashAttention's kernels do, is a right answer its prompt allows.
-MAY_CHANGE_INPUTS: frozenset[str] = frozenset({"online_update"})
-
-
 def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor in ``value`` (inside lists, tuples and dicts, and a module's parameters and
     buffers), each with where it sits (``x``, ``cache[0]``, ``layer.weight``)."""
@@ -189,13 +182,23 @@ def _changed(before: tuple, t: torch.Tensor) -> str | None:
     return None if same else "its values changed"
 
 
-def _inputs(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, tuple]]:
-    """Every tensor the call hands ``fn``, named by its argument, with its snapshot."""
+def _inputs(fn: Callable, args: tuple, kwargs: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, torch.Tensor, tuple]]:
+    """Every tensor the call hands ``fn``, named by its argument, with its snapshot; a module's own
+    parameters and buffers (``self.…``) are inputs too. Arguments named in ``skip`` are not watched."""
     try:
         named = dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         named = {f"argument {i + 1}": a for i, a in enumerate(args)} | kwargs
-    return [(where, t, _frozen(t)) for name, value in named.items() for where, t in _tensors(value, name)]
+    if isinstance(fn, torch.nn.Module):
+        named = {"self": fn, **named}
+    return [(where, t, _frozen(t)) for name, value in named.items() if name not in skip
+            for where, t in _tensors(value, name)]
+
+
+def _shares_memory(out: Any, watched: list[tuple[str, torch.Tensor, tuple]]) -> str | None:
+    """The watched input whose memory a tensor of ``out`` shares, or None."""
+    ptrs = {t.untyped_storage().data_ptr() for _, t in _tensors(out, "out") if t.numel()}
+    return next((where for where, t, _ in watched if t.numel() and t.untyped_storage().data_ptr() in ptrs), None)
 
 
 # Warnings the learner's code gave inside run_checks, shown after its verdict (not above the hint).
@@ -218,15 +221,23 @@ def _said(name: str, caught: list) -> None:
 def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     """Call the learner's ``fn``; an exercise not done yet becomes a clear failure, and so does a call
     that changed one of its inputs in place (the course's rule: a function leaves its inputs as they
-    were, unless ``fn`` is in :data:`MAY_CHANGE_INPUTS`)."""
+    were, unless its declaration in :mod:`course_utils.domains` lists the argument in ``mutates``).
+
+    Where ``fn`` is a declared exercise (:mod:`course_utils.domains`): while it runs, the chapter's
+    other exercises' functions are their references (one mistake costs one exercise), and where its
+    prompt promises a new tensor, the result must not share an input's memory. While
+    :func:`course_utils.domains.recording` is on, the call is recorded.
+    """
     from course_utils import domains
     name = what or getattr(fn, "__name__", "your function")
-    watched = [] if getattr(fn, "__name__", None) in MAY_CHANGE_INPUTS else _inputs(fn, args, kwargs)
+    ex = domains.exercise_of(fn)
+    watched = _inputs(fn, args, kwargs, skip=ex.mutates if ex is not None else ())
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, domains.isolated(fn):
             warnings.simplefilter("always")
             out = fn(*args, **kwargs)
-    except NotImplementedError:
+    except NotImplementedError as err:
+        domains.record(fn, args, kwargs, err)
         raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
                                 "with your code") from None
     except BaseException as err:
@@ -240,6 +251,11 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
             raise CheckFailed(f"{name} changed its input `{where}` in place ({how}): a function of the course "
                               "leaves its inputs as they were and returns new tensors (use `x.masked_fill(...)`, "
                               "`x * s`, `x.transpose(...)`, not `x.masked_fill_(...)`, `x.mul_(s)`, `x.transpose_(...)`)")
+    shared = _shares_memory(out, watched) if ex is not None and ex.returns_new else None
+    if shared is not None:
+        raise CheckFailed(f"{name} returned a view of its input `{shared}` (the result shares its memory): "
+                          "the prompt asks for a new tensor, so that the caller's input and your result do not "
+                          "change together")
     return out
 
 
@@ -344,6 +360,11 @@ def learner_or_reference(learner: Callable, reference: Callable, probe: Callable
     return learner
 
 
+def _domains():
+    from course_utils import domains
+    return domains
+
+
 def _forbidden_message(name: str) -> str:
     return f"your answer calls {name}: the exercise is to write it yourself"
 
@@ -390,6 +411,8 @@ def forbid(*targets: Any) -> Iterator[None]:
                 restore.append(functools.partial(setattr, module, attr, old))
             elif isinstance(target, types.FunctionType):
                 old_code = target.__code__
+                _domains()._ORIGINAL_CODE.setdefault(id(target), old_code)
+                restore.append(functools.partial(_domains()._ORIGINAL_CODE.pop, id(target), None))
                 target.__code__ = _raising_code(f"{target.__module__}.{target.__qualname__}", old_code)
                 restore.append(functools.partial(setattr, target, "__code__", old_code))
             else:

@@ -179,20 +179,19 @@ def test_call_fails_a_function_that_changes_its_inputs_in_place():
     checks.call(lambda a: a + 1, nan)             # NaN equals NaN here: an unchanged input passes
 
 
-def test_call_hands_every_call_to_the_domains_recorder(monkeypatch):
+def test_call_records_every_call_while_recording_is_on():
     from course_utils import domains
-    seen = []
-    monkeypatch.setattr(domains, "RECORDER", seen.append)
 
     def f(a, b=2):
         if a < 0:
             raise ValueError("negative")
         return a + b
-    checks.call(f, 1, b=3)
-    with pytest.raises(ValueError):
-        checks.call(f, -1)
-    assert [(c.function, c.arguments, type(c.raised).__name__) for c in seen] == [
-        ("f", {"a": 1, "b": 3}, "NoneType"), ("f", {"a": -1}, "ValueError")]
+    checks.call(f, 0)                                   # not recording: nothing kept
+    with domains.recording() as seen:
+        checks.call(f, 1, b=3)
+        with pytest.raises(ValueError):
+            checks.call(f, -1)
+    assert [(r["function"], r["raised"]) for r in seen] == [("f", None), ("f", "ValueError")]
 
 
 def test_a_library_warning_comes_after_the_hint_without_its_file_path(capsys):

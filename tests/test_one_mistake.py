@@ -3,10 +3,9 @@ learner's ``relative_offsets`` (exercise 1); a wrong exercise 1 must cost exerci
 
 Graded with the course's own grader: the solution notebook with exercise 1's answer replaced by a wrong
 one that passes its visible tests (``HIDDEN_ONLY["ex1_offsets"]``: row and column taken with the height
-where the width belongs). Only ``ex1_offsets-hidden`` may lose points. Until the hidden tests run on the
-reference versions of the other exercises' functions (issue 54's isolation, branch i54-checks), exercise 3
-loses its points too: the test is marked as an expected failure, strict, so that it fails (and the mark
-must go) once the isolation works.
+where the width belongs). Only ``ex1_offsets-hidden`` may lose points: while exercise 3's function runs,
+``checks.call`` puts the reference in place of every other exercise's function the notebook defines
+(:func:`course_utils.domains.isolated`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from course_utils import grading
 
@@ -31,7 +29,6 @@ def _wrong_ex1() -> str:
     return mod.HIDDEN_ONLY["ex1_offsets"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 54: isolation of the other exercises' functions not merged yet")
 def test_a_wrong_exercise_1_costs_exercise_1_only(tmp_path):
     src = grading.chapter_notebook(CHAPTER, REPO)
     nb = nbformat.read(src, as_version=4)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["Exercise", "Outcome", "chapter_cells", "exercises", "find_chapter", "run_answers"]
+__all__ = ["Exercise", "Outcome", "chapter_cells", "exercises", "find_chapter", "record_chapter", "run_answers"]
 
 
 @dataclasses.dataclass
@@ -103,8 +103,12 @@ def _shell():
     return InteractiveShell.instance()
 
 
-def _run(shell, source: str, quiet: bool = False) -> str | None:
-    """Run one cell; the error it raised as ``Type: message``, or None. ``quiet``: print nothing."""
+def _run(shell, source: str, quiet: bool = False, cell_id: str | None = None) -> str | None:
+    """Run one cell; the error it raised as ``Type: message``, or None. ``quiet``: print nothing.
+    ``cell_id``: the cell's grade_id, told to :mod:`course_utils.domains` for its records."""
+    from course_utils import domains
+
+    domains.set_cell(cell_id)
     if quiet:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             result = shell.run_cell(source, store_history=False, silent=False)
@@ -138,8 +142,8 @@ def _child(shell, cells: list, ex: Exercise, source: str, out_path: str) -> None
         for cell in cells[ex.answer + 1: ex.last + 1]:
             if cell.cell_type != "code":
                 continue
-            err = _run(shell, cell.source)
             gid = _meta(cell).get("grade_id", "")
+            err = _run(shell, cell.source, cell_id=gid)
             if err is not None and gid in ex.tests:
                 failed.append(gid)
                 reason = reason or f"{gid}: {err}"
@@ -227,7 +231,7 @@ def run_answers(chapter: str, answers: Mapping[str, Iterable[tuple[str, str]]], 
                 results[ex.name] = _fork_all(shell, cells, ex, todo, jobs, limit)
                 if progress:
                     progress(ex.name, results[ex.name])
-            err = _run(shell, cell.source, quiet=True)
+            err = _run(shell, cell.source, quiet=True, cell_id=_meta(cell).get("grade_id"))
             if err is not None and not _meta(cell).get("grade") and "raises-exception" not in cell.metadata.get("tags", []):
                 raise RuntimeError(f"{chapter}: cell {i} of the solution raised {err}")
             _close_figures()
@@ -240,3 +244,35 @@ def run_answers(chapter: str, answers: Mapping[str, Iterable[tuple[str, str]]], 
         else:
             os.environ["NBGRADER_EXECUTION"] = grading_env
     return results
+
+
+def record_chapter(chapter: str, root: Path = ROOT) -> list[dict]:
+    """Run the whole solution of ``chapter`` in grading mode, in this process, with
+    :func:`course_utils.domains.recording` on: the records of every ``checks.call``, each with the
+    grade_id of the cell that made it (``tests/test_domains.py`` reads them)."""
+    from course_utils import domains
+
+    cells = chapter_cells(chapter, root)
+    shell = _shell()
+    shell.reset(new_session=False)
+    cwd, grading_env = os.getcwd(), os.environ.get("NBGRADER_EXECUTION")
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
+    os.chdir(root / "solutions" / chapter)
+    try:
+        with domains.recording() as recs:
+            for i, cell in enumerate(cells):
+                if cell.cell_type != "code":
+                    continue
+                err = _run(shell, cell.source, quiet=True, cell_id=_meta(cell).get("grade_id"))
+                if err is not None and (_meta(cell).get("grade")
+                                        or "raises-exception" not in cell.metadata.get("tags", [])):
+                    raise RuntimeError(f"{chapter}: cell {i} of the solution raised {err}")
+                _close_figures()
+        return list(recs)
+    finally:
+        domains.set_cell(None)
+        os.chdir(cwd)
+        if grading_env is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+        else:
+            os.environ["NBGRADER_EXECUTION"] = grading_env

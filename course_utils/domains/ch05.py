@@ -46,7 +46,7 @@ EXERCISES = (
                        Kind("float64-tensor", "a float64 (heads,) tensor", _t(torch.float64, 1)),
                        Kind("int-tensor", "an int64 (heads,) tensor", _t(torch.int64, 1)))))),
     Exercise(chapter=CHAPTER, exercise="ex3_head_map", function="head_attention_map",
-             reference="course_utils.conv_attention:head_attention_map",
+             reference=None,
              args=(Arg("height", SIZE), Arg("width", SIZE),
                    Arg("center", (Kind("float32", "a (2,) float32 tensor", _t(torch.float32, 1)),
                                   Kind("float64", "a (2,) float64 tensor", _t(torch.float64, 1)))),

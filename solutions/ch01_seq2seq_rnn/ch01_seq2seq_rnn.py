@@ -140,6 +140,14 @@ for src, tgt in len_test[:3]:
 #   through your function), equal to those of the formula;
 # * write the loop yourself: calling `nn.RNN`, `nn.RNNCell`, `torch.rnn_tanh`,
 #   `torch.rnn_tanh_cell` or the reference `rnn.rnn_forward` loses the hidden points.
+#
+# <!-- domain: ex1_rnn_forward rnn_forward -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1; a batch of 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rnn_forward", "locked": false, "schema_version": 3, "solution": true}
 def rnn_forward(x, h0, W_xh, W_hh, b_h):
@@ -550,6 +558,14 @@ plt.show()
 # defaults); a target may be empty (`[]`, even all of them), and the longest one need not come
 # first. Leave `targets` as it was: the caller's lists must not change. Calling the reference
 # `data.shift_targets` loses the hidden point.
+#
+# <!-- domain: ex2_decoder_io make_decoder_io -->
+#
+# The tests try every kind of input listed here:
+# - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_decoder_io", "locked": false, "schema_version": 3, "solution": true}
 def make_decoder_io(targets, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
@@ -660,6 +676,15 @@ print("same as make_decoder_io:", torch.equal(mine_in, batch.tgt_in) and torch.e
 # any order (not sorted), and batches padded beyond their longest sentence: `states` always
 # has `src_len` positions. Calling the encoder itself (`encoder(...)`, its `forward`) loses the
 # hidden points.
+#
+# <!-- domain: ex3_encode encode -->
+#
+# The tests try every kind of input listed here:
+# - `src`: a batch of more than 1; a batch of 1.
+# - the arguments together: sources of different lengths (some padded).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_encode", "locked": false, "schema_version": 3, "solution": true}
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -769,6 +794,14 @@ for _bi, _lengths, _S in _cases:
 # state (so the order of a concatenation matters). Leave `hidden` and `context` as they were
 # (no in-place change: the caller keeps them). Calling the decoder itself (`decoder(...)`,
 # its `forward`) or `Seq2Seq.decode_step` loses the hidden point.
+#
+# <!-- domain: ex4_decoder_step decoder_step -->
+#
+# The tests try every kind of input listed here:
+# - `prev_tokens`: a batch of more than 1; a batch of 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_decoder_step", "locked": false, "schema_version": 3, "solution": true}
 def decoder_step(decoder, prev_tokens, hidden, context):
@@ -1056,6 +1089,15 @@ if not GRADING:
 # it). Use the ids passed as `sos_id`, `eos_id` and `pad_id` (the tests pass other ids than the
 # defaults); `tokens` is `torch.long`, and `step` may return float32 or float64
 # log-probabilities. Calling the reference `decoding.greedy_decode` loses the hidden points.
+#
+# <!-- domain: ex5_greedy greedy_decode -->
+#
+# The tests try every kind of input listed here:
+# - `max_len`: 1; more than 1.
+# - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_greedy", "locked": false, "schema_version": 3, "solution": true}
 def greedy_decode(step, state, max_len, sos_id=SOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
@@ -1181,7 +1223,7 @@ checks.run_checks("greedy_decode", [("follows the most probable chain to <eos>",
 # %% nbgrader={"grade": true, "grade_id": "ex5_greedy-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of batches whose log-probabilities depend on the row, on the step
 # (the state) and on the previous token; sentences ending at different steps or never; other ids;
-# max_len 1 and more; float32 and float64; no call of the reference.
+# max_len 1 and more; float32 and float64; a step that needs torch.long ids; no call of the reference.
 ### BEGIN HIDDEN TESTS
 def _timed_step(tables):  # tables (B, T, V, V): the row, the step count (in the state), the previous token
     def step(prev, state):
@@ -1207,6 +1249,21 @@ for _B, _V, _L, _ids, _dt in _cases:
     checks.expect_dtype(_tok, torch.long, f"tokens ({_case})")
     checks.expect_equal(_tok, _want_tok, f"tokens ({_case})")
     checks.expect_close(_sc, _want_sc, f"scores ({_case})")
+# A step that needs long ids (F.one_hot takes torch.long only): the first step's ids must be long too.
+_tab = torch.log_softmax(torch.randn(6, 6, generator=_g), dim=-1)
+
+
+def _one_hot_step(prev, state):
+    return torch.nn.functional.one_hot(prev, 6).to(_tab.dtype) @ _tab, {"t": state["t"] + 1}
+
+
+### BEGIN EXPECTED
+_want_tok, _want_sc = decoding.greedy_decode(_one_hot_step, {"t": torch.zeros(3)}, max_len=5)
+### END EXPECTED
+with checks.forbid(decoding.greedy_decode):
+    _tok, _sc = checks.call(greedy_decode, _one_hot_step, {"t": torch.zeros(3)}, max_len=5)
+checks.expect_equal(_tok, _want_tok, "tokens (a step that needs torch.long ids)")
+checks.expect_close(_sc, _want_sc, "scores (a step that needs torch.long ids)")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -1241,6 +1298,16 @@ for _B, _V, _L, _ids, _dt in _cases:
 # ids than the defaults). The tests try beams of 1 to more than the candidates, `alpha` of `0`, `0.6`
 # and `1`, searches cut by `max_len` (unfinished hypotheses come back after the finished ones) and
 # steps with a memory. Calling the reference `decoding.beam_search` loses the hidden points.
+#
+# <!-- domain: ex6_beam beam_search -->
+#
+# The tests try every kind of input listed here:
+# - `beam_size`: 1; more than 1.
+# - `alpha`: 0; fractional (0.6); 1.
+# - the arguments together: the default ids; other `sos_id`/`eos_id`/`pad_id` than the defaults; a beam of 1 with `alpha` > 0.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_beam", "locked": false, "schema_version": 3, "solution": true}
 def beam_search(step, state, max_len, beam_size=4, alpha=0.0, sos_id=SOS_ID, eos_id=EOS_ID):
@@ -1329,7 +1396,8 @@ checks.run_checks("beam_search", [("beam_size=1 is greedy decoding", _check_beam
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_beam-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # Hidden tests: a wide beam finds the exact best sentence; scores add up; a seeded grid of steps with a
-# memory (beams of 1 to 5, alpha 0, 0.6 and 1, other ids, searches cut by max_len) and a GRU decoder
+# memory (beams of 1 to 5, alpha 0, 0.6 and 1, other ids, searches cut by max_len, a beam of 1 whose
+# first choice is <eos> with alpha > 0) and a GRU decoder
 # (the state must follow its prefix) give the reference's hypotheses; no call of the reference.
 ### BEGIN HIDDEN TESTS
 import itertools as _it
@@ -1377,7 +1445,8 @@ for _alpha in (0.0, 0.6, 1.0):  # every sentence of up to 4 tokens fits in the b
 _cases = [(3, 5, 0.0, -1.0, {}), (1, 6, 0.0, -1.0, {}), (2, 4, 1.0, -1.0, dict(sos_id=4, eos_id=0)),
           (5, 6, 0.6, -1.0, {}), (3, 7, 1.0, -1.0, dict(sos_id=0, eos_id=5)), (4, 3, 0.0, -1.0, dict(eos_id=3)),
           (2, 8, 0.6, -1.0, dict(sos_id=5, eos_id=1)), (4, 6, 0.0, 2.0, {}), (5, 6, 1.0, 2.5, dict(eos_id=4)),
-          (3, 5, 0.6, 1.5, {}), (4, 6, 0.0, 3.0, dict(sos_id=3)), (5, 7, 0.0, 2.0, {})]
+          (3, 5, 0.6, 1.5, {}), (4, 6, 0.0, 3.0, dict(sos_id=3)), (5, 7, 0.0, 2.0, {}),
+          (1, 5, 0.6, 8.0, {}), (1, 4, 1.0, 8.0, dict(eos_id=2))]       # a beam of 1, <eos> most probable first
 for _beam, _L, _alpha, _eos_shift, _ids in _cases:  # _eos_shift: how much more likely <eos> is made
     _eos = _ids.get("eos_id", EOS_ID)
     _logits = torch.randn(6, 6, 6, generator=_g) * 1.5

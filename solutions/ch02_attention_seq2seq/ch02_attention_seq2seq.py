@@ -163,9 +163,17 @@ assert every_step == T_len * (S_len + 1) * n * n, 'the count of multiplications 
 # inputs: the scores come back in the inputs' dtype, exact to about `1e-5` in float32. Calling
 # the references `ra.additive_score` or `ra.concat_score` loses the hidden points.
 #
-# A rule for every exercise of this chapter (the visible and the hidden tests check it after every
-# call): your functions must not change their inputs in place (no `scores.masked_fill_(...)` or
-# `q /= ...` on the caller's tensors); they return new tensors.
+# A rule for every exercise of this chapter: your functions leave their inputs unchanged (no
+# in-place operation such as `masked_fill_`, `mul_` or `+=` on an argument); the tests check it
+# after every call.
+#
+# <!-- domain: ex1_additive additive_score -->
+#
+# The tests try every kind of input listed here:
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_additive", "locked": false, "schema_version": 3, "solution": true}
 def additive_score(query, UH, W, v):
@@ -292,6 +300,23 @@ assert same_general and same_concat, 'general and concat scores must agree with 
 # more, `S` of 1 and more, `d_q != d_k`, and float32 or float64 inputs: the scores come back in
 # the inputs' dtype, exact to about `1e-5` in float32 (relative `1e-4`). Calling the references
 # `ra.dot_score` or `ra.general_score` loses the hidden point.
+#
+# <!-- domain: ex2_luong_scores dot_score -->
+#
+# The tests try every kind of input listed here:
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+#
+# <!-- domain: ex2_luong_scores general_score -->
+#
+# The tests try every kind of input listed here:
+# - `query`: float32; float64; a batch of more than 1; a batch of 1.
+# - `W_a`: not symmetric (square or not).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_luong_scores", "locked": false, "schema_version": 3, "solution": true}
 def dot_score(query, keys):
@@ -309,18 +334,19 @@ def general_score(query, keys, W_a):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_luong_scores-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
-_q = torch.tensor([[1.0, 2.0]])
-_K = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [3.0, -1.0]]])
-_Wa = torch.tensor([[0.0, 1.0], [1.0, 0.0]])          # swaps the two coordinates
+_q = torch.tensor([[1.0, 2.0], [0.0, 1.0]])                                     # a batch of two sentences
+_K = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [3.0, -1.0]], [[2.0, 1.0], [1.0, 1.0], [0.0, 3.0]]])
+_Wa = torch.tensor([[0.0, 1.0], [2.0, 0.0]])          # not symmetric: W_a and its transpose differ
 checks.run_checks("dot_score and general_score", [
-    ("dot: shape (batch, S)", lambda: checks.expect_shape(checks.call(dot_score, _q, _K), (1, 3), "dot scores")),
-    ("dot by hand: 1, 2, 3*1 + (-1)*2 = 1",
-     lambda: checks.expect_close(checks.call(dot_score, _q, _K), torch.tensor([[1.0, 2.0, 1.0]]), "dot scores")),
+    ("dot: shape (batch, S)", lambda: checks.expect_shape(checks.call(dot_score, _q, _K), (2, 3), "dot scores")),
+    ("dot by hand: 1, 2, 3*1 + (-1)*2 = 1 for the first sentence; 1, 1, 3 for the second",
+     lambda: checks.expect_close(checks.call(dot_score, _q, _K), torch.tensor([[1.0, 2.0, 1.0], [1.0, 1.0, 3.0]]),
+                                 "dot scores")),
     ("general with W_a = identity is the dot score",
-     lambda: checks.expect_close(checks.call(general_score, _q, _K, torch.eye(2)), torch.tensor([[1.0, 2.0, 1.0]]),
-                                 "general scores")),
-    ("general by hand with W_a swapping coordinates: 2, 1, 2*3 + 1*(-1) = 5",
-     lambda: checks.expect_close(checks.call(general_score, _q, _K, _Wa), torch.tensor([[2.0, 1.0, 5.0]]),
+     lambda: checks.expect_close(checks.call(general_score, _q, _K, torch.eye(2)),
+                                 torch.tensor([[1.0, 2.0, 1.0], [1.0, 1.0, 3.0]]), "general scores")),
+    ("general by hand: h_t^T W_a is (4, 1), then (2, 0); scores 4, 1, 11 and 4, 2, 0",
+     lambda: checks.expect_close(checks.call(general_score, _q, _K, _Wa), torch.tensor([[4.0, 1.0, 11.0], [4.0, 2.0, 0.0]]),
                                  "general scores (is W_a used, and on the right side?)")),
 ])
 
@@ -358,7 +384,8 @@ for _B, _S, _dq, _dk, _dt in _grid:
 # %%
 # NBVAL_CHECK_OUTPUT
 dot_fn = checks.learner_or_reference(dot_score, ra.dot_score, lambda f: f(q, K), "dot_score")
-general_fn = checks.learner_or_reference(general_score, ra.general_score, lambda f: f(q, K, W_a), "general_score")
+general_fn = checks.learner_or_reference(general_score, ra.general_score,     # the probe: d_q != d_k too
+                                         lambda f: (f(q, K, W_a), f(q, K[..., :3], W_a[:, :3])), "general_score")
 W_loc = torch.randn(6, 4, generator=_g)                     # up to 6 source positions
 scores_by_kind = {"dot": dot_fn(q, K), "general": general_fn(q, K, W_a),
                   "concat": ra.concat_score(q, K, W_cat, v_cat), "location": ra.location_score(q, W_loc, K.shape[1])}
@@ -421,6 +448,15 @@ print("-1e9 in float16:", torch.tensor(-1e9).half())
 # Gradients must flow as through a softmax over the real positions, with no NaN anywhere, also
 # for a row of all padding (its gradient is zero). Calling the reference
 # `attention.masked_softmax` (or `ra.attend`) loses the hidden points.
+#
+# <!-- domain: ex3_masked_softmax masked_softmax -->
+#
+# The tests try every kind of input listed here:
+# - `scores`: float32; float64; scores of 1000 and beyond, positive or negative.
+# - the arguments together: a row without any real position; a mask with fewer axes than the scores.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_masked_softmax", "locked": false, "schema_version": 3, "solution": true}
 def masked_softmax(scores, mask):
@@ -513,6 +549,14 @@ for _i, (_what, _sc, _mk) in enumerate(_cases):
 # The tests use batches of one and more, `S` and `d_v` of 1 and more, and float32 or float64
 # inputs: the context comes back in the inputs' dtype. Calling `ra.context_vector`, `ra.attend`
 # or `F.scaled_dot_product_attention` loses the hidden point.
+#
+# <!-- domain: ex4_context context_vector -->
+#
+# The tests try every kind of input listed here:
+# - `weights`: float32; float64; a batch of more than 1; a batch of 1; a row of zero weights (all padding).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_context", "locked": false, "schema_version": 3, "solution": true}
 def context_vector(weights, values):
@@ -661,6 +705,15 @@ print("masked_softmax of the unclamped row:", attention.masked_softmax(torch.ran
 # sentence, `D` may be 0 or wider than the sentence, `S` may exceed the longest length); `t` and
 # `lengths` are long tensors, `D` and `src_len` ints. Calling the reference `ra.local_m_mask`
 # loses the hidden points.
+#
+# <!-- domain: ex5_local_window local_m_mask -->
+#
+# The tests try every kind of input listed here:
+# - `D`: 0; more than 0.
+# - the arguments together: `t` beyond the sentence; `src_len` above the longest length.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_local_window", "locked": false, "schema_version": 3, "solution": true}
 def local_m_mask(t, lengths, D, src_len):
@@ -755,6 +808,14 @@ for _t, _lengths, _D, _S in _cases:
 # and `ra.context_vector`. The tests use batches of one and more, several steps in a row, and an
 # embedding as wide as the state (so the order of a concatenation matters); calling the
 # model's own step (`bahdanau_step`, `decode_step`, `forward`) loses the hidden points.
+#
+# <!-- domain: ex6_decoder_step attention_decoder_step -->
+#
+# The tests try every kind of input listed here:
+# - `prev_tokens`: a batch of more than 1; a batch of 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_decoder_step", "locked": false, "schema_version": 3, "solution": true}
 def attention_decoder_step(model, prev_tokens, s_prev, memory, UH, mask):

@@ -260,6 +260,14 @@ assert torch.allclose(output[0], torch.tensor([3.979, 2.993], dtype=torch.float6
 # `(batch, heads)`, so transpose only the last two axes (`k.transpose(-2, -1)`, not `k.T`).
 # `L_q`, `L_k` and `d_k` can all differ; the scores have the dtype of `q` and `k` (float32 or
 # float64).
+#
+# <!-- domain: ex1_scores scaled_scores -->
+#
+# The tests try every kind of input listed here:
+# - `q`: float32; float64; a batch of more than 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_scores", "locked": false, "schema_version": 3, "solution": true}
 def scaled_scores(q, k):
@@ -369,6 +377,15 @@ print("torch.softmax of [1, 2, 3] - 100:", torch.softmax(x_small - 100, dim=0))
 # $-\infty$ must get weight 0 (they will be how masks work); a slice made only of $-\infty$
 # has no softmax and is not tested. Tip: `x.amax(dim=dim, keepdim=True)` keeps the reduced
 # axis so that the subtraction broadcasts.
+#
+# <!-- domain: ex2_softmax stable_softmax -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; scores in the hundreds or beyond (exp overflows in float32); with -inf entries.
+# - `dim`: -1; another negative axis; an axis counted from 0.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_softmax", "locked": false, "schema_version": 3, "solution": true}
 def stable_softmax(x, dim=-1):
@@ -408,6 +425,11 @@ checks.run_checks("stable_softmax", [
     ("-inf gets weight 0", lambda: checks.expect_close(
         checks.call(stable_softmax, torch.tensor([0., float("-inf"), 0.])), torch.tensor([0.5, 0, 0.5]),
         "softmax([0, -inf, 0])")),
+    ("along dim=0: each column sums to one", lambda: checks.expect_close(
+        checks.call(stable_softmax, _x.T, dim=0), _want_x.T, "softmax of a (3, 2) tensor along dim=0")),
+    ("along dim=1 of a 3-D tensor", lambda: checks.expect_close(
+        checks.call(stable_softmax, torch.stack([_x.T, _x.T + 7]), 1), torch.stack([_want_x.T, _want_x.T]),
+        "softmax along dim=1 of a (2, 3, 2) tensor")),
 ])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2_softmax-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -684,6 +706,15 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # Use tensor operations (`torch.softmax` is fine here, and so are your functions above);
 # do not call `course_utils.attention` or `F.scaled_dot_product_attention`: the hidden
 # tests compare your function with the latter.
+#
+# <!-- domain: ex3_attention sdp_attention -->
+#
+# The tests try every kind of input listed here:
+# - `q`: float32; float64; a batch of more than 1.
+# - `mask`: None; a bool tensor; a query whose every key is masked.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_attention", "locked": false, "schema_version": 3, "solution": true}
 def sdp_attention(q, k, v, mask=None):
@@ -894,6 +925,15 @@ print("max |ours - F.scaled_dot_product_attention| < 1e-6:", (ours - fused).abs(
 # its `diagonal` argument, or a comparison of two `torch.arange`s, does it in one line. It
 # must be a `torch.bool` tensor for every `L_q, L_k >= 1`, also when there are more queries
 # than keys ($L_q > L_k$: the first $L_q - L_k$ queries then see no key).
+#
+# <!-- domain: ex4_causal causal_mask -->
+#
+# The tests try every kind of input listed here:
+# - `L_q`: 1; more than 1.
+# - the arguments together: `L_k` left out (square); `L_k` > `L_q` (a cache).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_causal", "locked": false, "schema_version": 3, "solution": true}
 def causal_mask(L_q, L_k=None):
@@ -1072,6 +1112,15 @@ except TypeError as err:
 # lengths from 1 to `S` (not necessarily any of them equal to `S`); every width (`d_dec`,
 # `d_enc`, `d_k`, `d_v`) may differ, and the batch may have any size (also 1, or equal to
 # `T`). Both results have the inputs' dtype (float32 or float64).
+#
+# <!-- domain: ex5_cross cross_attention -->
+#
+# The tests try every kind of input listed here:
+# - `x_dec`: float32; float64; a batch of more than 1; a batch of 1.
+# - the arguments together: `enc_lengths` None; `enc_lengths` with sources shorter than S (their padded positions must stay as the caller gave them).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_cross", "locked": false, "schema_version": 3, "solution": true}
 def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
@@ -1224,6 +1273,15 @@ plt.show()
 # You may use your `sdp_attention` or `attention.scaled_dot_product_attention` for the
 # attention itself; not `F.scaled_dot_product_attention`, `nn.MultiheadAttention` or
 # `multihead.MultiHeadAttention`.
+#
+# <!-- domain: ex6_module SelfAttention -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1.
+# - `mask`: None; a bool tensor.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_module", "locked": false, "schema_version": 3, "solution": true}
 class SelfAttention(nn.Module):

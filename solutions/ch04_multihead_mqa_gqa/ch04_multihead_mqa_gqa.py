@@ -228,6 +228,23 @@ plt.show()
 # compared with a tolerance of about $10^{-5}$, so any sensible order of operations is fine.
 # Here any batch size, length and number of heads (1 included, `d_head = 1` included) may
 # come in.
+#
+# <!-- domain: ex1_split split_heads -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1; a batch of 1; a leaf tensor that requires grad.
+# - `n_heads`: 1; more than 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+#
+# <!-- domain: ex1_split merge_heads -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1; a batch of 1; a leaf tensor that requires grad.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_split", "locked": false, "schema_version": 3, "solution": true}
 def split_heads(x, n_heads):
@@ -281,6 +298,9 @@ for _dtype in (torch.float32, torch.float64):
         _x = torch.randn(_b, _L, _h * _dh, generator=_g, dtype=_dtype)
         _y = torch.randn(_b, _h, _L, _dh, generator=_g, dtype=_dtype)
         _cases.append((f"batch {_b}, L={_L}, {_h} heads of {_dh}, {_dtype}", _x, _y, _h))
+_xg = torch.randn(2, 3, 6, generator=_g, dtype=torch.float64).requires_grad_()    # leaves that require grad:
+_yg = torch.randn(2, 2, 3, 3, generator=_g, dtype=torch.float64).requires_grad_()  # no in-place view ops
+_cases.append(("batch 2, L=3, 2 heads of 3, leaves that require grad", _xg, _yg, 2))
 ### BEGIN EXPECTED
 _want_split = [x.reshape(x.shape[0], x.shape[1], h, -1).permute(0, 2, 1, 3) for _, x, _, h in _cases]
 _want_merge = [y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1) for _, _, y, _ in _cases]
@@ -357,6 +377,17 @@ assert torch.allclose(batched, looped, atol=1e-6), 'the batched heads must equal
 #
 # (Do not call `nn.MultiheadAttention`, `F.multi_head_attention_forward` or
 # `multihead.MultiHeadAttention`: the hidden tests check.)
+#
+# <!-- domain: ex2_mha multi_head_attention -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1.
+# - the arguments together: `context` is `x` (self-attention); `context` of another length than `x` (cross-attention).
+# - `n_heads`: 1; more than 1.
+# - `mask`: None; a bool tensor.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_mha", "locked": false, "schema_version": 3, "solution": true}
 def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
@@ -603,6 +634,15 @@ for d_model, h in ((512, 8), (4096, 32), (8192, 64)):
 # the right shape and the wrong pairing (section 5 shows what that does). Work on the
 # `n_kv_heads` axis only; the other axes must come out as they went in, the dtype too, for any
 # `n_rep >= 1` (`n_rep = 1`: MHA, `n_kv_heads = 1`: MQA).
+#
+# <!-- domain: ex3_repeat_kv repeat_kv -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1; every head holding different values at different positions.
+# - `n_rep`: 1; more than 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_repeat_kv", "locked": false, "schema_version": 3, "solution": true}
 def repeat_kv(x, n_rep):
@@ -614,20 +654,29 @@ def repeat_kv(x, n_rep):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_repeat_kv-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
-_kv = torch.arange(2.).view(1, 2, 1, 1).expand(1, 2, 3, 3).clone()   # head j holds the value j everywhere
+# head j holds 100 j plus the position's number (0 to 5): the head shows in the hundreds, the order within it below
+_kv = torch.arange(2.).view(1, 2, 1, 1) * 100 + torch.arange(6.).view(1, 1, 3, 2)
 
 
 def _repeat_order():
     r = checks.call(repeat_kv, _kv, 3)
-    checks.expect_shape(r, (1, 6, 3, 3), "repeat_kv(x of shape (1, 2, 3, 3), 3)")
-    got = r[0, :, 0, 0]
+    checks.expect_shape(r, (1, 6, 3, 2), "repeat_kv(x of shape (1, 2, 3, 2), 3)")
+    got = torch.div(r[0, :, 0, 0], 100, rounding_mode="floor")
     if got.tolist() != [0, 0, 0, 1, 1, 1]:
         raise checks.CheckFailed(f"output heads come from input heads {got.int().tolist()}, expected "
                                  "[0, 0, 0, 1, 1, 1]: repeat each head n_rep times in a row "
                                  "(x.repeat(1, n_rep, 1, 1) gives [0, 1, 0, 1, 0, 1], another model)")
 
 
-checks.run_checks("repeat_kv", [("shape and which key/value head each query head reads", _repeat_order)])
+def _within_heads():
+    r = checks.call(repeat_kv, _kv, 3)
+    for i in range(6):
+        checks.expect_equal(r[0, i], _kv[0, i // 3], f"output head {i}: a copy of input head {i // 3}, positions and "
+                            "features in their order")
+
+
+checks.run_checks("repeat_kv", [("shape and which key/value head each query head reads", _repeat_order),
+                                ("each copy keeps the positions and features of its head", _within_heads)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3_repeat_kv-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: a grid of (batch, n_kv_heads, T, d_head, n_rep): T != d_head and T == d_head, batch 1 to 3,
@@ -766,6 +815,15 @@ print("the mask behind is_causal=True (top-left):\n", torch.ones(2, 5).tril().in
 # Any batch size and any `n_kv_heads` that divides `n_heads` (MHA, GQA, MQA) may come in, and
 # any sequence of chunks: a prompt of several tokens, then single tokens or chunks of several.
 # `out` has `q`'s dtype (float32 or float64).
+#
+# <!-- domain: ex4_cache attend_with_cache -->
+#
+# The tests try every kind of input listed here:
+# - `q`: float32; float64; a batch of more than 1.
+# - `cache`: None (an empty cache); a `(k, v)` pair.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_cache", "locked": false, "schema_version": 3, "solution": true}
 def attend_with_cache(q, k_new, v_new, cache=None):
@@ -949,6 +1007,17 @@ for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
 # `bytes_per_value` bytes (2 for float16 or bfloat16, 4 for float32). Return a Python `int`
 # (exact, however large), and keep the arguments in this order: the tests pass them by
 # position as well as by keyword, and leave the defaults out.
+#
+# <!-- domain: ex5_kv_bytes kv_cache_bytes -->
+#
+# The tests try every kind of input listed here:
+# - `n_layers`: a Python int.
+# - `seq_len`: a Python int.
+# - `bytes_per_value`: 1; 2; 4.
+# - the arguments together: sizes whose product passes 2**53; sizes whose product passes 2**63 (a Python int stays exact).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_kv_bytes", "locked": false, "schema_version": 3, "solution": true}
 def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
@@ -976,14 +1045,16 @@ def _float32_tokens():
 checks.run_checks("kv_cache_bytes", [("one token of a 7B-sized MHA model", _one_token), ("float32, 10 tokens", _float32_tokens)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_kv_bytes-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-# Hidden tests: a seeded grid of sizes (batch > 1, GQA, MQA, 1, 2 and 4 bytes per value, numbers past 2**53
-# and past 2**63),
+# Hidden tests: a seeded grid of sizes (batch > 1, GQA, MQA, 1, 2 and 4 bytes per value, numbers past 2**53,
+# 2**63 and 2**128),
 # by position and by keyword, defaults left out; a Python int every time.
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(105)
 _cases = [((80, 8, 128, 4096), {"batch": 16}), ((1, 1, 1, 1, 3, 4), {}),
           ((95, 97, 255, 99_999_999, 63, 1), {}),                                   # past 2**53
-          ((1000, 1000, 1000, 10**7, 1000, 4), {})]                                # past 2**63 (int64 wraps)
+          ((1000, 1000, 1000, 10**7, 1000, 4), {}),                                 # past 2**63
+          ((), {"n_layers": 10**6, "n_kv_heads": 10**6, "d_head": 10**6, "seq_len": 10**6,
+                "batch": 10**6, "bytes_per_value": 4})]                             # past 2**128
 for _i in range(12):
     _n = [int(v) for v in torch.randint(1, 97, (6,), generator=_g)]
     _bpv = (1, 2, 4)[_i % 3]
@@ -1250,6 +1321,15 @@ print(f"d_model 256 / d_model 32: MHA {step_ms[(256, 'MHA')] / step_ms[(32, 'MHA
 # with $r$ = `n_heads // n_groups` (the consecutive grouping of `repeat_kv`). `n_groups` is any
 # divisor of `n_heads` (1: MQA; `n_heads`: nothing to pool); the result keeps `weight`'s dtype
 # (float32 or float64), and `weight` itself is left unchanged.
+#
+# <!-- domain: ex6_mean_pool mean_pool_heads -->
+#
+# The tests try every kind of input listed here:
+# - `weight`: float32; float64; a weight (2-D); a bias (1-D).
+# - `n_groups`: 1; more than 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_mean_pool", "locked": false, "schema_version": 3, "solution": true}
 def mean_pool_heads(weight, n_heads, n_groups):
@@ -1262,17 +1342,19 @@ def mean_pool_heads(weight, n_heads, n_groups):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_mean_pool-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
-_w = torch.arange(8 * 3.).view(8, 3)     # 4 heads of d_head 2, d_model 3
+_w = torch.arange(12 * 3.).view(12, 3)     # 6 heads of d_head 2, d_model 3
 
 
 def _two_groups():
-    got = checks.call(mean_pool_heads, _w, 4, 2)
-    checks.expect_shape(got, (4, 3), "mean_pool_heads(weight (8, 3), n_heads=4, n_groups=2)")
-    checks.expect_close(got[:2], (_w[0:2] + _w[2:4]) / 2, "group 0 = mean of heads 0 and 1 (rows 0-1 and 2-3)")
-    checks.expect_close(got[2:], (_w[4:6] + _w[6:8]) / 2, "group 1 = mean of heads 2 and 3 (rows 4-5 and 6-7)")
+    got = checks.call(mean_pool_heads, _w, 6, 2)
+    checks.expect_shape(got, (4, 3), "mean_pool_heads(weight (12, 3), n_heads=6, n_groups=2)")
+    checks.expect_close(got[:2], (_w[0:2] + _w[2:4] + _w[4:6]) / 3,
+                        "group 0 = mean of heads 0, 1 and 2 (rows 0-1, 2-3 and 4-5)")
+    checks.expect_close(got[2:], (_w[6:8] + _w[8:10] + _w[10:12]) / 3,
+                        "group 1 = mean of heads 3, 4 and 5 (rows 6-7, 8-9 and 10-11)")
 
 
-checks.run_checks("mean_pool_heads", [("4 heads into 2 groups", _two_groups)])
+checks.run_checks("mean_pool_heads", [("6 heads into 2 groups (3 heads per group)", _two_groups)])
 
 # %% nbgrader={"grade": true, "grade_id": "ex6_mean_pool-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: weights (2-D) and biases (1-D) over a grid of (n_heads, n_groups, d_head, d_model): MQA (one

@@ -102,6 +102,15 @@ print("bias constant along every diagonal:",
 # the position of cell `i`, as (row, column), with cells numbered in **row-major** order
 # (cell `n` is at row `n // width`, column `n % width`). `i` is the query, `j` the key. Do not
 # call the reference `conv_attention.relative_offsets` or `conv_attention.grid_positions`.
+#
+# <!-- domain: ex1_offsets relative_offsets -->
+#
+# The tests try every kind of input listed here:
+# - `height`: 1 (a single row, column or cell); an int above 1.
+# - `width`: 1 (a single row, column or cell); an int above 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_offsets", "locked": false, "schema_version": 3, "solution": true}
 def relative_offsets(height, width):
@@ -264,6 +273,16 @@ assert deltas[score_flipped.argmax()].item() == -Delta, "the sign q - k must mir
 # fine. Keep the $\lVert\Delta\rVert^2$ term: the softmax ignores it, but it is part of the score.
 # Do not call the reference `conv_attention.quadratic_scores`, `conv_attention.quadratic_query` or
 # `conv_attention.quadratic_encoding`.
+#
+# <!-- domain: ex2_quadratic quadratic_scores -->
+#
+# The tests try every kind of input listed here:
+# - `offsets`: int64 offsets (L_q, L_k, 2); int64 offsets (L_q, L_k, 1) of a 1-D grid; float32 offsets; float64 offsets; L_q != L_k.
+# - `center`: (D,) float32; (D,) float64; (heads, D) float32; (heads, D) float64; (1, D): one head as a batch of heads.
+# - `alpha`: a Python float; a Python int; a float32 (heads,) tensor; a float64 (heads,) tensor; an int64 (heads,) tensor.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_quadratic", "locked": false, "schema_version": 3, "solution": true}
 def quadratic_scores(offsets, center, alpha):
@@ -441,6 +460,17 @@ plt.show()
 # that sums to one. Use your `relative_offsets` and `quadratic_scores`; if you skipped those
 # exercises, `conv_attention.relative_offsets` and `conv_attention.quadratic_scores` are allowed here (this
 # exercise is about picking the query's row and turning it into a map).
+#
+# <!-- domain: ex3_head_map head_attention_map -->
+#
+# The tests try every kind of input listed here:
+# - `height`: 1 (a single row, column or cell); an int above 1.
+# - `width`: 1 (a single row, column or cell); an int above 1.
+# - `center`: a (2,) float32 tensor; a (2,) float64 tensor.
+# - `alpha`: a Python float; a Python int; 50 or more: scores far from 0, the softmax's overflow range.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_head_map", "locked": false, "schema_version": 3, "solution": true}
 def head_attention_map(height, width, query, center, alpha):
@@ -613,6 +643,14 @@ plt.show()
 # * `w_out`, shape `(K*K*C_out, C_out)`: `K*K` identity matrices `(C_out, C_out)` stacked.
 #
 # Both in `weight`'s dtype (float32 or float64). Do not call the reference `conv_attention.kernel_to_heads`.
+#
+# <!-- domain: ex4_kernel_heads kernel_to_heads -->
+#
+# The tests try every kind of input listed here:
+# - `weight`: a float32 kernel; a float64 kernel; K = 1; C_out = 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_kernel_heads", "locked": false, "schema_version": 3, "solution": true}
 def kernel_to_heads(weight):
@@ -1285,6 +1323,15 @@ with cost.torch_threads(1), torch.no_grad():
 # not call the references `positional.apply_rope`, `positional.apply_rope_half` or
 # `positional.rope_cos_sin`. (Hugging Face's Llama code pairs feature `i` with `i + d/2` instead;
 # here the pairs are adjacent features, as in the paper.)
+#
+# <!-- domain: ex5_rope apply_rope -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; (seq, d): no leading axis; one or more leading axes.
+# - `positions`: an int64 tensor; an int32 tensor; a float tensor of whole positions; a float tensor, positions may be fractional (2.5); negative positions; positions of 1000.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_rope", "locked": false, "schema_version": 3, "solution": true}
 def apply_rope(x, positions):

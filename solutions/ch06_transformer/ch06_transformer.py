@@ -154,6 +154,16 @@ plt.show()
 # few roundings of $pos$, so the tests allow $10^{-5} + 2^{-21}\,pos$ at position $pos$, about
 # $5 \cdot 10^{-3}$ at 10000), and do not call `course_utils.transformer` or `course_utils.positional` (whose `sinusoidal_encoding`
 # is the reference).
+#
+# <!-- domain: ex1_sinusoidal sinusoidal_table -->
+#
+# The tests try every kind of input listed here:
+# - `max_len`: 1; 2 to 1023 positions; 1024 to 10000 positions (float32 angles lose digits).
+# - `d_model`: 2; an even int above 2.
+# - must raise: an odd d_model: ValueError.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_sinusoidal", "locked": false, "schema_version": 3, "solution": true}
 def sinusoidal_table(max_len, d_model):
@@ -455,6 +465,15 @@ _ = diagrams.draw_post_pre_ln()
 torch.manual_seed(0)
 layer_demo = blocks.TransformerBlock(d_model=8, n_heads=2, d_ff=16).eval()
 print(layer_demo)
+#
+# <!-- domain: ex2_encoder_layer encoder_layer_forward -->
+#
+# The tests try every kind of input listed here:
+# - `layer`: a Post-LN block (norm_first False); a Pre-LN block (norm_first True).
+# - `mask`: None; a bool padding mask.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_encoder_layer", "locked": false, "schema_version": 3, "solution": true}
@@ -625,6 +644,15 @@ for norm_first in (False, True):
 # decoder inputs `tgt_in (batch, T)` (integer ids of any integer dtype), True where query $i$ may
 # attend to key $j$: $j \le i$ and `tgt_in[b, j]` is not `pad_id` (wherever `pad_id` appears). Build it from comparisons and broadcasting (no
 # `course_utils` mask functions).
+#
+# <!-- domain: ex3_decoder_mask decoder_mask -->
+#
+# The tests try every kind of input listed here:
+# - `tgt_in`: int64 ids; int32 ids; int16 ids; uint8 ids.
+# - `pad_id`: a Python int.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_decoder_mask", "locked": false, "schema_version": 3, "solution": true}
 def decoder_mask(tgt_in, pad_id=PAD_ID):
@@ -741,6 +769,15 @@ plt.show()
 # padding needs no mask here: with the causal mask, a real position never sees the padding that
 # comes after it.) Call the sub-modules, not `layer(...)` itself, and leave `y` and `memory` as they
 # are (no in-place change).
+#
+# <!-- domain: ex4_decoder_layer decoder_layer_forward -->
+#
+# The tests try every kind of input listed here:
+# - `layer`: a Post-LN block (norm_first False); a Pre-LN block (norm_first True).
+# - `memory_mask`: None; a bool padding mask.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_decoder_layer", "locked": false, "schema_version": 3, "solution": true}
 def decoder_layer_forward(layer, y, memory, memory_mask=None):
@@ -1026,6 +1063,15 @@ for label, (_, _, sc) in smooth_runs.items():
 #
 # Write `warmup_lr(step, d_model, warmup)` returning the formula's value (a Python float) for a step
 # counted from 1. Do not call `T.noam_lr`.
+#
+# <!-- domain: ex5_warmup warmup_lr -->
+#
+# The tests try every kind of input listed here:
+# - `step`: step 1; a step above 1.
+# - `warmup`: warmup 1; warmup above 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_warmup", "locked": false, "schema_version": 3, "solution": true}
 def warmup_lr(step, d_model, warmup):

@@ -116,6 +116,15 @@ device = torch.device("cpu")   # small models: the CPU, one thread, is where the
 # integer), `True` and `False`, a string such as `"2"`, and `None` (for a value that is not an int, a
 # `TypeError` is accepted as well). Valid calls are tested for every `prefix_len` from 0 to `L`, at
 # several `L`.
+#
+# <!-- domain: ex1_prefix_mask prefix_lm_mask -->
+#
+# The tests try every kind of input listed here:
+# - `prefix_len`: 0: the causal mask; an int strictly between 0 and L.
+# - must raise: an int below 0: ValueError; an int above L: ValueError; a Python float (2.0, 2.5); a NumPy float; a NumPy integer; True or False; a 0-d float tensor; a 0-d integer tensor; a 1-element tensor; a string; None.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_prefix_mask", "locked": false, "schema_version": 3, "solution": true}
 def prefix_lm_mask(L, prefix_len):
@@ -306,6 +315,14 @@ print(toy_vocab, "| [CLS] =", CLS_ID, "[MASK] =", MASK_ID, "| words from id", da
 # Return `(inputs, labels)`: the corrupted tokens, and the original token at chosen positions,
 # `families.IGNORE_INDEX` (-100, which `F.cross_entropy` skips) elsewhere, both `(batch, L)` tensors of
 # the tokens' dtype. Leave `tokens` unchanged.
+#
+# <!-- domain: ex2_mlm_corrupt mlm_corrupt_batch -->
+#
+# The tests try every kind of input listed here:
+# - `p`: p = 0; p = 1; 0 < p < 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_mlm_corrupt", "locked": false, "schema_version": 3, "solution": true}
 def mlm_corrupt_batch(tokens, mask_id, vocab_size, generator, p=0.15, first_regular_id=6):
@@ -808,6 +825,16 @@ print(f"decoding {B_GEN} prompts: {seconds['with cache']:.3f} s with the cache, 
 # mass comes within $10^{-3}$ of `top_p`; but exact boundaries are, where the arithmetic is exact:
 # over $n$ equal logits (each of probability $1/n$) top-p keeps exactly $\lceil p\,n \rceil$ tokens, e.g. 2
 # of 4 for `top_p=0.5`, since two tokens already have mass 0.5 together.
+#
+# <!-- domain: ex3_filter_logits filter_logits -->
+#
+# The tests try every kind of input listed here:
+# - `logits`: float32; float64; no leading dimension; 1 to 3 leading dimensions; logits of 200 or more (exp overflows float32); one logit 20 or more above the rest of its row.
+# - `top_k`: None; 1; an int above 1.
+# - `top_p`: None; a float in (0, 1); 1.0: every entry kept.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_filter_logits", "locked": false, "schema_version": 3, "solution": true}
 def filter_logits(logits, top_k=None, top_p=None):
@@ -1341,6 +1368,15 @@ if not GRADING:
 x_train, y_train, x_test, y_test = data.digits()
 print("train", tuple(x_train.shape), "test", tuple(x_test.shape), "| pixel range", float(x_train.min()), "to",
       float(x_train.max()), "| test images per class", torch.bincount(y_test).tolist())
+#
+# <!-- domain: ex4_patchify patchify -->
+#
+# The tests try every kind of input listed here:
+# - `images`: float32; float64; H != W.
+# - `patch`: 1; an int above 1.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_patchify", "locked": false, "schema_version": 3, "solution": true}
@@ -1456,6 +1492,14 @@ plt.show()
 # layers, Pre-LN and Post-LN, 1 or 3 channels, other image, patch and model sizes and numbers of
 # classes, on batches of 1 to 5 float32 images; your logits must match the model's own within
 # `checks.expect_close`'s default tolerance ($10^{-5}$ absolute plus $10^{-4}$ relative).
+#
+# <!-- domain: ex5_vit_forward vit_forward -->
+#
+# The tests try every kind of input listed here:
+# - `images`: a batch of 1; a batch of several.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_vit_forward", "locked": false, "schema_version": 3, "solution": true}
 def vit_forward(model, images):

@@ -126,6 +126,15 @@ plt.show()
 # float32 or float64 computation passes (the tests compare with a float64 one to $10^{-5}$ absolute,
 # $10^{-4}$ relative; float16 results to $10^{-3}$ absolute, $2 \cdot 10^{-3}$ relative, about one
 # float16 rounding).
+#
+# <!-- domain: ex1_rms_norm rms_norm -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; float16; float16 values above 256, whose squares overflow float16; one vector, no leading axis; leading axes; values of 1e14.
+# - `eps`: a Python float.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_rms_norm", "locked": false, "schema_version": 3, "solution": true}
 def rms_norm(x, weight, eps=1e-6):
@@ -288,6 +297,15 @@ for name, t in norm_times.items():
 # tests include gates of several hundred in float32 and of thousands in float64, where $e^{z}$
 # overflows (float32 above $z \approx 88.7$, float64 above $709.8$); there $\mathrm{SiLU}(z) = z$, and
 # $0$ for large negative $z$. Any float32 or float64 computation passes ($10^{-5}$ absolute, $10^{-4}$ relative).
+#
+# <!-- domain: ex2_swiglu swiglu -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; one vector; leading axes.
+# - `W_gate`: gate weights of 100 or more: gates where exp overflows; weights of size 1/sqrt(d).
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_swiglu", "locked": false, "schema_version": 3, "solution": true}
 def swiglu(x, W_gate, W_up, W_down):
@@ -435,6 +453,16 @@ print("the module blocks.SwiGLU equals swiglu() with its weights")
 # `LlamaRotaryEmbedding` does: both pass. A float32 angle near position $p$ is off by up to about
 # $10^{-7} p$ radians, so the tests compare with a float64 computation within
 # $10^{-5} + 5 \cdot 10^{-7}\,(\text{offset} + \text{seq}) \max|x|$ absolute and $10^{-4}$ relative.
+#
+# <!-- domain: ex3_rope rope_half -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; (seq, d); (batch, heads, seq, d).
+# - `offset`: a Python int from 1 to 99999 (0, the default, is drawn by leaving it out); 100000 or more (a 128k cache).
+# - `base`: a Python float.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_rope", "locked": false, "schema_version": 3, "solution": true}
 def rope_half(x, offset=0, base=10000.0):
@@ -650,6 +678,15 @@ for name, rotate in (("offset = cache length", learner_rope),
 # made-up name: a wrong name would only fail later, when the weights are loaded. (What you do with a `.bias` name, which Llama does not have, or with a layer
 # "number" that is not digits, is not tested.) Write the mapping yourself: the course's
 # `llama.hf_key_to_ours` fails inside the tests.
+#
+# <!-- domain: ex4_keys course_key -->
+#
+# The tests try every kind of input listed here:
+# - `hf_key`: the embedding, final norm or output layer; a layer's weight of the table.
+# - must raise: a module of the table under the other parent (mlp.q_proj); a leaf other than weight (weight_scale, qweight, ...); a buffer (rotary_emb.inv_freq); another model's or the course's own naming.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_keys", "locked": false, "schema_version": 3, "solution": true}
 def course_key(hf_key):
@@ -1190,6 +1227,15 @@ print("exp(s - max(s))  :", [f"{x:.3g}" for x in e_row.tolist()], "-> exp / sum:
 # in float32 as well as float64, with scores from about $-1000$ to $1000$: every exponential must
 # have the running maximum subtracted ($e^{100}$ already overflows float32, $e^{-104}$ underflows to
 # 0). The course's `flash.online_softmax_update` fails inside the tests.
+#
+# <!-- domain: ex5_online online_update -->
+#
+# The tests try every kind of input listed here:
+# - `scores`: float32; float64; -inf scores; scores of 100 or more (exp overflows float32).
+# - `m`: -inf rows (no score seen yet); finite rows.
+# - the inputs come back unchanged (except `m`, `l`, `acc`).
+#
+# <!-- /domain -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_online", "locked": false, "schema_version": 3, "solution": true}
 def online_update(m, l, acc, scores, v):

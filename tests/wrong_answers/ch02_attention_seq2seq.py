@@ -20,14 +20,17 @@ HIDDEN_ONLY = {
     Ws = query.float() @ W.float().T
     return torch.tanh(Ws[:, None, :] + UH.float()) @ v.float()
 ''',
-    # general_score multiplies by W_a^T: right for the symmetric W_a of the visible tests, and
-    # only defined when d_q == d_k.
+    # general_score projects the query into a tensor shaped like the query: right while d_q == d_k (the
+    # visible tests), a broadcasting error otherwise (the hidden tests and the chapter's probe have d_q != d_k).
     "ex2_luong_scores": '''def dot_score(query, keys):
     return (keys * query[:, None, :]).sum(-1)
 
 
 def general_score(query, keys, W_a):
-    return ((keys @ W_a) * query[:, None, :]).sum(-1)
+    proj = torch.zeros_like(query)              # shaped like the query: assumes d_k == d_q
+    for i in range(query.shape[-1]):
+        proj = proj + query[:, i:i + 1] * W_a[i]
+    return (keys * proj[:, None, :]).sum(-1)
 ''',
     # No subtraction of the row maximum: exp(1000) overflows to inf and the row becomes NaN.
     "ex3_masked_softmax": '''def masked_softmax(scores, mask):
@@ -103,5 +106,28 @@ def general_score(query, keys, W_a):
     s = model.cell(torch.cat([context, model.embedding(prev_tokens)], dim=-1), s_prev)
     logits = model.out(torch.cat([s, context], dim=-1))
     return logits, s, weights
+'''),
+    # Issue 54. Adds the value axis to the caller's ``weights`` in place (``unsqueeze_``): the first context is
+    # right, the caller's weights come back (batch, S, 1); checks.call names ``weights`` and the rule.
+    "context_unsqueezes_weights_in_place": ("ex4_context", '''def context_vector(weights, values):
+    return (weights.unsqueeze_(-1) * values).sum(dim=1)
+'''),
+    # Issue 54. A general score with W_a on the wrong side (keys @ W_a^T against the query): right for a
+    # symmetric W_a, which every visible case used before.
+    "general_wa_transposed": ("ex2_luong_scores", '''def dot_score(query, keys):
+    return (keys * query[:, None, :]).sum(-1)
+
+
+def general_score(query, keys, W_a):
+    return (keys * (query @ W_a.T)[:, None, :]).sum(-1)
+'''),
+    # Issue 54. A matrix product with the whole batch of queries: (batch, S, batch) squeezed, right for a batch
+    # of 1 only, which every visible case used before.
+    "luong_batch_of_one_only": ("ex2_luong_scores", '''def dot_score(query, keys):
+    return (keys @ query.T).squeeze(-1)
+
+
+def general_score(query, keys, W_a):
+    return (keys @ (query @ W_a).T).squeeze(-1)
 '''),
 }

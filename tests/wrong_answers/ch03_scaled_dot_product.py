@@ -179,4 +179,31 @@ REVIEWED = {
         out, w = attention.scaled_dot_product_attention(q, k, v, mask)
         return self.out_proj(out.to(x.dtype)), w
 '''),
+    # Issue 54. Zeroes the padded encoder positions in the caller's ``x_enc`` with ``masked_fill_``: the
+    # outputs are right (padded keys get weight 0 anyway), the input comes back changed, against the
+    # chapter's rule; checks.call's inputs-unchanged check names ``x_enc``.
+    "cross_zeroes_padding_in_place": ("ex5_cross", '''def cross_attention(x_dec, x_enc, W_q, W_k, W_v, enc_lengths=None):
+    mask = None
+    if enc_lengths is not None:
+        mask = attention.padding_mask(enc_lengths, x_enc.shape[1])
+        x_enc.masked_fill_(~mask.transpose(1, 2), 0.0)
+    return attention.scaled_dot_product_attention(x_dec @ W_q, x_enc @ W_k, x_enc @ W_v, mask)
+'''),
+    # Issue 54. Scales the caller's ``x`` in place before the projections (and the query projection's
+    # weight back): right outputs, ``x`` changed.
+    "module_scales_x_in_place": ("ex6_module", '''class SelfAttention(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        k, v = self.k_proj(x), self.v_proj(x)
+        q = self.q_proj(x.mul_(1.0).add_(0.0))
+        x.mul_(2.0)
+        out, w = attention.scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(out), w
+'''),
 }

@@ -45,10 +45,9 @@ def merge_heads(x):
     out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
     return merge_used(out) @ W_o, weights
 ''',
-    # T and d_head swapped in the final reshape: right only when T == d_head
+    # the batch size written as 1 in expand: right for one sequence only (the visible test's batch)
     "ex3_repeat_kv": '''def repeat_kv(x, n_rep):
-    b, g, T, d = x.shape
-    return x[:, :, None].expand(b, g, n_rep, T, d).reshape(b, g * n_rep, d, T)
+    return torch.cat([x[:, i:i + 1].expand(1, n_rep, x.shape[2], x.shape[3]) for i in range(x.shape[1])], dim=1)
 ''',
     # no causal mask: right for one new token at a time, wrong for a prompt or a chunk
     "ex4_cache": '''def attend_with_cache(q, k_new, v_new, cache=None):
@@ -73,6 +72,12 @@ def merge_heads(x):
 }
 
 MORE_WRONG = {
+    # T and d_head swapped in the final reshape: right only when T == d_head (the HIDDEN_ONLY answer until
+    # issue 54; the visible test's heads now vary within a head, with T != d_head, and catch it).
+    "repeat_t_d_swapped": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
+    b, g, T, d = x.shape
+    return x[:, :, None].expand(b, g, n_rep, T, d).reshape(b, g * n_rep, d, T)
+'''),
     # The "natural repair" of the notes' GQA code (section 5): the whole stack of key/value heads
     # repeated n_rep times, so query head i reads key/value head i % g instead of i // (h/g).
     # Right shape, wrong pairing: the visible test's head order and the hidden values catch it.
@@ -162,5 +167,25 @@ def merge_heads(x):
             h = j * r + i
             out[j * d_head:(j + 1) * d_head] += weight[h * d_head:(h + 1) * d_head] / r
     return out
+'''),
+    # Issue 54. ``.transpose_`` on the view: equivalent on plain tensors, but an in-place view op on a
+    # view of a leaf that requires grad raises; the hidden tests pass such leaves.
+    "split_transpose_in_place": ("ex1_split", '''def split_heads(x, n_heads):
+    b, L, d = x.shape
+    return x.view(b, L, n_heads, d // n_heads).transpose_(1, 2)
+
+
+def merge_heads(x):
+    b, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(b, L, h * d)
+'''),
+    # Issue 54. Scales the caller's ``x`` in place before projecting the queries (and undoes the scale on the
+    # scores): every output is right, ``x`` comes back changed.
+    "mha_scales_x_in_place": ("ex2_mha", '''def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    k = split_used(context @ W_k, n_heads)
+    v = split_used(context @ W_v, n_heads)
+    q = split_used(x.mul_(1 / math.sqrt(x.shape[-1] // n_heads)) @ W_q, n_heads)
+    out, weights = attention.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
+    return merge_used(out) @ W_o, weights
 '''),
 }
