@@ -65,10 +65,23 @@ def test_mutants_change_only_the_solution_lines_and_compile():
         assert text.startswith("def f(x, lengths, mask=None):"), f"{key} changed the signature"
 
 
-def test_no_mutant_calls_a_function_the_module_lacks():
-    flat = " ".join(k for k, _ in mutants.mutants(SAMPLE))
-    for junk in ("torch.tril_", "torch.log_softmax_", "math.rsqrt"):
-        assert junk not in flat
+GUARDED = '''def g(x, d):
+    ### BEGIN SOLUTION
+    s = torch.exp(x) * math.sqrt(d) + torch.sqrt(x)
+    return s.exp()
+    ### END SOLUTION
+'''
+
+
+def test_no_mutant_calls_a_function_the_module_lacks_or_makes_a_module_function_in_place():
+    """``math`` has no ``rsqrt`` (a swap to it would only raise AttributeError), and ``torch.exp_`` exists but
+    is not a slip a learner makes for ``torch.exp(x)``: neither is generated, while their legitimate
+    twins are (``torch.sqrt`` -> ``torch.rsqrt``, ``s.exp()`` -> ``s.exp_()``)."""
+    keys = [k for k, _ in mutants.mutants(GUARDED)]
+    after = [k.split(" -> ", 1)[1] for k in keys]
+    assert any("torch.rsqrt(x)" in a for a in after) and any(a == "return s.exp_()" for a in after), keys
+    assert not any("math.rsqrt" in a for a in after), "a swap to a name math lacks"
+    assert not any("torch.exp_(" in a for a in after), "a module function made in place"
 
 
 def _rows() -> dict:

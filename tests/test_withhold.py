@@ -335,3 +335,93 @@ def test_every_hidden_test_changes_with_the_secret(path):
     for n, block in enumerate(_hidden_blocks(path), 1):
         texts = {block, _seeded(block, b"k" * 32), _seeded(block, b"j" * 32)}
         assert len(texts) == 3, f"{path.parent.name}, hidden test {n}: the same in every class"
+
+
+def _aliases(source: str) -> dict[str, str]:
+    """``{name bound in the chapter: the dotted course_utils object it names}``, from its imports."""
+    out = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils"):
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("course_utils") and a.asname:
+                    out[a.asname] = a.name
+    return out
+
+
+def _course_name(func: ast.AST, aliases: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id not in aliases:
+        return None
+    return ".".join([aliases[func.id], *reversed(parts)])
+
+
+def _is_learner_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and _name(node.func) == "call"
+
+
+def reference_calls_outside_expected(block: str, aliases: dict[str, str], references: set[str]) -> list[str]:
+    """The calls of an exercise's reference (``course_utils.decoding.beam_search``) that a hidden test makes
+    outside its EXPECTED blocks for anything but the learner's inputs: what they compute there (an expected
+    value) would run in the learner's kernel. A reference call inside the arguments of ``checks.call``, or
+    bound to a name that such arguments use, builds an input and is allowed."""
+    tree = ast.parse(strip_expected(block))
+    names = lambda node: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}  # noqa: E731
+    calls = [c for c in ast.walk(tree) if _is_learner_call(c)]
+    inputs = set().union(*(names(a) for c in calls for a in [*c.args, *c.keywords]))
+    bindings = [(set().union(*map(names, n.targets)), n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)]
+    bindings += [(names(n.target), n.iter) for n in ast.walk(tree) if isinstance(n, (ast.For, ast.comprehension))]
+    bindings += [(names(n.func.value), ast.Tuple(n.args)) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert", "update")]
+    grown = True
+    while grown:            # a name that builds an input is an input too (through lists, dicts, loops)
+        grown = False
+        for targets, value in bindings:
+            if targets & inputs and not names(value) <= inputs:
+                inputs |= names(value)
+                grown = True
+    as_input = {id(n) for c in calls for a in [*c.args, *c.keywords] for n in ast.walk(a)}
+    as_input |= {id(n) for targets, value in bindings if targets & inputs for n in ast.walk(value)}
+    return [ast.unparse(node)[:80] for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and id(node) not in as_input and _course_name(node.func, aliases) in references]
+
+
+def test_a_reference_called_outside_the_expected_block_is_found():
+    aliases = _aliases("from course_utils import decoding\nfrom course_utils.attention import causal_mask as cm\n")
+    refs = {"course_utils.decoding.beam_search", "course_utils.attention.causal_mask"}
+    inside = "### BEGIN EXPECTED\n_w = decoding.beam_search(s, 1)\n### END EXPECTED\ncheck(got, _w)\n"
+    outside = "_w = decoding.beam_search(s, 1)\nm = cm(3)\n### BEGIN EXPECTED\n_z = 1\n### END EXPECTED\n"
+    as_inputs = "m = cm(3)\ngot = checks.call(f, x, mask=m)\ngot2 = checks.call(f, x, cm(4))\n"
+    assert reference_calls_outside_expected(inside, aliases, refs) == []
+    assert reference_calls_outside_expected(outside, aliases, refs) == ["decoding.beam_search(s, 1)", "cm(3)"]
+    assert reference_calls_outside_expected(as_inputs, aliases, refs) == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.parent.name)
+def test_no_hidden_test_runs_a_reference_in_the_learners_kernel(path):
+    """The chapter's references (course_utils/domains: each exercise's drop-in stand-in) are called by a
+    hidden test only inside its EXPECTED blocks: a value they compute elsewhere is an expected value the
+    learner's kernel computes, and could change."""
+    from course_utils import domains
+    refs = {ex.reference.replace(":", ".") for ex in domains.declarations(path.parent.name[:4]) if ex.reference}
+    aliases = _aliases(path.read_text())
+    found = [f"hidden test {n}: {call}" for n, block in enumerate(_hidden_blocks(path), 1)
+             for call in reference_calls_outside_expected(block, aliases, refs)]
+    assert not found, f"{path.parent.name}: references called outside EXPECTED blocks:\n" + "\n".join(found)
+
+
+def test_a_real_hidden_test_with_its_expected_markers_removed_is_found():
+    """Chapter 1's beam-search hidden test, its EXPECTED markers deleted: the reference calls it makes for
+    its expected values now run in the learner's kernel, and the rule names them."""
+    from course_utils import domains
+    path = REPO / "solutions" / "ch01_seq2seq_rnn" / "ch01_seq2seq_rnn.py"
+    refs = {ex.reference.replace(":", ".") for ex in domains.declarations("ch01") if ex.reference}
+    block = _hidden_blocks(path)[5]
+    assert reference_calls_outside_expected(block, _aliases(path.read_text()), refs) == []
+    unmarked = re.sub(r"[ \t]*### (BEGIN|END) EXPECTED\n", "", block)
+    assert any("decoding.beam_search(" in c for c in reference_calls_outside_expected(unmarked, _aliases(path.read_text()), refs))
