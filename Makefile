@@ -25,7 +25,7 @@ $(RUNS_CHAPTERS): export COURSE_CLAIMS = strict
 # Each chapter's text source (jupytext percent format), the file people edit and review.
 SOURCES = $(if $(NB),$(NB:.ipynb=.py),$(wildcard solutions/ch*/ch*.py))
 
-.PHONY: help install sandbox-tool browser-tool lab lint test unit test-portable test-cpus test-browser site site-serve grade release autograde sync execute bench clean \
+.PHONY: new-chapter help install sandbox-tool browser-tool lab lint test unit test-portable test-cpus test-browser site site-serve grade release autograde sync execute bench clean \
 	hub-install hub-rehearsal mutants correct-notebooks update instructor-lab translations test-translations
 
 help:
@@ -52,6 +52,7 @@ help:
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
 	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
+	@echo "make new-chapter NAME=ch09_x TITLE='...'  every file a new chapter needs, with two sample exercises"
 	@echo "make mutants              mutation testing of every exercise's tests (5-10 min on 2 cores; CH=ch03 for one chapter)"
 	@echo "make correct-notebooks    every correct answer of tests/correct_answers/ run inside its whole chapter (3 min on 2 cores; CH=ch08)"
 	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
@@ -283,6 +284,11 @@ execute: sync
 # make test. CH=ch03: one chapter; SHOW=1: print each survivor's diff.
 mutants: $(STAMP)
 	$(BIN)/python tools/mutants.py $(CH) $(if $(SHOW),--show)
+
+# A new chapter, scaffolded and wired in (tools/new_chapter.py; CONTRIBUTING.md, "Adding a chapter").
+new-chapter: $(STAMP)
+	@test -n "$(NAME)" -a -n "$(TITLE)" || { echo 'usage: make new-chapter NAME=ch09_attention_at_inference TITLE="Attention at inference time"'; exit 2; }
+	$(BIN)/python tools/new_chapter.py "$(NAME)" "$(TITLE)"
 
 # The correct answers inside their chapters: an experiment that asks more of a learner's function than
 # its exercise does stops a correct notebook (tools/correct_in_chapter.py). Not part of make test.

@@ -22,6 +22,8 @@ import dataclasses
 import importlib
 import inspect
 import math
+import pkgutil
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -31,7 +33,8 @@ from typing import Any
 __all__ = ["Arg", "Exercise", "Kind", "chapters", "classify", "declarations", "describe",
            "exercise_of", "isolated", "recording", "set_cell", "tensor", "tensor_kind"]
 
-CHAPTER_MODULES = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08")
+#: One module per chapter, ``chNN.py`` (a new chapter's module is found by its name).
+CHAPTER_MODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if re.fullmatch(r"ch\d\d", m.name)))
 
 
 @dataclasses.dataclass(frozen=True)
