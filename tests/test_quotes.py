@@ -319,11 +319,15 @@ UNMARKED = re.compile(r"(?<![\w.$\\{^_/:])(?<!(?<!\d)-)(\d+\.\d+|\d+(?:\.\d+)?\s
 _MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$(?!\$)(?:\\.|[^$\\])+?\$", re.S)
 _CODE = re.compile(r"(`+).+?\1", re.S)
 _LINK = re.compile(r"\]\([^)]*\)|<[^>]+>")
+# A prompt's list of input kinds is written from the exercise's declaration (course_utils/domains, tied by
+# tests/test_domains.py): its numbers ("positions of 1000", "1.0: every entry kept") come from there.
+_DOMAIN = re.compile(r"<!-- domain: .*?<!-- /domain -->", re.S)
 
 
 def _prose(text: str) -> str:
-    """``text`` with its quoted values, math, code spans, link targets and HTML tags blanked out."""
-    for pattern in (QUOTE, _CODE, _MATH, _LINK):
+    """``text`` with its quoted values, generated domain lists, math, code spans, link targets and HTML
+    tags blanked out."""
+    for pattern in (QUOTE, _DOMAIN, _CODE, _MATH, _LINK):
         text = pattern.sub(" ", text)
     return text
 
@@ -377,6 +381,8 @@ def test_the_unmarked_number_checker(tmp_path):
     text = ("Exact match <!-- q:out#x -->0.94<!-- /q --> here; the bound 0.95 and $p = 0.5$, `lr=3e-3`, "
             "[a](b/1.2.md), 12 layers, 7 % of tokens, version 3.11.2, 7-64 % and 0.3.")
     assert unmarked_numbers(text) == ["0.95", "7%", "64%", "0.3"]
+    listed = "<!-- domain: ex1 f -->\n- `p`: 1.0: every entry kept.\n<!-- /domain -->\nthen 0.7"
+    assert unmarked_numbers(listed) == ["0.7"]                       # the declaration's list is its source
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell(text)]
     path = tmp_path / "chXX_demo" / "chXX_demo.ipynb"
