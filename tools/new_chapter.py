@@ -4,7 +4,7 @@ Usage (``make new-chapter NAME=ch09_attention_at_inference TITLE="Attention at i
 
     python tools/new_chapter.py ch09_attention_at_inference "Attention at inference time"
 
-What it makes (docs/contributing.md's "Adding a chapter" lists the same, and what to do next):
+What it makes (CONTRIBUTING.md's "Adding a chapter" lists the same, and what to do next):
 
 - ``solutions/NAME/NAME.py``: the text source, with the chapter's fixed parts (title, what you will
   build, the exercises line, "the outputs you see first", the imports, a last section) and one
