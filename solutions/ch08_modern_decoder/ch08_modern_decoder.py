@@ -1394,8 +1394,8 @@ checks.run_checks("online_update (hidden)", [(f"run {r}", lambda r=r: _run5(r)) 
 #   are `q`, `k`, `v` whose shapes do not agree (leading axes, `d`, or the number of keys and values).
 #
 # The tests compare `out` with `F.scaled_dot_product_attention` and `lse` with `torch.logsumexp` of
-# the scaled (and masked) scores, computed in float64: within `1e-9` for float64 inputs and `1e-5`
-# for float32 ones (relative to the largest value, plus that much absolute).
+# the scaled (and masked) scores, both computed in float64, within `1e-5` plus `1e-4` of the value
+# (float32's rounding fits well inside that).
 #
 # <!-- domain: ex6_flash flash_forward -->
 #
@@ -1558,7 +1558,8 @@ def _case6(r):
 
 
 def _raises6(kwargs, shapes):
-    q, k, v = (torch.randn(*s, dtype=torch.float64) for s in shapes)
+    g = torch.Generator().manual_seed(116)
+    q, k, v = (torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
     try:
         checks.call(flash_forward, q, k, v, **kwargs)
     except ValueError:
