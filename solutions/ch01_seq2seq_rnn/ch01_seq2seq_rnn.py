@@ -1287,7 +1287,11 @@ checks.expect_close(_sc, _want_sc, "scores (a step that needs torch.long ids)")
 # Decode **one** sentence (`state` has batch size 1). At each step, run `step` on all live
 # prefixes at once (a batch of `live` rows), add each row's score to its log-probabilities, and
 # take the best candidates over the flattened `(live * vocab)` scores (`torch.topk`). A candidate
-# whose token is `eos_id` becomes finished; otherwise it stays live, until `beam_size` are live.
+# whose token is `eos_id` becomes finished; otherwise it stays live, until `beam_size` are live. A
+# finished hypothesis takes no place in the beam: the next step still extends `beam_size` live
+# prefixes where there are that many candidates (the best `2 * beam_size` candidates are enough,
+# since at most one per live prefix ends in `eos_id`), as fairseq's beam search does; a beam that
+# shrinks with every finished hypothesis fails the visible tests.
 # Use `decoding.index_state(state, rows)` to copy the state rows that the surviving prefixes came
 # from. Return `decoding.Hypothesis(tokens, score, normalized, finished)` objects, best first
 # (finished before unfinished, each by `normalized`); `tokens` excludes `<sos>` and ends with
@@ -1369,6 +1373,21 @@ def _check_beam_escapes_trap():
     checks.expect_close(torch.tensor(hyps[0].score), torch.tensor(math.log(0.4)), "its score log(0.4)", atol=1e-4)
     assert hyps[0].finished, "a hypothesis that ends with <eos> is finished"
 
+def finish_early_table(V=6):
+    """From <sos>, <eos> is the most probable token (p=0.5), then 4 (p=0.3) and 5 (p=0.2); after 5,
+    <eos> is certain; after 4, <eos> is unlikely (p=0.1): the second-best sentence is 5 <eos>."""
+    probs = torch.full((V, V), 1e-9)
+    probs[SOS_ID, EOS_ID], probs[SOS_ID, 4], probs[SOS_ID, 5] = 0.5, 0.3, 0.2
+    probs[4, EOS_ID], probs[4, 3], probs[4, 5] = 0.1, 0.5, 0.4
+    probs[5, EOS_ID] = probs[3, EOS_ID] = 1.0
+    return torch.log(probs / probs.sum(-1, keepdim=True))
+
+def _check_beam_keeps_its_width_live():
+    # <eos> finishes a sentence at the first step; the beam of 2 must still extend both 4 and 5
+    hyps = checks.call(beam_search, markov_step(finish_early_table()), {"t": torch.zeros(1)}, max_len=3, beam_size=2)
+    checks.expect_equal([h.tokens for h in hyps], [[EOS_ID], [5, EOS_ID]],
+                        "hypotheses when <eos> is the best first token (a finished one leaves beam_size live)")
+
 def _check_beam_wider_than_candidates():
     # 6 tokens and max_len=2: only 6 prefixes after one step, so a beam of 100 keeps all of them.
     table = torch.log_softmax(torch.randn(6, 6, generator=torch.Generator().manual_seed(0)), -1)
@@ -1391,6 +1410,7 @@ def _check_beam_reorders_state():
 
 checks.run_checks("beam_search", [("beam_size=1 is greedy decoding", _check_beam_one_is_greedy),
                                   ("a beam of 2 finds the better sentence greedy misses", _check_beam_escapes_trap),
+                                  ("a finished hypothesis leaves beam_size prefixes live", _check_beam_keeps_its_width_live),
                                   ("a beam wider than the candidates keeps them all", _check_beam_wider_than_candidates),
                                   ("the state follows its prefix (a step with a memory)", _check_beam_reorders_state)])
 

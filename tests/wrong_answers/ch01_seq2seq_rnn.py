@@ -357,4 +357,38 @@ REVIEWED = {
     # Takes only the beam_size best candidates: a candidate ending in <eos> costs a live prefix.
     "beam_topk_only_beam_size": ("ex6_beam", _edit(
         _BEAM, "flat.topk(min(2 * beam_size, flat.numel()))", "flat.topk(min(beam_size, flat.numel()))")),
+    # Issue 52: the shrinking beam of OpenNMT-style searches (a finished hypothesis takes a place, so fewer
+    # prefixes stay live): a protocol the prompt now rules out and a visible check catches
+    "beam_shrinks_with_finished": ("ex6_beam", '''def beam_search(step, state, max_len, beam_size=4, alpha=0.0, sos_id=SOS_ID, eos_id=EOS_ID):
+    """A shrinking beam (finished hypotheses take places in the beam)."""
+    prefixes, scores = [[]], torch.zeros(1)
+    prev = torch.tensor([sos_id])
+    finished = []
+    for _ in range(max_len):
+        width = beam_size - len(finished)
+        if width <= 0 or not prefixes:
+            prefixes = []
+            break
+        log_probs, state = step(prev, state)
+        vocab = log_probs.shape[-1]
+        flat = (scores[:, None] + log_probs).reshape(-1)
+        top_scores, top_idx = flat.topk(min(width, flat.numel()))
+        rows, toks, new_scores = [], [], []
+        for s, i in zip(top_scores.tolist(), top_idx.tolist()):
+            row, tok = divmod(i, vocab)
+            if tok == eos_id:
+                seq = prefixes[row] + [tok]
+                finished.append(decoding.Hypothesis(seq, s, s / len(seq) ** alpha, True))
+            else:
+                rows.append(row); toks.append(tok); new_scores.append(s)
+        if not rows:
+            prefixes = []
+            break
+        prefixes = [prefixes[r] + [t] for r, t in zip(rows, toks)]
+        state = decoding.index_state(state, torch.tensor(rows))
+        scores, prev = torch.tensor(new_scores), torch.tensor(toks)
+    live = [decoding.Hypothesis(p, s, s / len(p) ** alpha, False) for p, s in zip(prefixes, scores.tolist())]
+    best = sorted(finished, key=lambda h: -h.normalized) + sorted(live, key=lambda h: -h.normalized)
+    return best[:beam_size]
+'''),
 }
