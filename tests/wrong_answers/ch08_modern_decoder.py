@@ -104,6 +104,39 @@ MORE_WRONG = {
 '''),
 }
 
+def _edit(source: str, old: str, new: str) -> str:
+    """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+# Exercise 6's right answer, which the reviewed wrong answers below change in one place each.
+_FLASH = '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if type(b) is not int or b < 1:
+            raise ValueError(f"{name} must be a positive int, got {b!r}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) must agree")
+    scale = 1 / math.sqrt(q.shape[-1])
+    outs, lses = [], []
+    for i0 in range(0, q.shape[-2], block_q):
+        q_blk = q[..., i0:i0 + block_q, :]
+        rows = torch.arange(i0, i0 + q_blk.shape[-2])[:, None]
+        m = torch.full((*q_blk.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(*q_blk.shape[:-1], v.shape[-1], dtype=q.dtype)
+        k_end = min(k.shape[-2], i0 + q_blk.shape[-2]) if causal else k.shape[-2]
+        for j0 in range(0, k_end, block_k):
+            s = q_blk @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
+        outs.append(acc / l)
+        lses.append(m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+'''
+
+
 # Reviewed wrong answers (issue 30) and more of their kinds: each must lose points on its exercise.
 REVIEWED = {
     # the default eps of LayerNorm (1e-5) instead of the 1e-6 asked for: invisible on unit-size inputs,
@@ -267,58 +300,12 @@ def rope_half(x, offset=0, base=10000.0):
 '''),
     # FlashAttention without the causal skip: every key block computed and masked, so the skipped blocks'
     # NaN reaches the output through 0 * NaN (and half the tiles are wasted)
-    "flash_no_skip": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
-    for b in (block_q, block_k):
-        if type(b) is not int or b < 1: raise ValueError("b")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
-    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
-    for i0 in range(0, q.shape[-2], block_q):
-        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
-        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
-        for j0 in range(0, k.shape[-2], block_k):
-            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
-            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
-            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
-        outs.append(acc / l); lses.append(m + torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
-'''),
+    "flash_no_skip": ("ex6_flash", _edit(_FLASH, "min(k.shape[-2], i0 + q_blk.shape[-2]) if causal else k.shape[-2]",
+                                         "k.shape[-2]")),
     # the log-sum-exp without the running maximum: ln(l) alone
-    "flash_lse_without_max": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
-    for b in (block_q, block_k):
-        if type(b) is not int or b < 1: raise ValueError("b")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
-    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
-    for i0 in range(0, q.shape[-2], block_q):
-        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
-        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
-        k_end = min(k.shape[-2], i0 + qb.shape[-2]) if causal else k.shape[-2]
-        for j0 in range(0, k_end, block_k):
-            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
-            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
-            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
-        outs.append(acc / l); lses.append(torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
-'''),
+    "flash_lse_without_max": ("ex6_flash", _edit(_FLASH, "lses.append(m + torch.log(l))", "lses.append(torch.log(l))")),
     # the diagonal masked too (j >= i): each query loses its own key
-    "flash_diagonal_masked": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
-    for b in (block_q, block_k):
-        if type(b) is not int or b < 1: raise ValueError("b")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
-    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
-    for i0 in range(0, q.shape[-2], block_q):
-        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
-        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
-        k_end = min(k.shape[-2], i0 + qb.shape[-2]) if causal else k.shape[-2]
-        for j0 in range(0, k_end, block_k):
-            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
-            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) >= rows, float("-inf"))
-            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
-        outs.append(acc / l); lses.append(m + torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
-'''),
+    "flash_diagonal_masked": ("ex6_flash", _edit(_FLASH, ") > rows, float", ") >= rows, float")),
     # the whole L_q x L_k matrix at once: right values, but not the tiled algorithm the prompt asks for
     "flash_full_matrix": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
     for b in (block_q, block_k):
