@@ -144,15 +144,22 @@ class FeedForward(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """Gated feed-forward ``down(silu(gate(x)) * up(x))`` (Shazeer 2020), no biases: ``(..., d_model)``."""
+    """Gated feed-forward ``down(silu(gate(x)) * up(x))`` (Shazeer 2020), no biases: ``(..., d_model)``.
+
+    ``fn``: another function computing it, ``fn(x, W_gate, W_up, W_down)`` (chapter 8 plugs in the
+    learner's); ``None``: the layers' own.
+    """
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
         self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+        self.fn = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fn is not None:
+            return self.fn(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -170,15 +177,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square normalisation with a learned gain ``weight (d,)`` (initialised to 1)."""
+    """Root-mean-square normalisation with a learned gain ``weight (d,)`` (initialised to 1).
+
+    ``fn``: another function computing it, ``fn(x, weight, eps)`` (chapter 8 plugs in the learner's);
+    ``None``: :func:`rms_norm`.
+    """
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
+        self.fn = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return (self.fn or rms_norm)(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

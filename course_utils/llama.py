@@ -39,11 +39,12 @@ import copy
 
 import torch
 
+from course_utils.blocks import RMSNorm, SwiGLU
 from course_utils.decoding import greedy_decode
 from course_utils.lm import DecoderLM, LMConfig
 
 __all__ = ["DecoderConfig", "ModernDecoder", "config_from_hf", "float32_tolerance", "from_hf", "greedy_agrees",
-           "greedy_generate", "hf_key_to_ours", "load_hf_llama"]
+           "greedy_generate", "hf_key_to_ours", "load_hf_llama", "with_parts"]
 
 #: The LLaMA-style decoder is the course's one decoder-only model, :class:`course_utils.lm.DecoderLM`,
 #: built from :meth:`LMConfig.llama <course_utils.lm.LMConfig.llama>`: ``ModernDecoder(cfg)`` is ``DecoderLM(cfg)``.
@@ -157,6 +158,21 @@ def from_hf(hf_model) -> DecoderLM:
     model = DecoderLM(config_from_hf(hf_model.config))
     return load_hf_llama(model, hf_model.state_dict()).to(next(hf_model.parameters()).dtype).eval()
 
+
+
+def with_parts(model: DecoderLM, rms_norm=None, swiglu=None, rope=None) -> DecoderLM:
+    """``model`` computing with other functions in place of the course's (chapter 8 assembles the
+    learner's parts into the decoder): ``rms_norm(x, weight, eps)`` in every RMSNorm,
+    ``swiglu(x, W_gate, W_up, W_down)`` in every SwiGLU feed-forward, ``rope(x (B, H, L, d_head),
+    offset, base)`` in every self-attention. ``None`` leaves a part as it is. Returns ``model``."""
+    for module in model.modules():
+        if rms_norm is not None and isinstance(module, RMSNorm):
+            module.fn = rms_norm
+        elif swiglu is not None and isinstance(module, SwiGLU):
+            module.fn = swiglu
+        elif rope is not None and getattr(module, "rope", False) and hasattr(module, "rotate"):
+            module.rotate = rope
+    return model
 
 
 # --- Equal to float32's rounding ---------------------------------------------------------------

@@ -288,3 +288,37 @@ def test_hf_key_to_ours_maps_every_row_of_its_table():
     assert llama.hf_key_to_ours("model.layers.12.self_attn.o_proj.weight") == "stack.layers.12.self_attn.out_proj.weight"
     for hf, ours in llama.HF_NAMES.items():
         assert llama.hf_key_to_ours(f"model.layers.3.{hf}.weight") == f"stack.layers.3.{ours}.weight"
+
+
+def test_a_decoder_built_with_other_parts_uses_them_and_equals_the_course_with_the_same_ones():
+    """llama.with_parts: the given rms_norm, swiglu and rope run in every layer (each call counted),
+    the decoder with the course's own functions plugged in gives the same logits, and a wrong part
+    changes them (a norm without its gain)."""
+    from course_utils import blocks, positional
+    torch.manual_seed(0)
+    model = llama.ModernDecoder(llama.DecoderConfig(vocab_size=32, d_model=16, n_heads=4, n_kv_heads=2,
+                                                    n_layers=2, max_len=64)).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.3)
+    tokens = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(tokens)
+    calls = {"rms": 0, "swiglu": 0, "rope": 0}
+
+    def count(name, fn):
+        def wrapped(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapped
+
+    swiglu = lambda x, g, u, d: torch.nn.functional.linear(  # noqa: E731
+        torch.nn.functional.silu(torch.nn.functional.linear(x, g)) * torch.nn.functional.linear(x, u), d)
+    llama.with_parts(model, rms_norm=count("rms", blocks.rms_norm), swiglu=count("swiglu", swiglu),
+                     rope=count("rope", positional.apply_rope_half))
+    with torch.no_grad():
+        got = model(tokens)
+    assert calls == {"rms": 2 * 2 + 1, "swiglu": 2, "rope": 2 * 2}, calls
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    llama.with_parts(model, rms_norm=lambda x, w, eps: blocks.rms_norm(x, None, eps))
+    with torch.no_grad():
+        assert (model(tokens) - want).abs().max() > 1e-2

@@ -798,8 +798,10 @@ checks.run_checks("course_key (hidden)", [
 # %% [markdown]
 # Now the comparison (it needs `transformers`, in the course's dev dependencies; the cell says how
 # to install it where it is missing). Three layers, 4 query heads sharing 2 key/value heads,
-# $\theta = 500000$ (LLaMA 3's base), random weights with random norm gains; the loading uses your
-# `course_key` if it passes a probe:
+# $\theta = 500000$ (LLaMA 3's base), random weights with random norm gains. The decoder is
+# assembled from your parts wherever they passed their probes: the loading uses your `course_key`,
+# and every layer computes with your `rms_norm`, your `swiglu` and your `rope_half`
+# (`llama.with_parts`); the first line says which are yours.
 
 # %%
 def _probe_keys(fn):
@@ -829,6 +831,10 @@ if transformers is not None:
                 p.normal_(1.0, 0.3)
     ours = llama.ModernDecoder(llama.config_from_hf(hf_cfg)).eval()
     ours.load_state_dict({key_fn(k): v for k, v in hf.state_dict().items()})
+    llama.with_parts(ours, rms_norm=rms, swiglu=swi, rope=rope)   # your parts, where they passed their probes
+    yours = [name for name, used, mine in (("rms_norm", rms, rms_norm), ("swiglu", swi, swiglu),
+                                           ("rope_half", rope, rope_half), ("course_key", key_fn, course_key)) if used is mine]
+    print("the decoder computes with your " + ", ".join(yours) if yours else "the decoder uses the course's parts only")
     prompt = textlm.encode("import os\nfor x in")[None]
     with torch.no_grad():
         want, got = hf(prompt).logits, ours(prompt)
