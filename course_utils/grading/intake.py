@@ -44,6 +44,7 @@ from nbformat.notebooknode import NotebookNode
 
 from course_utils.grading.course import chapter_notebook, chapters, origin
 from course_utils.grading.results import GRADER_VERSION, META
+from course_utils.messages import notebook_language
 
 # The largest notebook of the course (solutions/ch06_transformer, with its outputs) is 0.93 MiB and
 # holds the most containers, 434; the one with the most strings and structural marks (json_counts)
@@ -341,6 +342,9 @@ def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
     if len(raw) > OUTPUTS_NOTE_BYTES:
         faults.append(f"{submitted.name} was {len(raw) / 2**20:.0f} MiB with its stored outputs; it was graded "
                       "without them (the grader never reads outputs)")
+    lang = notebook_language(data)   # the learner's language (a known one only): the grader's words in it
+    if lang:
+        nb.metadata.setdefault("course", {})["language"] = lang
     nbformat.validate(nb)
     nb.metadata[META] = {"faults": faults}
     dest.parent.mkdir(parents=True, exist_ok=True)
