@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DOMAIN", "ENV", "LOCALE_DIR", "compile_catalogue", "everywhere", "language", "languages", "notebook_language",
+__all__ = ["DOMAIN", "ENV", "LOCALE_DIR", "compile_catalogue", "everywhere", "language", "out_of_date", "languages", "notebook_language",
            "speaking", "tr"]
 
 DOMAIN = "course_utils"
@@ -117,9 +117,27 @@ def compile_catalogue(po: Path, mo: Path) -> None:
     from babel.messages.pofile import read_po
 
     with po.open("rb") as f:
-        catalog = read_po(f, locale=po.parent.parent.name, domain=DOMAIN)
+        catalog = read_po(f, domain=DOMAIN)   # its language: the catalogue's own header
     with mo.open("wb") as f:
         write_mo(f, catalog)
+
+
+COMPILE = ".venv/bin/python -m course_utils.messages compile"
+
+
+def out_of_date(po: Path, mo: Path) -> list[str]:
+    """The messages whose translation in the compiled ``mo`` is not the one in ``po`` (missing from
+    either side, or different): empty when ``mo`` is ``po`` compiled (``COMPILE`` makes it so)."""
+    from babel.messages.pofile import read_po
+
+    with po.open("rb") as f:
+        want = {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+    try:
+        with mo.open("rb") as f:
+            have = {k: v for k, v in gettext.GNUTranslations(f)._catalog.items() if k}
+    except OSError:
+        have = {}
+    return sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
 
 
 def main(argv: list[str]) -> int:
