@@ -325,3 +325,24 @@ def test_the_chinese_release_has_nbgraders_stubs_in_chinese():
     assert workspace._is_stub(nbformat.v4.new_markdown_cell("在此写下你的回答"))
     assert workspace._is_stub(nbformat.v4.new_markdown_cell("YOUR ANSWER HERE"))
     assert workspace._is_stub(nbformat.v4.new_code_cell(zh["code_stub"]["python"]))
+
+
+def test_the_grader_reads_a_chinese_submission_in_its_language(tmp_path):
+    """intake (make grade, make autograde) carries the submission's language into the notebook it grades
+    (the kernel's COURSE_LANG and the grader's words follow it), and gives an unanswered Chinese written
+    answer the release's placeholder back, so that nbgrader sees no response (0, nothing to mark by hand)."""
+    from nbgrader import utils
+
+    from course_utils.grading.intake import intake
+
+    chapter = "ch01_seq2seq_rnn"
+    en, zh = (ROOT / d / chapter / f"{chapter}.ipynb" for d in ("notebooks", "notebooks-zh_CN"))
+    dest = tmp_path / "graded.ipynb"
+    intake(zh, chapter, en, dest, ROOT)
+    nb = nbformat.read(dest, as_version=4)
+    assert messages.notebook_language(nb) == "zh_CN"
+    written = [c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("solution")]
+    assert written and all(c.source == "YOUR ANSWER HERE" for c in written)
+    assert all(utils.compute_checksum(c) == c.metadata["nbgrader"]["checksum"] for c in written)
+    intake(en, chapter, en, dest, ROOT)
+    assert messages.notebook_language(nbformat.read(dest, as_version=4)) is None
