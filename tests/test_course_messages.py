@@ -243,7 +243,9 @@ def test_the_feedback_page_words_read_in_chinese(english):
     with messages.speaking("zh_CN"):
         named = feedback.name_exercises(page)
         assert feedback.scrub("secret line here\n", ["secret line here"]) == "[隐藏测试的一行，已删去]\n"
-    assert ">ex1: 隐藏测试<" in named.replace("ex1：", "ex1: ") and ">ex2: 测试单元格<" in named
+    assert ">ex1：隐藏测试<" in named and ">ex2：测试单元格<" in named and "(得分：0.0 / 2.0)" in named
+    english = feedback.name_exercises(page)
+    assert ">ex1: hidden tests<" in english and ">ex2: test cell<" in english and "(Score: 0.0 / 2.0)" in english
     nb = nbformat.v4.new_notebook(metadata={"course": {"language": "zh_CN"}, "course_grading": {
         "faults": [], "tampering": {"ex1-visible": ["x"]}}})
     note = feedback.FaultNote().preprocess(nb, {})[0].cells[0].source

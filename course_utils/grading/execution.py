@@ -380,7 +380,7 @@ class SandboxedExecute(Execute):
         raised = ename if ename in _SAFE_ENAMES else tr("an exception")
         wrong = verdict.failing(records, reference_checks)[:len(records)]   # of the checks that were made
         more = tr("; and {n} more", n=len(wrong) - 8) if len(wrong) > 8 else ""
-        named = f": {'; '.join(wrong[:8])}{more}" if wrong else ""
+        named = tr(": {checks}{more}", checks=tr("; ").join(wrong[:8]), more=more) if wrong else ""
         if len(records) < len(reference_checks):
             return tr("your code stopped this test after {done} of its {total} checks ({raised}){failed}. {note}",
                       done=len(records), total=len(reference_checks), raised=raised,

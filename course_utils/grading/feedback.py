@@ -31,7 +31,7 @@ from traitlets import Bool
 
 from course_utils.grading.course import exercise_of
 from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
-from course_utils.messages import notebook_language, speaking, tr
+from course_utils.messages import language, notebook_language, speaking, tr
 
 _ATTRIBUTES = {"*": {"class", "id", "title"}, "img": {"src", "alt", "width", "height"}, "a": {"href"},
                "td": {"colspan", "rowspan", "align"}, "th": {"colspan", "rowspan", "align", "scope"}}
@@ -213,7 +213,7 @@ def _toc_name(m: re.Match) -> str:
         what = tr("{exercise}: visible tests", exercise=ex) if part == "visible" else tr(
             "{exercise}: hidden tests", exercise=ex)
     else:
-        what = f"{gid}: {_KINDS[kind]()}"
+        what = tr("{gid}: {kind}", gid=gid, kind=_KINDS[kind]())
     return f"{m.group(1)}{gid}{m.group(3)}{what}{m.group(5)}"
 
 
@@ -241,6 +241,18 @@ def _mark_pending(html: str, pending: dict[str, float]) -> str:
     return html
 
 
+_SCORE = re.compile(r"\bScore: ([0-9.]+) / ([0-9.]+)")
+
+
+def _template_words(html: str) -> str:
+    """nbgrader's own words on the page (its labels, "Score: 1.0 / 2.0") in the language of the messages."""
+    html = _SCORE.sub(lambda m: tr("Score: {score} / {max}", score=m.group(1), max=m.group(2)), html)
+    for english, said in (("Student's answer", tr("Student's answer")), ("Grade cell: ", tr("Grade cell: "))):
+        html = html.replace(f'<span class="nbgrader-label">{english}</span>',
+                            f'<span class="nbgrader-label">{said}</span>')
+    return html.replace('rel="noopener noreferrer">(Top)</a>', f'rel="noopener noreferrer">{tr("(Top)")}</a>')
+
+
 # nbconvert's classic page scrolls a long output line sideways, so an error message with its hint
 # reads as cut off in a printout or a narrow window: wrap it instead.
 _WRAP = "<style>div.output_area pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"
@@ -251,6 +263,8 @@ def name_exercises(html: str) -> str:
     its exercise instead ("ex3_attention: hidden tests", "q1_scale: written response"); and long
     output lines wrap instead of running off the page."""
     html = _TOC_ENTRY.sub(_toc_name, html)
+    if language() is not None:
+        html = _template_words(html)
     if _WRAP not in html:
         html = html.replace("</head>", _WRAP + "\n</head>", 1)
     return html
