@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["count_torch_calls", "machine", "saved_bytes", "seconds_per_call", "torch_threads"]
+__all__ = ["LargestTensor", "count_torch_calls", "machine", "saved_bytes", "seconds_per_call", "torch_threads"]
 
 
 def seconds_per_call(fn: Callable, *args: Any, repeats: int = 5, warmup: int = 1,
@@ -98,6 +98,26 @@ def count_torch_calls(fn: Callable, *args: Any, **kwargs: Any) -> int:
     with _CountCalls() as counter:
         fn(*args, **kwargs)
     return counter.n
+
+
+class LargestTensor(TorchFunctionMode):
+    """The largest tensor any torch function or tensor method returned inside the ``with`` block.
+
+    ``numel`` is its number of elements and ``call`` the function that made it: chapter 8's tests of
+    the tiled forward use it to see that no ``L_q x L_k`` matrix was built (a view counts at its own
+    size, a tensor made outside the block not at all).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel, self.call = 0, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
+                self.numel, self.call = t.numel(), getattr(func, "__name__", repr(func))
+        return out
 
 
 @contextlib.contextmanager

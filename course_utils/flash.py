@@ -32,7 +32,7 @@ import torch
 from ._validate import check_int
 
 __all__ = ["FlashAttentionFunction", "flash_attention", "naive_attention", "online_softmax",
-           "online_softmax_update"]
+           "online_softmax_update", "tiled_forward"]
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -120,6 +120,23 @@ def _forward(q, k, v, causal, block_q, block_k):
     return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
 
 
+def tiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  block_q: int = 64, block_k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's forward pass (chapter 8, exercise 6): ``(out, lse)``.
+
+    Args:
+        q: ``(..., L_q, d)``; k: ``(..., L_k, d)``; v: ``(..., L_k, d_v)``.
+        causal: query ``i`` sees keys ``j <= i``; a key tile entirely after a query tile's last
+            query is never computed.
+        block_q, block_k: tile sizes (positive ints; the last tile may be ragged).
+    Returns:
+        ``out (..., L_q, d_v)``, equal to ``F.scaled_dot_product_attention(q, k, v, is_causal=causal)``,
+        and ``lse (..., L_q, 1)``, each row's log-sum-exp of its (scaled, masked) scores.
+    """
+    _check(q, k, v, block_q, block_k)
+    return _forward(q, k, v, bool(causal), block_q, block_k)
+
+
 class FlashAttentionFunction(torch.autograd.Function):
     """Tiled attention whose backward pass recomputes each tile (Dao et al. 2022), in PyTorch.
 
@@ -130,8 +147,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     ``(..., L_q, 1)``: O(L) memory."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, block_q, block_k):
-        out, lse = _forward(q, k, v, causal, block_q, block_k)
+    def forward(ctx, q, k, v, causal, block_q, block_k, tiled=_forward):
+        out, lse = tiled(q, k, v, causal, block_q, block_k)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.block_q, ctx.block_k = causal, block_q, block_k
         return out
@@ -156,11 +173,11 @@ class FlashAttentionFunction(torch.autograd.Function):
                 ds = p * (dp - D_blk)                                       # softmax backward
                 dq[..., sl_q, :] += ds @ k[..., sl_k, :] * scale
                 dk[..., sl_k, :] += ds.transpose(-2, -1) @ q_blk * scale
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    block_q: int = 64, block_k: int = 64) -> torch.Tensor:
+                    block_q: int = 64, block_k: int = 64, forward=None) -> torch.Tensor:
     """Attention by tiles, equal to ``F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     in value and gradient, with O(L) memory kept for the backward pass instead of O(L^2).
 
@@ -169,6 +186,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         causal: query ``i`` sees keys ``j <= i`` (top-left aligned, as ``is_causal=True``); tiles
             entirely above the diagonal are skipped.
         block_q, block_k: tile sizes (any positive ints; the last tile may be ragged).
+        forward: the tiled forward pass, called as ``forward(q, k, v, causal, block_q, block_k)``
+            and returning ``(out, lse)`` as :func:`tiled_forward` does (chapter 8 passes the
+            learner's); the backward pass recomputes the probabilities from its ``lse``.
     """
     _check(q, k, v, block_q, block_k)
-    return FlashAttentionFunction.apply(q, k, v, bool(causal), block_q, block_k)
+    return FlashAttentionFunction.apply(q, k, v, bool(causal), block_q, block_k, forward or _forward)

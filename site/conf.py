@@ -14,8 +14,11 @@ project = "Attention, from Seq2Seq to Transformers"
 # under zh_CN/ with `-D language=zh_CN`. Sphinx then writes its own labels in Chinese and indexes the
 # pages for search with its Chinese splitter (jieba, in the site extra).
 language = os.environ.get("COURSE_SITE_LANG", "en")
-author = "the course's authors"
-copyright = "the course's authors, MIT licence"
+# The footer's words, in the page's language (Sphinx and the theme translate their own labels).
+AUTHORS = {"en": "the course's authors", "zh_CN": "本课程的作者"}
+LICENCES = {"en": "© the course's authors, MIT licence.", "zh_CN": "© 本课程的作者，MIT 许可证。"}
+author = AUTHORS[language]
+copyright = "the course's authors, MIT licence"   # the page metadata; the footer shows LICENCES
 
 extensions = ["myst_nb"]
 
@@ -47,12 +50,14 @@ html_theme_options = {
     "navigation_with_keys": False,
     # The other language's version of the same page, on every page (site/_templates/language-switch.html).
     "article_header_end": ["language-switch.html", "article-header-buttons.html"],
+    # The theme's footer less its English "© Copyright" label (site/_templates/licence.html).
+    "footer_content_items": ["author.html", "licence.html"],
 }
 html_last_updated_fmt = None
 html_copy_source = False
 html_show_sourcelink = False
 # The theme's colour mode; left unset, pydata-sphinx-theme logs a console error on every page.
-html_context = {"default_mode": "light", "languages": TITLES}
+html_context = {"default_mode": "light", "languages": TITLES, "licence": LICENCES[language]}
 
 
 def setup(app):

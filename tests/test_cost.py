@@ -89,3 +89,13 @@ def test_machine_names_the_processor_threads_and_torch():
     assert torch.__version__ in text and "logical CPUs" in text and "torch thread" in text
     with cost.torch_threads(1):
         assert "1 torch thread," in cost.machine()
+
+
+def test_largest_tensor_sees_every_result_made_inside_the_block():
+    q, k = torch.randn(2, 40, 4), torch.randn(2, 40, 4)
+    with cost.LargestTensor() as small:
+        for j in range(0, 40, 8):
+            q[:, :8] @ k[:, j:j + 8].transpose(-2, -1)
+    with cost.LargestTensor() as big:
+        q @ k.transpose(-2, -1)
+    assert (small.numel, big.numel, big.call) == (2 * 8 * 8, 2 * 40 * 40, "matmul")   # slices count at their own size

@@ -88,3 +88,41 @@ def test_bad_tile_sizes_are_rejected(bad):
 def test_mismatched_shapes_are_rejected():
     with pytest.raises(ValueError, match="must agree"):
         flash.flash_attention(torch.randn(1, 4, 8), torch.randn(1, 5, 6), torch.randn(1, 5, 6))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_forward_returns_the_output_and_each_rows_log_sum_exp(causal):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 9, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    out, lse = flash.tiled_forward(q, k, v, causal, block_q=4, block_k=3)
+    s = q @ k.transpose(-2, -1) / 2.0
+    if causal:
+        s = s.masked_fill(torch.ones(9, 9, dtype=torch.bool).tril().logical_not(), float("-inf"))
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1, keepdim=True))
+    with pytest.raises(ValueError):
+        flash.tiled_forward(q, k, v, causal, block_q=0)
+
+
+def test_flash_attention_runs_a_given_forward_and_recomputes_from_its_lse():
+    """The backward pass uses the forward's lse: a forward whose lse is off by 1 gives wrong gradients."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    calls = []
+
+    def mine(*args):
+        calls.append(args[3:])
+        return flash.tiled_forward(*args)
+
+    def off(*args):
+        out, lse = flash.tiled_forward(*args)
+        return out, lse + 1.0
+
+    d_out = torch.randn(1, 7, 4, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), d_out)
+    got = torch.autograd.grad(flash.flash_attention(q, k, v, True, 3, 2, forward=mine), (q, k, v), d_out)
+    assert calls == [(True, 3, 2)]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    wrong = torch.autograd.grad(flash.flash_attention(q, k, v, True, 3, 2, forward=off), (q, k, v), d_out)
+    assert not torch.allclose(wrong[0], want[0])

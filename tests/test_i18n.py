@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.i18n import catalogue, notebooks, readme, segments, sources, terms
+from course_utils.i18n import answers, catalogue, notebooks, readme, segments, sources, terms
 
 REPO = Path(__file__).resolve().parent.parent
 LANG = "zh_CN"
@@ -178,10 +178,32 @@ def test_the_chinese_readme_is_current():
     path = readme.readme_path(REPO, LANG)
     assert path.is_file(), "README.zh_CN.md is missing: run make translations"
     assert path.read_text(encoding="utf-8") == readme.translated_readme(REPO, LANG), (
-        "README.zh_CN.md differs from README.md's learner part translated by locale/zh_CN/LC_MESSAGES/readme.po: "
+        "README.zh_CN.md differs from README.md translated by locale/zh_CN/LC_MESSAGES/readme.po: "
         "run make translations")
     text = path.read_text(encoding="utf-8")
     assert "make lab LANG=zh_CN" in text and "notebooks-zh_CN/" in text
+
+
+def test_the_chinese_model_answers_are_current_and_whole():
+    """solutions/model_answers.zh_CN.md: every written question of every chapter with its model answer in
+    Chinese (none left in English), as make translations writes it from the chapters' catalogues."""
+    path = answers.answers_path(REPO, LANG)
+    assert path.is_file(), f"{path.relative_to(REPO)} is missing: run make translations"
+    text = path.read_text(encoding="utf-8")
+    assert text == answers.model_answers(REPO, LANG), f"{path.relative_to(REPO)} is stale: run make translations"
+    written = sum(catalogue.is_model_answer(c) for ch in sources.chapter_names(REPO)
+                  for c in sources.chapter_notebook(REPO, ch).cells)
+    label = answers.HEADINGS[LANG][2].split("（")[0]
+    assert text.count(f"**{label}") == written > 0, (text.count(f"**{label}"), written)
+    assert notebooks.awaiting_note(LANG) not in text and "### BEGIN SOLUTION" not in text
+
+
+def test_a_model_answer_is_translated_inside_its_solution_markers():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "### BEGIN SOLUTION\nThe answer.\n### END SOLUTION", metadata={"nbgrader": {"solution": True, "grade": True}})])
+    assert catalogue.model_answer_text(nb.cells[0].source) == "The answer."
+    out, missing = notebooks.translate(nb, {"The answer.": "答案。"}, LANG)
+    assert out.cells[0].source == "### BEGIN SOLUTION\n答案。\n### END SOLUTION" and not missing
 
 
 @pytest.fixture(scope="module")

@@ -218,6 +218,16 @@ def test_no_page_loads_anything_from_outside(site_html):
         assert not external, f"{page} loads from outside: {external}"
 
 
+def test_the_chinese_pages_footer_is_chinese(site_html):
+    """The footer of a Chinese page names the authors and the licence in Chinese (site/conf.py)."""
+    for page in [site_html / "zh_CN" / "index.html", *sorted((site_html / "zh_CN").rglob("ch0*.html"))[:1]]:
+        footer = re.search(r'<footer class="bd-footer-content">.*?</footer>', page.read_text(encoding="utf-8"), re.S)
+        assert footer, f"{page} has no footer"
+        text = parse_text(footer.group(0))
+        assert "本课程的作者" in text and "MIT 许可证" in text, f"{page}'s footer: {text!r}"
+        assert "course's authors" not in text and "licence" not in text, f"{page}'s footer is English: {text!r}"
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_site_shows_the_release_cells_with_the_solution_runs_outputs(chapter):
     """prepare.learner_version gives the release's cells (sources and kinds), outputs kept."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.domains import Arg, Exercise, Kind, tensor
+from course_utils import flash
+from course_utils.domains import CALL, Arg, Exercise, Kind, tensor
 
-__all__ = ["CHAPTER", "EXERCISES"]
+__all__ = ["CHAPTER", "EXERCISES", "online_update"]
 
 CHAPTER = "ch08_modern_decoder"
 
@@ -17,6 +18,33 @@ _t = tensor
 _FLOATS = (Kind("float32", "float32", _t(torch.float32)), Kind("float64", "float64", _t(torch.float64)))
 _TABLE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
           "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
+
+
+def online_update(m, l, acc, scores, v):  # noqa: E741 (the exercise names the normaliser l)
+    """Exercise 5's stand-in while another exercise runs (exercise 6 calls it): the library's update,
+    with the exercise's own signature (the library names ``l`` ``denom``)."""
+    return flash.online_softmax_update(m, l, acc, scores, v)
+
+
+def _lengths(a):
+    """``(L_q, L_k)`` of a call of exercise 6, or ``None`` when q or k is not a tensor with two axes."""
+    q, k = a.get("q"), a.get("k")
+    ok = torch.is_tensor(q) and torch.is_tensor(k) and q.dim() >= 2 and k.dim() >= 2
+    return (q.shape[-2], k.shape[-2]) if ok else None
+
+
+def _blocks(a):
+    return a.get("block_q", 16), a.get("block_k", 16)
+
+
+def _agree(a):
+    q, k, v = a.get("q"), a.get("k"), a.get("v")
+    return all(torch.is_tensor(t) and t.dim() >= 2 for t in (q, k, v)) and q.shape[:-2] == k.shape[:-2] \
+        and k.shape[:-1] == v.shape[:-1] and q.shape[-1] == k.shape[-1]
+
+
+def _bad_block(b):
+    return type(b) is not int or b < 1
 
 
 def _key(a):
@@ -60,7 +88,8 @@ EXERCISES = (
                      Kind("buffer", "a buffer (rotary_emb.inv_freq)", lambda a: "inv_freq" in a.get("hf_key", "")),
                      Kind("other-naming", "another model's or the course's own naming",
                           lambda a: bool(_key(a)) and _key(a)[0] not in ("model", "lm_head")))),
-    Exercise(chapter=CHAPTER, exercise="ex5_online", function="online_update", reference=None,
+    Exercise(chapter=CHAPTER, exercise="ex5_online", function="online_update",
+             reference="course_utils.domains.ch08:online_update",
              args=(Arg("scores", (*_FLOATS,
                                   Kind("masked", "-inf scores", lambda v: torch.is_tensor(v) and bool(torch.isneginf(v).any())),
                                   Kind("large", "scores of 100 or more (exp overflows float32)",
@@ -70,4 +99,24 @@ EXERCISES = (
              # the running state (m, l, acc) goes from block to block and comes back: updating it in place,
              # as FlashAttention's kernels do, is a right answer
              mutates=("m", "l", "acc")),
+    Exercise(chapter=CHAPTER, exercise="ex6_flash", function="flash_forward", reference="course_utils.flash:tiled_forward",
+             args=(Arg("q", (*_FLOATS, Kind("no-lead", "(L_q, d): no leading axis", _t(dim=2)),
+                             Kind("leading", "leading axes (a batch; a batch and heads)", lambda v: torch.is_tensor(v) and v.dim() > 2))),
+                   Arg(CALL, (Kind("not-causal", "causal=False", lambda a: not a.get("causal", False)),
+                              Kind("causal", "causal=True", lambda a: a.get("causal", False) is True),
+                              Kind("one-key", "blocks of one query and one key", lambda a: _blocks(a) == (1, 1)),
+                              Kind("ragged", "lengths that are not multiples of the blocks (a shorter last block)",
+                                   lambda a: _lengths(a) is not None and not any(map(_bad_block, _blocks(a)))
+                                   and (_lengths(a)[0] % _blocks(a)[0] or _lengths(a)[1] % _blocks(a)[1]) != 0),
+                              Kind("blocks-beyond", "blocks longer than the sequences",
+                                   lambda a: _lengths(a) is not None and _blocks(a)[0] > _lengths(a)[0] and _blocks(a)[1] > _lengths(a)[1]),
+                              Kind("more-queries", "L_q > L_k", lambda a: _lengths(a) is not None and _lengths(a)[0] > _lengths(a)[1]),
+                              Kind("more-keys", "L_k > L_q", lambda a: _lengths(a) is not None and _lengths(a)[1] > _lengths(a)[0]),
+                              Kind("skipped-nan", "causal, NaN keys and values in the blocks that must be skipped",
+                                   lambda a: a.get("causal", False) is True and torch.is_tensor(a.get("v"))
+                                   and bool(torch.isnan(a["v"]).any())))),),
+             raises=(Kind("bad-block", "block_q or block_k not a positive int (0, -1, 2.0, True): ValueError",
+                          lambda a: any(map(_bad_block, _blocks(a)))),
+                     Kind("shapes-disagree", "q, k, v whose shapes do not agree: ValueError",
+                          lambda a: not any(map(_bad_block, _blocks(a))) and not _agree(a)))),
 )

@@ -1,7 +1,8 @@
 """``python -m course_utils.i18n update|check|stats [--lang zh_CN] [DOMAIN ...]``
 
 * ``update``: bring each catalogue up to date with its English source, then write ``README.<lang>.md``
-  from the ``readme`` catalogue (``make translations``).
+  from the ``readme`` catalogue and ``solutions/model_answers.<lang>.md`` from the chapters' (``make
+  translations``).
 * ``check``: list every untranslated, fuzzy or faulty entry; exit 1 if there is one.
 * ``stats``: entries, translated, fuzzy and untranslated per catalogue.
 """
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from course_utils.i18n import catalogue, readme, sources
+from course_utils.i18n import answers, catalogue, readme, sources
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             failed += bool(found)
     if args.command == "update" and "readme" in names:
         print(f"wrote {readme.write(root, args.lang).relative_to(root)}")
+    if args.command == "update" and set(names) & set(sources.chapter_names(root)):
+        print(f"wrote {answers.write(root, args.lang).relative_to(root)}")
     return 1 if failed else 0
 
 

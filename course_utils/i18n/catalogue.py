@@ -63,8 +63,17 @@ def is_exercise(cell) -> bool:
 
 
 def is_model_answer(cell) -> bool:
-    """A written answer's cell: the release replaces it with the answer stub, so it is not translated."""
+    """A written answer's cell: its model answer, for instructors (the release replaces it with the
+    answer stub; ``solutions/model_answers.<lang>.md`` carries it translated)."""
     return cell.cell_type == "markdown" and bool(cell.metadata.get("nbgrader", {}).get("solution"))
+
+
+SOLUTION_LINE = re.compile(r"^[ \t]*### (?:BEGIN|END) SOLUTION[ \t]*$\n?", re.M)
+
+
+def model_answer_text(source: str) -> str:
+    """A model answer's cell without nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines."""
+    return SOLUTION_LINE.sub("", source).strip("\n")
 
 
 def cell_strings(cell) -> list[segments.CodeString]:
@@ -106,7 +115,10 @@ def notebook_entries(nb: nbformat.NotebookNode, domain: str) -> dict[str, Entry]
     entries: dict[str, Entry] = {}
     for number, cell in enumerate(nb.cells, 1):
         where = (f"{domain}.ipynb", number)
-        if cell.cell_type == "markdown" and not is_model_answer(cell):
+        if is_model_answer(cell):
+            _markdown_entries(entries, model_answer_text(cell.source), lambda _b, w=where: w,
+                              "a model answer, for instructors (the release shows the answer stub instead)")
+        elif cell.cell_type == "markdown":
             _markdown_entries(entries, cell.source, lambda _b, w=where: w, "markdown")
         for s in cell_strings(cell):
             grade_id = cell.metadata["nbgrader"]["grade_id"]

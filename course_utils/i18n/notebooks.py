@@ -106,7 +106,10 @@ def translate(nb: nbformat.NotebookNode, table: dict[str, str], lang: str) -> tu
     out = copy.deepcopy(nb)
     missing: list[str] = []
     for cell in out.cells:
-        if cell.cell_type == "markdown" and not catalogue.is_model_answer(cell):
+        if catalogue.is_model_answer(cell):
+            answer = translate_markdown(catalogue.model_answer_text(cell.source), table, missing, lang=lang)
+            cell.source = f"### BEGIN SOLUTION\n{answer}\n### END SOLUTION"
+        elif cell.cell_type == "markdown":
             cell.source = translate_markdown(cell.source, table, missing, lang=lang)
         strings = catalogue.cell_strings(cell)
         if strings:

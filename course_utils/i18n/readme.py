@@ -1,9 +1,9 @@
-"""``README.<lang>.md``: the README's learner part in another language, written from the ``readme`` catalogue.
+"""``README.<lang>.md``: the README in another language, written from the ``readme`` catalogue.
 
-The learner's part of ``README.md`` (above ``## Where to go next``) is translated block by block;
-its commands and paths are pointed at the translated course (``make lab LANG=zh_CN``, the
-``notebooks-zh_CN/`` release, the ``workspace-zh_CN/`` copy); the rest of the README (documentation
-for instructors and contributors) follows in English. ``tests/test_i18n.py`` checks that the
+``README.md`` is translated block by block; its commands and paths are pointed at the translated
+course (``make lab LANG=zh_CN``, the ``notebooks-zh_CN/`` release, the ``workspace-zh_CN/`` copy).
+The documents its last section points to (for instructors and contributors) are English, and the
+translation says so beside each link. ``tests/test_i18n.py`` checks that the
 committed file equals a fresh one; ``make translations`` rewrites it.
 """
 from __future__ import annotations
@@ -36,13 +36,10 @@ def for_language(text: str, lang: str) -> str:
 
 
 def translated_readme(root: Path, lang: str) -> str:
-    """The README in ``lang``: the translated learner part, then the rest in English."""
-    whole = (root / "README.md").read_text(encoding="utf-8")
-    learner = sources.readme_learner_part(root)
+    """The README in ``lang``."""
     table = catalogue.translations(catalogue.read(catalogue.po_path(root, lang, "readme")))
     missing: list[str] = []
-    translated = translate_markdown(learner, table, missing, fences=True, lang=lang)
-    return for_language(translated, lang) + whole[len(learner):]
+    return for_language(translate_markdown(sources.readme_text(root), table, missing, fences=True, lang=lang), lang)
 
 
 def write(root: Path, lang: str) -> Path:

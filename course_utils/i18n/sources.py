@@ -2,7 +2,8 @@
 
 * ``chNN_x``: the chapter's solution notebook ``solutions/chNN_x/chNN_x.ipynb`` (its text source
   ``chNN_x.py`` is what people edit; ``make sync`` keeps the two equal).
-* ``readme``: the learner's part of ``README.md``: everything above ``## Where to go next``.
+* ``readme``: the whole of ``README.md`` (a Chinese learner reads its last section too: the
+  documents it points to are English, which the translation says).
 * ``site``: the site's front page, ``site/index.md``, and the glossary's title and introduction
   (``GLOSSARY.md`` above its first term; the terms are already in both languages).
 """
@@ -16,9 +17,8 @@ from babel.messages.catalog import Catalog
 
 from course_utils.i18n import catalogue
 
-__all__ = ["README_END", "CAPTION", "chapter_names", "chapter_notebook", "readme_learner_part", "glossary_intro", "domains", "fresh"]
+__all__ = ["CAPTION", "chapter_names", "chapter_notebook", "readme_text", "glossary_intro", "domains", "fresh"]
 
-README_END = "## Where to go next"
 # A table of contents' caption in site/index.md (```{toctree} ... :caption: Chapters): the navigation's headings.
 CAPTION = re.compile(r"^:caption: (.+)$", re.M)
 
@@ -31,12 +31,8 @@ def chapter_notebook(root: Path, chapter: str) -> nbformat.NotebookNode:
     return nbformat.read(root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
 
 
-def readme_learner_part(root: Path) -> str:
-    text = (root / "README.md").read_text(encoding="utf-8")
-    end = text.find(README_END)
-    if end < 0:
-        raise ValueError(f"README.md has no '{README_END}' heading: the learner's part ends there")
-    return text[:end]
+def readme_text(root: Path) -> str:
+    return (root / "README.md").read_text(encoding="utf-8")
 
 
 def glossary_intro(root: Path) -> str:
@@ -52,7 +48,7 @@ def domains(root: Path) -> list[str]:
 def fresh(root: Path, domain: str) -> Catalog:
     """A catalogue template of ``domain`` extracted from its English source now."""
     if domain == "readme":
-        entries = catalogue.markdown_entries(readme_learner_part(root), "README.md", fences=True)
+        entries = catalogue.markdown_entries(readme_text(root), "README.md", fences=True)
     elif domain == "site":
         index = (root / "site" / "index.md").read_text(encoding="utf-8")
         entries = catalogue.markdown_entries(index, "site/index.md")

@@ -189,4 +189,59 @@ def course_key(hf_key):
     return m_new, l, acc
 ''',
     },
+    "ex6_flash": {
+        # the online softmax written inline with einsum (no call of online_update), keys sliced to the last
+        # query a block needs, the output written into preallocated tensors
+        "inline_einsum": '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise ValueError("bad block")
+    if q.shape[:-2] != k.shape[:-2] or v.shape[:-2] != k.shape[:-2] or v.shape[-2] != k.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("shapes")
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    out = q.new_empty(*q.shape[:-1], v.shape[-1]); lse = q.new_empty(*q.shape[:-1], 1)
+    for i in range(0, Lq, block_q):
+        qi = q[..., i:i + block_q, :] / math.sqrt(q.shape[-1])
+        n = qi.shape[-2]
+        m = qi.new_full((*qi.shape[:-1], 1), -math.inf); l = torch.zeros_like(m)
+        a = qi.new_zeros(*qi.shape[:-1], v.shape[-1])
+        stop = min(Lk, i + n) if causal else Lk
+        for j in range(0, stop, block_k):
+            kj, vj = k[..., j:min(j + block_k, stop), :], v[..., j:min(j + block_k, stop), :]
+            s = torch.einsum("...qd,...kd->...qk", qi, kj)
+            if causal:
+                qpos = torch.arange(i, i + n).unsqueeze(-1); kpos = torch.arange(j, j + kj.shape[-2])
+                s = torch.where(kpos <= qpos, s, torch.tensor(-math.inf, dtype=s.dtype))
+            m2 = torch.maximum(m, s.max(-1, keepdim=True).values)
+            c = torch.exp(m - m2).nan_to_num(0.0)
+            p = torch.exp(s - m2).nan_to_num(0.0)
+            l = l * c + p.sum(-1, keepdim=True); a = a * c + torch.einsum("...qk,...kd->...qd", p, vj); m = m2
+        out[..., i:i + n, :] = a / l
+        lse[..., i:i + n, :] = m + l.log()
+    return out, lse
+''',
+        # q.split into blocks, the skip as a break inside the loop, computed in float64 and cast back
+        "split_float64": '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    if not (type(block_q) is int and type(block_k) is int and block_q > 0 and block_k > 0):
+        raise ValueError("blocks")
+    if q.dim() != k.dim() or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("shapes")
+    dt = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    outs, lses = [], []
+    for qb, i0 in zip(q.split(block_q, dim=-2), range(0, q.shape[-2], block_q)):
+        m = torch.full(qb.shape[:-1] + (1,), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+        for kb, vb, j0 in zip(k.split(block_k, dim=-2), v.split(block_k, dim=-2), range(0, k.shape[-2], block_k)):
+            if causal and j0 > i0 + qb.shape[-2] - 1:
+                break
+            s = (qb @ kb.mT) / q.shape[-1] ** 0.5
+            if causal:
+                mask = torch.arange(j0, j0 + kb.shape[-2])[None, :] > torch.arange(i0, i0 + qb.shape[-2])[:, None]
+                s = s.masked_fill(mask, float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, vb)
+        outs.append((acc / l).to(dt)); lses.append((m + l.log()).to(dt))
+    return torch.cat(outs, -2), torch.cat(lses, -2)
+''',
+    },
 }

@@ -71,6 +71,30 @@ HIDDEN_ONLY = {
     p = torch.exp(scores - m_new)
     return m_new, l * torch.exp(m - m_new) + p.sum(-1, keepdim=True), acc + p @ v
 ''',
+    # written for (batch, heads, L, d) only (einsum over named axes): right on the visible tests' inputs,
+    # wrong without leading axes or with one
+    "ex6_flash": '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1:
+            raise ValueError("blocks must be positive ints")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("shapes")
+    B, H, L_q, d = q.shape
+    outs, lses = [], []
+    for i0 in range(0, L_q, block_q):
+        q_blk = q[:, :, i0:i0 + block_q]
+        n = q_blk.shape[2]
+        m = torch.full((B, H, n, 1), float("-inf"), dtype=q.dtype)
+        l, acc = torch.zeros_like(m), torch.zeros(B, H, n, v.shape[-1], dtype=q.dtype)
+        for j0 in range(0, min(k.shape[2], i0 + n) if causal else k.shape[2], block_k):
+            s = torch.einsum("bhqd,bhkd->bhqk", q_blk, k[:, :, j0:j0 + block_k]) / math.sqrt(d)
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > torch.arange(i0, i0 + n)[:, None], float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, v[:, :, j0:j0 + block_k])
+        outs.append(acc / l)
+        lses.append(m + l.log())
+    return torch.cat(outs, 2), torch.cat(lses, 2)
+''',
 }
 
 MORE_WRONG = {
@@ -240,5 +264,70 @@ def rope_half(x, offset=0, base=10000.0):
     cos, sin = angle.cos().repeat(1, 2).to(x.dtype), angle.sin().repeat(1, 2).to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+'''),
+    # FlashAttention without the causal skip: every key block computed and masked, so the skipped blocks'
+    # NaN reaches the output through 0 * NaN (and half the tiles are wasted)
+    "flash_no_skip": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1: raise ValueError("b")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
+    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
+    for i0 in range(0, q.shape[-2], block_q):
+        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
+        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for j0 in range(0, k.shape[-2], block_k):
+            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
+            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
+        outs.append(acc / l); lses.append(m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+'''),
+    # the log-sum-exp without the running maximum: ln(l) alone
+    "flash_lse_without_max": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1: raise ValueError("b")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
+    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
+    for i0 in range(0, q.shape[-2], block_q):
+        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
+        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        k_end = min(k.shape[-2], i0 + qb.shape[-2]) if causal else k.shape[-2]
+        for j0 in range(0, k_end, block_k):
+            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
+            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
+        outs.append(acc / l); lses.append(torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+'''),
+    # the diagonal masked too (j >= i): each query loses its own key
+    "flash_diagonal_masked": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1: raise ValueError("b")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
+    scale = 1 / math.sqrt(q.shape[-1]); outs, lses = [], []
+    for i0 in range(0, q.shape[-2], block_q):
+        qb = q[..., i0:i0 + block_q, :]; rows = torch.arange(i0, i0 + qb.shape[-2])[:, None]
+        m = torch.full((*qb.shape[:-1], 1), float("-inf"), dtype=q.dtype); l = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        k_end = min(k.shape[-2], i0 + qb.shape[-2]) if causal else k.shape[-2]
+        for j0 in range(0, k_end, block_k):
+            s = qb @ k[..., j0:j0 + block_k, :].transpose(-2, -1) * scale
+            if causal: s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) >= rows, float("-inf"))
+            m, l, acc = online_update(m, l, acc, s, v[..., j0:j0 + block_k, :])
+        outs.append(acc / l); lses.append(m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+'''),
+    # the whole L_q x L_k matrix at once: right values, but not the tiled algorithm the prompt asks for
+    "flash_full_matrix": ("ex6_flash", '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1: raise ValueError("b")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]: raise ValueError("s")
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal: s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    s = s.nan_to_num(nan=float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    return torch.exp(s - lse).nan_to_num(0.0) @ v.nan_to_num(0.0), lse
 '''),
 }
