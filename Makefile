@@ -110,8 +110,10 @@ LAB_ARGS ?=
 update: $(STAMP)
 	$(BIN)/python -m course_utils.workspace update "$(WORKSPACE)" --release $(RELEASE)
 
+# The kernels inherit the server's environment: COURSE_LANG=zh_CN puts course_utils' own messages (the
+# checks' reports, NotImplementedYet) in Chinese (course_utils/messages.py); unset, they are English.
 lab: update
-	cd "$(LAB_ROOT)" && JUPYTER_CONFIG_PATH="$(LAB_CONFIG)" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
+	cd "$(LAB_ROOT)" && $(if $(COURSE_LANG),COURSE_LANG=$(COURSE_LANG) )JUPYTER_CONFIG_PATH="$(LAB_CONFIG)" $(CURDIR)/$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(LAB_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 # The instructor's Lab: nbgrader's formgrader on the course root (INSTRUCTOR_ROOT, the course's own by
 # default; the browser tests start it on a throwaway course). lab/instructor: formgrader renders every
@@ -233,6 +235,7 @@ release: $(STAMP) sync
 # `python -m course_utils.i18n check` lists what is left to translate.
 translations: $(STAMP)
 	$(BIN)/python -m course_utils.i18n update
+	$(BIN)/python -m course_utils.messages compile
 
 # The translation gate. make test lets an English edit land before its translation (the Chinese pages
 # show the English, marked as awaiting translation, and the run's summary counts the entries); this

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from course_utils import records
+from course_utils.messages import tr
 
 # The record format's names, re-exported where hidden tests and older code find them.
 from course_utils.records import (
@@ -76,9 +77,11 @@ def _shape_holds(t: Any, shape: Sequence[int], what: str) -> None:
     if records.is_record_only():
         return
     if not isinstance(t, torch.Tensor):
-        raise CheckFailed(f"{what}: expected a torch.Tensor of shape {_fmt_shape(shape)}, got {type(t).__name__}")
+        raise CheckFailed(tr("{what}: expected a torch.Tensor of shape {shape}, got {got}", what=what,
+                              shape=_fmt_shape(shape), got=type(t).__name__))
     if tuple(t.shape) != tuple(shape):
-        raise CheckFailed(f"{what}: expected shape {_fmt_shape(shape)}, got {_fmt_shape(t.shape)}")
+        raise CheckFailed(tr("{what}: expected shape {shape}, got {got}", what=what, shape=_fmt_shape(shape),
+                              got=_fmt_shape(t.shape)))
 
 
 def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
@@ -87,7 +90,7 @@ def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     if records.is_record_only() or isinstance(dtype, Withheld):
         return
     if t.dtype != dtype:
-        raise CheckFailed(f"{what}: expected dtype {dtype}, got {t.dtype}")
+        raise CheckFailed(tr("{what}: expected dtype {dtype}, got {got}", what=what, dtype=dtype, got=t.dtype))
 
 
 def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1e-5,
@@ -114,12 +117,14 @@ def expect_close(actual: Any, expected: torch.Tensor, what: str, atol: float = 1
 def _compare_close(a: torch.Tensor, e: torch.Tensor, what: str, atol: float, rtol: float) -> None:
     if torch.isnan(a).any() and not torch.isnan(e).any():
         idx = tuple(int(i) for i in torch.nonzero(torch.isnan(a))[0])
-        raise CheckFailed(f"{what}: NaN at index {idx} (expected {e[idx].item():.6g})")
+        raise CheckFailed(tr("{what}: NaN at index {index} (expected {expected})", what=what, index=idx,
+                              expected=f"{e[idx].item():.6g}"))
     bad = ~torch.isclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
     if bad.any():
         idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-        raise CheckFailed(f"{what}: wrong value at index {idx}: got {a[idx].item():.6g}, "
-                          f"expected {e[idx].item():.6g} ({int(bad.sum())} of {bad.numel()} values differ)")
+        raise CheckFailed(tr("{what}: wrong value at index {index}: got {got}, expected {expected} "
+                             "({wrong} of {total} values differ)", what=what, index=idx, got=f"{a[idx].item():.6g}",
+                             expected=f"{e[idx].item():.6g}", wrong=int(bad.sum()), total=bad.numel()))
 
 
 def expect_equal(actual: Any, expected: Any, what: str) -> None:
@@ -136,10 +141,11 @@ def expect_equal(actual: Any, expected: Any, what: str) -> None:
             bad = actual != expected
             if bad.any():
                 idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-                raise CheckFailed(f"{what}: wrong value at index {idx}: got {actual[idx].item()}, "
-                                  f"expected {expected[idx].item()}")
+                raise CheckFailed(tr("{what}: wrong value at index {index}: got {got}, expected {expected}",
+                                     what=what, index=idx, got=actual[idx].item(), expected=expected[idx].item()))
     elif not records.is_record_only() and actual != expected:
-        raise CheckFailed(f"{what}: expected {expected!r}, got {actual!r}")
+        raise CheckFailed(tr("{what}: expected {expected}, got {got}", what=what, expected=repr(expected),
+                              got=repr(actual)))
 
 
 class NotImplementedYet(CheckFailed):
@@ -173,13 +179,13 @@ def _changed(before: tuple, t: torch.Tensor) -> str | None:
     """How ``t`` differs from its snapshot ``before``, or None."""
     now = _frozen(t)
     if now[1:] != before[1:]:
-        return (f"its shape, dtype or layout changed from {_fmt_shape(before[1])} {before[2]} to "
-                f"{_fmt_shape(now[1])} {now[2]}")
+        return tr("its shape, dtype or layout changed from {before} to {now}",
+                  before=f"{_fmt_shape(before[1])} {before[2]}", now=f"{_fmt_shape(now[1])} {now[2]}")
     old, new = before[0], now[0]
     with torch._C.DisableTorchFunction():
         same = torch.equal(old, new) or (old.is_floating_point() and torch.equal(old.isnan(), new.isnan())
                                          and torch.equal(old.nan_to_num(0.0), new.nan_to_num(0.0)))
-    return None if same else "its values changed"
+    return None if same else tr("its values changed")
 
 
 def _inputs(fn: Callable, args: tuple, kwargs: dict, skip: tuple[str, ...] = ()) -> list[tuple[str, torch.Tensor, tuple]]:
@@ -208,8 +214,8 @@ _WARNED: list[str] | None = None
 def _said(name: str, caught: list) -> None:
     """The warnings a call of ``name`` gave, one line each, without the file path of the cell that gave
     them (a temporary file of the kernel): kept for after run_checks' verdict, else printed now."""
-    lines = [f"note: {name} gave a {w.category.__name__}: {(str(w.message).splitlines() or [''])[0][:300]}"
-             for w in caught]
+    lines = [tr("note: {name} gave a {category}: {message}", name=name, category=w.category.__name__,
+                message=(str(w.message).splitlines() or [''])[0][:300]) for w in caught]
     lines = list(dict.fromkeys(lines))
     if _WARNED is not None:
         _WARNED.extend(x for x in lines if x not in _WARNED)
@@ -238,8 +244,8 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
             out = fn(*args, **kwargs)
     except NotImplementedError as err:
         domains.record(fn, args, kwargs, err)
-        raise NotImplementedYet(f"{name} is not implemented yet: replace `raise NotImplementedError()` "
-                                "with your code") from None
+        raise NotImplementedYet(tr("{name} is not implemented yet: replace `raise NotImplementedError()` "
+                                   "with your code", name=name)) from None
     except BaseException as err:
         domains.record(fn, args, kwargs, err)
         raise
@@ -248,14 +254,15 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs) -> Any:
     for where, t, before in watched:
         how = _changed(before, t)
         if how:
-            raise CheckFailed(f"{name} changed its input `{where}` in place ({how}): a function of the course "
-                              "leaves its inputs as they were and returns new tensors (use `x.masked_fill(...)`, "
-                              "`x * s`, `x.transpose(...)`, not `x.masked_fill_(...)`, `x.mul_(s)`, `x.transpose_(...)`)")
+            raise CheckFailed(tr("{name} changed its input `{where}` in place ({how}): a function of the course "
+                                 "leaves its inputs as they were and returns new tensors (use `x.masked_fill(...)`, "
+                                 "`x * s`, `x.transpose(...)`, not `x.masked_fill_(...)`, `x.mul_(s)`, "
+                                 "`x.transpose_(...)`)", name=name, where=where, how=how))
     shared = _shares_memory(out, watched) if ex is not None and ex.returns_new else None
     if shared is not None:
-        raise CheckFailed(f"{name} returned a view of its input `{shared}` (the result shares its memory): "
-                          "the prompt asks for a new tensor, so that the caller's input and your result do not "
-                          "change together")
+        raise CheckFailed(tr("{name} returned a view of its input `{where}` (the result shares its memory): "
+                             "the prompt asks for a new tensor, so that the caller's input and your result do not "
+                             "change together", name=name, where=shared))
     return out
 
 
@@ -275,18 +282,20 @@ def run_checks(name: str, checks: Sequence[tuple[str, Callable[[], None]]]) -> N
             try:
                 check()
             except NotImplementedYet as err:   # every check would say the same: say it once
-                raise CheckFailed(f"{name}: {err}") from None
+                raise CheckFailed(tr("{name}: {reason}", name=name, reason=err)) from None
             except CheckFailed as err:
-                failures.append(f"check {i}/{len(checks)} ({desc}): {err}")
+                failures.append(tr("check {i}/{n} ({desc}): {reason}", i=i, n=len(checks), desc=desc, reason=err))
             except Exception as err:  # noqa: BLE001 (the learner's code raised: report it with the others)
-                failures.append(f"check {i}/{len(checks)} ({desc}) raised {type(err).__name__}: {err}{_where(err)}")
+                failures.append(tr("check {i}/{n} ({desc}) raised {error}: {reason}{where}", i=i, n=len(checks),
+                                   desc=desc, error=type(err).__name__, reason=err, where=_where(err)))
     finally:
         warned, _WARNED = _WARNED, outer
     if failures:
-        raise CheckFailed(f"{name}: {len(failures)} of {len(checks)} checks failed\n"
+        raise CheckFailed(tr("{name}: {failed} of {n} checks failed", name=name, failed=len(failures), n=len(checks))
+                          + "\n"
                           + "\n".join(f"  \u2717 {f}" for f in failures)
                           + "".join(f"\n  {w}" for w in warned))
-    print(f"\u2713 {name}: all {len(checks)} checks passed")
+    print("\u2713 " + tr("{name}: all {n} checks passed", name=name, n=len(checks)))
     for w in warned:
         print(w)
 
@@ -297,7 +306,9 @@ def _where(err: BaseException) -> str:
     if not frames:
         return ""
     last = frames[-1]
-    return f" (line {last.lineno}: {last.line.strip()})" if last.line else f" (line {last.lineno})"
+    if last.line:
+        return tr(" (line {line}: {code})", line=last.lineno, code=last.line.strip())
+    return tr(" (line {line})", line=last.lineno)
 
 
 def same_result(got: Any, want: Any, atol: float = 1e-4, rtol: float = 1e-4) -> bool:
@@ -345,18 +356,19 @@ def learner_or_reference(learner: Callable, reference: Callable, probe: Callable
     try:
         got = probe(learner)
     except NotImplementedError:
-        print(f"[{name}] not implemented yet: the experiments below use the course_utils reference")
+        print(tr("[{name}] not implemented yet: the experiments below use the course_utils reference", name=name))
         return reference
     except Exception as err:  # noqa: BLE001 (any failure means: fall back, and say why)
-        print(f"[{name}] raised {type(err).__name__}: {err}; the experiments below use the "
-              "course_utils reference")
+        print(tr("[{name}] raised {error}: {reason}; the experiments below use the course_utils reference",
+                 name=name, error=type(err).__name__, reason=err))
         return reference
     if not same_result(got, probe(reference)):
-        print(f"[{name}] gives a different result from the course_utils reference on a probe "
-              "input; the experiments below use the reference (run the exercise's tests to "
-              "see what differs)")
+        print(tr("[{name}] gives a different result from the course_utils reference on a probe "
+                 "input; the experiments below use the reference (run the exercise's tests to "
+                 "see what differs)", name=name))
         return reference
-    print(f"[{name}] agrees with the reference on a probe: the experiments below use your implementation")
+    print(tr("[{name}] agrees with the reference on a probe: the experiments below use your implementation",
+             name=name))
     return learner
 
 
@@ -366,7 +378,7 @@ def _domains():
 
 
 def _forbidden_message(name: str) -> str:
-    return f"your answer calls {name}: the exercise is to write it yourself"
+    return tr("your answer calls {name}: the exercise is to write it yourself", name=name)
 
 
 def _forbidden(name: str) -> Callable:
@@ -448,8 +460,8 @@ def expect_not_calling(fn: Callable, *banned: Callable, by_name: bool = True) ->
             if b.__name__ not in found:
                 found.append(b.__name__)
     if found:
-        raise CheckFailed(f"{fn.__name__} uses {', '.join(found)}: the exercise is to write it "
-                          "with basic tensor operations")
+        raise CheckFailed(tr("{name} uses {banned}: the exercise is to write it with basic tensor operations",
+                             name=fn.__name__, banned=", ".join(found)))
 
 
 def _cell_filled(cell) -> bool:

@@ -19,8 +19,10 @@ import re
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
+from course_utils.messages import notebook_language, speaking, tr
+
 __all__ = ["HIDDEN_BEGIN", "LEARNER_VERDICT", "SOLUTION_BEGIN", "STUB_VERDICT", "add_stored_outputs",
-           "is_test_cell", "learner_version", "stub_verdicts"]
+           "is_test_cell", "learner_version", "stub_verdicts", "stubs"]
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 SOLUTION_BEGIN = "### BEGIN SOLUTION"
@@ -30,6 +32,16 @@ _MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN 
 LEARNER_VERDICT = re.compile(r"^\[([^\]\n]+)\] agrees with the reference on a probe: "
                              r"the experiments below use your implementation$", re.M)
 STUB_VERDICT = r"[\1] not implemented yet: the experiments below use the course_utils reference"
+
+
+def stubs(lang: str | None = None) -> dict:
+    """nbgrader's ``ClearSolutions`` settings for the release in ``lang``: its Python code stub (the
+    comment in ``lang``, then ``raise NotImplementedError()``, which the grader and the workspace look
+    for) and its written answer's placeholder, from the course's messages (:mod:`course_utils.messages`)."""
+    with speaking(lang or "en"):
+        code, text = tr("# YOUR CODE HERE"), tr("YOUR ANSWER HERE")
+    return {"code_stub": {**ClearSolutions().code_stub, "python": f"{code}\nraise NotImplementedError()"},
+            "text_stub": text}
 
 
 def is_test_cell(cell: nbformat.NotebookNode) -> bool:
@@ -48,7 +60,8 @@ def stub_verdicts(output: nbformat.NotebookNode) -> None:
 
 def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """``nb`` with nbgrader's ClearSolutions and ClearHiddenTests applied, outputs kept where the
-    stub would have printed them too (in place; returns ``nb``).
+    stub would have printed them too (in place; returns ``nb``). A translated chapter (its metadata's
+    ``course.language``) gets the stubs of its language, as its release does (:func:`stubs`).
 
     Cleared: the outputs of cells that held a solution or hidden tests, and of every test cell
     (they were made by the solution). A probe's "use your implementation" verdict becomes the stub's
@@ -59,7 +72,7 @@ def learner_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for i, cell in enumerate(nb.cells):
         if SOLUTION_BEGIN in cell.source or HIDDEN_BEGIN in cell.source or is_test_cell(cell):
             held.add(i)
-    ClearSolutions().preprocess(nb, {})
+    ClearSolutions(**stubs(notebook_language(nb))).preprocess(nb, {})   # a translated chapter: its stubs
     ClearHiddenTests().preprocess(nb, {})
     for i, cell in enumerate(nb.cells):
         if i in held and cell.cell_type == "code":

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils import messages
+
 __all__ = ["merge_notebook", "open_notebooks", "update"]
 
 STATE = ".course"   # inside the workspace: base/ (the release last taken), history/, backups/
@@ -58,10 +60,14 @@ def _keyed(nb) -> dict[str, object]:
     return {_key(c, i): c for i, c in enumerate(nb.cells)}
 
 
+# nbgrader's written answer placeholder, and its form in each translated release (stored_run.stubs).
+_TEXT_STUBS = messages.everywhere("YOUR ANSWER HERE")
+
+
 def _is_stub(cell) -> bool:
     """An answer cell as nbgrader releases it: code that still raises ``NotImplementedError``, or
     the written answer's placeholder."""
-    return "raise NotImplementedError()" in cell.source or cell.source.strip() == "YOUR ANSWER HERE"
+    return "raise NotImplementedError()" in cell.source or cell.source.strip() in _TEXT_STUBS
 
 
 def _pristine(nb):

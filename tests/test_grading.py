@@ -259,6 +259,26 @@ def test_feedback_never_shows_hidden_tests(graded):
         assert not leaked, f"feedback for {student} shows hidden tests: {leaked[:3]}"
 
 
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def test_a_chinese_submission_gets_the_checks_and_the_graders_words_in_chinese(graded):
+    """``ci-zh-tampered`` (the Chinese release: its metadata says zh_CN) is graded in Chinese: the kernel
+    gets COURSE_LANG=zh_CN through the sandbox (its failing visible check reads in Chinese), the grader's
+    notes and the feedback page's contents list too; ``ci-blank`` (the English release) stays English."""
+    ex = graded["exercise"]
+    zh, blank = graded["results"]["ci-zh-tampered"], graded["results"]["ci-blank"]
+    errors = [c.error for c in zh.cells if c.exercise == ex and c.error]
+    assert errors and all(CJK.search(e) for e in errors), errors
+    assert any("检查" in e for e in errors), errors
+    page = zh.feedback.read_text(encoding="utf-8")
+    assert f"{ex}：隐藏测试" in page or f"{ex}：可见测试" in page
+    english = [c.error for c in blank.cells if c.error]
+    assert english and not any(CJK.search(e) for e in english), english
+    assert "not implemented yet" in " ".join(english) or "not answered yet" in " ".join(english)
+    assert "隐藏测试" not in blank.feedback.read_text(encoding="utf-8")
+
+
 def test_hidden_only_answers_pass_visible_and_fail_hidden(graded):
     hidden_only = graded["hidden_only"]
     assert hidden_only, f"tests/wrong_answers/{graded['chapter']}.py defines no HIDDEN_ONLY"

@@ -39,6 +39,7 @@ from course_utils.grading.gradebook import (
 )
 from course_utils.grading.intake import fingerprint, submitted_notebook
 from course_utils.grading.results import RECORD, NotebookGrades
+from course_utils.messages import notebook_language
 
 UNSANDBOXED = "GRADING_UNSANDBOXED"   # =1: let `make autograde` grade without bubblewrap (trusted work only)
 
@@ -163,10 +164,11 @@ def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], 
             proc = nbgrader("generate_feedback", chapter, "--force", f"--student={student}", course=course,
                             check=False, timeout=FEEDBACK_S, memory_mb=grader_memory_mb())
         if html[student].exists():
+            lang = _language(course / "autograded" / student / chapter / f"{nb_name}.ipynb")
             if pending.get(student):
                 html[student].write_text(mark_pending(html[student].read_text(encoding="utf-8", errors="replace"),
-                                                      pending[student]), encoding="utf-8")
-            sanitise_html_file(html[student])
+                                                      pending[student], lang), encoding="utf-8")
+            sanitise_html_file(html[student], lang)
             continue
         why = f"it was too large or took too long ({parallel.last_error(proc.stderr if proc else '')})"
         html[student].parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +178,14 @@ def _make_feedback(course: Path, chapter: str, submissions: Mapping[str, Path], 
             data = json.loads(record.read_text())
             data["faults"] = data.get("faults", []) + [f"no feedback could be made: {why}"]
             record.write_text(json.dumps(data))
+
+
+def _language(autograded: Path) -> str | None:
+    """The learner's language, which intake wrote into the notebook it graded (None: English)."""
+    try:
+        return notebook_language(json.loads(autograded.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
 
 
 def _autograded(course: Path, chapter: str, submissions: Mapping[str, Path]) -> bool:

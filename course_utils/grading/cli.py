@@ -7,12 +7,15 @@ current directory (the Makefile runs from the course root).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from course_utils import messages
 from course_utils.grading import sandbox
 from course_utils.grading.autograde import grade, instructor_autograde
 from course_utils.grading.course import course_root, release
 from course_utils.grading.execution import execute
+from course_utils.messages import tr
 
 
 def _quiet_libraries() -> None:
@@ -23,6 +26,20 @@ def _quiet_libraries() -> None:
     from sqlalchemy.exc import SAWarning
 
     warnings.simplefilter("ignore", SAWarning)
+
+
+def _speak_notebook_language(notebook: Path) -> None:
+    """``make grade`` in the notebook's language (its metadata, else a ``notebooks-zh_CN`` or
+    ``workspace-zh_CN`` folder of its path): the table, the grader's notes and the kernel's checks."""
+    import json
+
+    try:
+        nb = json.loads(notebook.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        nb = None
+    lang = messages.notebook_language(nb, notebook.resolve())
+    if lang:
+        os.environ[messages.ENV] = lang
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         if not args.notebook.exists():
             raise SystemExit(f"no such notebook: {args.notebook}")
+        _speak_notebook_language(args.notebook)
         iso = sandbox.isolation()
         for w in iso.warnings:
             print(f"{'WARNING' if not iso.sandboxed else 'note'}: {w}")
         if not iso.sandboxed:
             print("WARNING: your notebook runs WITHOUT A SANDBOX (fine for your own work; never grade "
                   "someone else's notebook this way)", flush=True)
-        print(f"grading {args.notebook} (this runs the whole notebook; limits: "
-              f"{sandbox.Limits.from_env().describe()}) ...", flush=True)
+        print(tr("grading {notebook} (this runs the whole notebook; limits: {limits}) ...", notebook=args.notebook,
+                 limits=sandbox.Limits.from_env().describe()), flush=True)
         print(grade(args.notebook, root).table())
     elif args.command == "release":
         for p in release(root, lang=args.lang):

@@ -93,6 +93,15 @@ def nbgrader(*args: str, course: Path, check: bool = True, env: Mapping[str, str
     return proc
 
 
+def _stub_config(lang: str) -> str:
+    """The lines of nbgrader's configuration that give the release in ``lang`` its own code stub and
+    answer placeholder (nbgrader's ``ClearSolutions.code_stub`` and ``text_stub``: stored_run.stubs)."""
+    settings = stored_run.stubs(lang)
+    return (f"\n# The release in {lang}: nbgrader's stubs in it (course_utils.stored_run.stubs)\n"
+            f"c.ClearSolutions.code_stub = {settings['code_stub']!r}\n"
+            f"c.ClearSolutions.text_stub = {settings['text_stub']!r}\n")
+
+
 def new_course(chapter_names: list[str], root: Path | None = None, lang: str | None = None) -> Path:
     """A temporary course directory with the config and the given chapters' sources (in ``lang``,
     from the translation catalogues, where it is given)."""
@@ -102,6 +111,8 @@ def new_course(chapter_names: list[str], root: Path | None = None, lang: str | N
     (course / ORIGIN).write_text(str(origin(root)))
     translated = {}
     if lang:
+        with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+            config.write(_stub_config(lang))
         # babel: only a translated release needs it
         from course_utils.i18n.notebooks import translated_chapters
         translated = translated_chapters(root, lang, chapter_names)

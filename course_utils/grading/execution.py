@@ -37,6 +37,8 @@ from nbgrader.preprocessors import Execute
 from course_utils.grading import feedback, reference, sandbox, verdict, withhold
 from course_utils.grading.course import origin
 from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
+from course_utils.messages import ENV as LANG_ENV
+from course_utils.messages import notebook_language, speaking, tr
 from course_utils.records import RECORD_FLAG
 
 CELL_OUTPUT_BYTES = 2 * 2**20       # what one cell's outputs may hold; more is cut
@@ -46,7 +48,7 @@ RECORD_BYTES = 32 * 2**20           # what the checks' records of a notebook may
 ONE_RECORD_BYTES = 2**20            # one record (the course's largest is 0.2 MiB); a bigger one is kept as refused
 # What a hidden test's failure says instead of its own message (which could show its secret inputs).
 _SECRET_NOTE = ("A hidden test does not show its own messages, so that its inputs stay secret: the visible "
-                "tests above it show what goes wrong.")
+                "tests above it show what goes wrong.")   # tr() where it is used: the learner's language
 TEST_FAILED = "TestFailed"          # the ename of a test whose message the grader wrote (after the hidden tests begin)
 GUARD_ANSWER_CHARS = 100_000        # the tamper guard's answer (at most 50 findings of 300 characters)
 HIDDEN = "BEGIN HIDDEN TESTS"
@@ -166,6 +168,20 @@ class SandboxedExecute(Execute):
     reference_mode = False   # True for the solution's own run (reference_run.ReferenceExecute)
 
     def preprocess(self, nb, resources=None, km=None):
+        """Run ``nb`` in the box; the grader's notes, and the kernel (``COURSE_LANG``, which the box's
+        launcher passes on), in the notebook's language (its metadata, else ``$COURSE_LANG``)."""
+        before = os.environ.get(LANG_ENV)
+        lang = os.environ[LANG_ENV] = notebook_language(nb) or before or ""
+        try:
+            with speaking(lang):
+                return self._preprocess(nb, resources)
+        finally:
+            if before is None:
+                os.environ.pop(LANG_ENV, None)
+            else:
+                os.environ[LANG_ENV] = before
+
+    def _preprocess(self, nb, resources=None):
         self._records: dict[tuple[int, int], list] = {}   # (pass, cell index) -> the records the checks sent
         self._record_bytes = 0
         self._pass = 0
@@ -340,7 +356,7 @@ class SandboxedExecute(Execute):
             cell.outputs = keep
             return
         if why is not None:
-            err = _error(NOT_CONFIRMED, f"the grader did not confirm this test: {why}")
+            err = _error(NOT_CONFIRMED, tr("the grader did not confirm this test: {why}", why=why))
         elif self._hidden_began and not self.reference_mode:
             # From the first hidden test on, nothing the kernel says reaches the feedback: the
             # grader names the failed checks from its reference run.
@@ -356,20 +372,24 @@ class SandboxedExecute(Execute):
     def _failure_note(self, index: int, reference_checks, errors, content) -> str:
         """What failed in a test cell, in the grader's words: check names from the reference, no value."""
         if reference_checks is None:
-            return "the test failed (the grader has no reference run for it)"
+            return tr("the test failed (the grader has no reference run for it)")
         records = self._records.get((0, index), [])
         ename = str((errors[0] if errors else content).get("ename", ""))
         if ename == "NotImplementedYet" or self._unanswered(index):
-            return "not answered yet: replace `raise NotImplementedError()` in the exercise's cell with your code"
-        raised = ename if ename in _SAFE_ENAMES else "an exception"
+            return tr("not answered yet: replace `raise NotImplementedError()` in the exercise's cell with your code")
+        raised = ename if ename in _SAFE_ENAMES else tr("an exception")
         wrong = verdict.failing(records, reference_checks)[:len(records)]   # of the checks that were made
-        named = f": {'; '.join(wrong[:8])}{f'; and {len(wrong) - 8} more' if len(wrong) > 8 else ''}" if wrong else ""
+        more = tr("; and {n} more", n=len(wrong) - 8) if len(wrong) > 8 else ""
+        named = tr(": {checks}{more}", checks=tr("; ").join(wrong[:8]), more=more) if wrong else ""
         if len(records) < len(reference_checks):
-            return (f"your code stopped this test after {len(records)} of its {len(reference_checks)} checks "
-                    f"({raised}){'; failed' + named if wrong else ''}. {_SECRET_NOTE}")
+            return tr("your code stopped this test after {done} of its {total} checks ({raised}){failed}. {note}",
+                      done=len(records), total=len(reference_checks), raised=raised,
+                      failed=tr("; failed{named}", named=named) if wrong else "", note=tr(_SECRET_NOTE))
         if wrong:
-            return f"{len(wrong)} of {len(reference_checks)} checks failed{named}"
-        return f"a check of this test failed, or your code raised {raised}. {_SECRET_NOTE}"
+            return tr("{failed} of {total} checks failed{named}", failed=len(wrong), total=len(reference_checks),
+                      named=named)
+        return tr("a check of this test failed, or your code raised {raised}. {note}", raised=raised,
+                  note=tr(_SECRET_NOTE))
 
     def _unanswered(self, index: int) -> bool:
         """Whether the exercise of test cell ``index`` still has nbgrader's stub as its answer."""

@@ -31,6 +31,7 @@ from traitlets import Bool
 
 from course_utils.grading.course import exercise_of
 from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
+from course_utils.messages import language, notebook_language, speaking, tr
 
 _ATTRIBUTES = {"*": {"class", "id", "title"}, "img": {"src", "alt", "width", "height"}, "a": {"href"},
                "td": {"colspan", "rowspan", "align"}, "th": {"colspan", "rowspan", "align", "scope"}}
@@ -66,7 +67,7 @@ def sanitise_output(out) -> None:
             data[mime] = clean_html(text)
         elif mime == "image/svg+xml":
             del data[mime]
-            data.setdefault("text/plain", "[an SVG image, not shown in graded notebooks]")
+            data.setdefault("text/plain", tr("[an SVG image, not shown in graded notebooks]"))
         elif "javascript" in mime or mime.startswith("application/vnd.jupyter.widget"):
             del data[mime]
     if not data:
@@ -90,13 +91,13 @@ def scrub(text: str, lines: list[str]) -> str:
         return text
     out = []
     for ln in text.splitlines(keepends=True):
-        out.append("[a line of a hidden test, removed]\n" if any(h in ln for h in lines) else ln)
+        out.append(tr("[a line of a hidden test, removed]") + "\n" if any(h in ln for h in lines) else ln)
     return "".join(out)
 
 
 GRADER_ENAMES = (FAULT, TAMPERING, NOT_CONFIRMED, "TestFailed")   # errors the grader writes itself
 WITHHELD = ("[output withheld from the feedback: this cell ran after the first hidden test, and nothing the "
-            "notebook printed from then on is shown]\n")
+            "notebook printed from then on is shown]")   # shown as tr(WITHHELD): in the learner's language
 
 
 def first_hidden(nb) -> int | None:
@@ -126,7 +127,8 @@ class WithholdAfterHidden(Preprocessor):
             kept = [o for o in cell.get("outputs", [])
                     if test and o.get("output_type") == "error" and o.get("ename") in GRADER_ENAMES]
             if not test and cell.get("outputs"):
-                kept = [nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)]
+                with speaking(notebook_language(nb)):
+                    kept = [nbformat.v4.new_output("stream", name="stdout", text=tr(WITHHELD) + "\n")]
             cell.outputs = kept
         return nb, resources
 
@@ -140,6 +142,12 @@ class ScrubHidden(Preprocessor):
         lines = hidden_lines(nb)
         if not lines:
             return nb, resources
+        with speaking(notebook_language(nb)):
+            self._scrub(nb, lines)
+        return nb, resources
+
+    @staticmethod
+    def _scrub(nb, lines: list[str]) -> None:
         for cell in nb.cells:
             for out in cell.get("outputs", []):
                 if "text" in out:
@@ -151,7 +159,6 @@ class ScrubHidden(Preprocessor):
                 for mime, value in list(out.get("data", {}).items()):
                     if isinstance(value, str):
                         out["data"][mime] = scrub(value, lines)
-        return nb, resources
 
 
 class ShortTracebacks(Preprocessor):
@@ -175,11 +182,13 @@ class FaultNote(Preprocessor):
     def preprocess(self, nb, resources):
         report = nb.metadata.get(META, {})
         lines = list(report.get("faults", []))
-        for exercise in sorted({exercise_of(test) for test in report.get("tampering", {})}):
-            lines.append(f"{exercise}: the notebook changed what the tests rely on (your instructor's report "
-                         "says what); this exercise gets 0")
+        with speaking(notebook_language(nb)):
+            for exercise in sorted({exercise_of(test) for test in report.get("tampering", {})}):
+                lines.append(tr("{exercise}: the notebook changed what the tests rely on (your instructor's report "
+                                "says what); this exercise gets 0", exercise=exercise))
+            note = tr("**Grading note.**")
         if lines:
-            text = "**Grading note.** " + " ".join(f"{ln}." if not ln.endswith(".") else ln for ln in lines)
+            text = note + " " + " ".join(f"{ln}." if not ln.endswith((".", "。")) else ln for ln in lines)
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(clean_html(text)))
         return nb, resources
 
@@ -190,33 +199,58 @@ _BODY = re.compile(r"(<body[^>]*>)(.*)(</body>)", re.S | re.I)
 _TOC_ENTRY = re.compile(r'(<a href="#(?:comment-)?)([A-Za-z0-9_-]+)(">)(Test cell|Written response|Coding free-response|Task|Comment)(</a>)')
 
 
+# nbgrader's names of a graded cell, as the contents list shows them (in the learner's language).
+_KINDS = {"Test cell": lambda: tr("test cell"), "Written response": lambda: tr("written response"),
+          "Coding free-response": lambda: tr("coding free-response"), "Task": lambda: tr("task")}
+
+
 def _toc_name(m: re.Match) -> str:
     gid, kind = m.group(2), m.group(4)
     if kind == "Comment":
-        what = f"comment on {gid}"
+        what = tr("comment on {gid}", gid=gid)
     elif gid.endswith(("-visible", "-hidden")):
         ex, part = gid.rsplit("-", 1)
-        what = f"{ex}: {part} tests"
+        what = tr("{exercise}: visible tests", exercise=ex) if part == "visible" else tr(
+            "{exercise}: hidden tests", exercise=ex)
     else:
-        what = f"{gid}: {kind.lower()}"
+        what = tr("{gid}: {kind}", gid=gid, kind=_KINDS[kind]())
     return f"{m.group(1)}{gid}{m.group(3)}{what}{m.group(5)}"
 
 
 TO_BE_MARKED = "to be marked by your instructor"
 
 
-def mark_pending(html: str, pending: dict[str, float]) -> str:
+def mark_pending(html: str, pending: dict[str, float], lang: str | None = None) -> str:
     """Each written answer still waiting for a hand mark (``{grade_id: points}``) reads "to be marked by
-    your instructor" where nbgrader's page says "Score: 0.0 / 2.0", in the contents list and above the
-    answer: a learner must not read a mark not yet given as a zero."""
+    your instructor" (in ``lang``, the learner's language, where it is given) where nbgrader's page says
+    "Score: 0.0 / 2.0", in the contents list and above the answer: a learner must not read a mark not
+    yet given as a zero."""
+    with speaking(lang):
+        return _mark_pending(html, pending)
+
+
+def _mark_pending(html: str, pending: dict[str, float]) -> str:
     for gid, points in pending.items():
-        shown = f"({TO_BE_MARKED}; {points:g} points)"
+        shown = tr("({pending}; {points} points)", pending=tr(TO_BE_MARKED), points=f"{points:g}")
+        above = tr("{pending} ({points} points)", pending=tr(TO_BE_MARKED), points=f"{points:g}")
         html = re.sub(rf'(<a href="#{re.escape(gid)}">[^<]*</a>) \(Score: [0-9.]+ / [0-9.]+\)',
                       lambda m, shown=shown: f"{m.group(1)} {shown}", html)
         html = re.sub(rf'(<a name="{re.escape(gid)}"></a>.*?<span class="pull-right">\s*)Score: [0-9.]+ / [0-9.]+',
-                      lambda m, points=points: f"{m.group(1)}{TO_BE_MARKED} ({points:g} points)", html,
+                      lambda m, above=above: f"{m.group(1)}{above}", html,
                       count=1, flags=re.S)
     return html
+
+
+_SCORE = re.compile(r"\bScore: ([0-9.]+) / ([0-9.]+)")
+
+
+def _template_words(html: str) -> str:
+    """nbgrader's own words on the page (its labels, "Score: 1.0 / 2.0") in the language of the messages."""
+    html = _SCORE.sub(lambda m: tr("Score: {score} / {max}", score=m.group(1), max=m.group(2)), html)
+    for english, said in (("Student's answer", tr("Student's answer")), ("Grade cell: ", tr("Grade cell: "))):
+        html = html.replace(f'<span class="nbgrader-label">{english}</span>',
+                            f'<span class="nbgrader-label">{said}</span>')
+    return html.replace('rel="noopener noreferrer">(Top)</a>', f'rel="noopener noreferrer">{tr("(Top)")}</a>')
 
 
 # nbconvert's classic page scrolls a long output line sideways, so an error message with its hint
@@ -229,6 +263,8 @@ def name_exercises(html: str) -> str:
     its exercise instead ("ex3_attention: hidden tests", "q1_scale: written response"); and long
     output lines wrap instead of running off the page."""
     html = _TOC_ENTRY.sub(_toc_name, html)
+    if language() is not None:
+        html = _template_words(html)
     if _WRAP not in html:
         html = html.replace("</head>", _WRAP + "\n</head>", 1)
     return html
@@ -289,10 +325,12 @@ def offline_math(html: str) -> str:
     return html.replace("</head>", head + "</head>", 1)
 
 
-def sanitise_html_file(path: Path) -> None:
+def sanitise_html_file(path: Path, lang: str | None = None) -> None:
     """Clean the ``<body>`` of a feedback HTML file in place (the ``<head>`` is nbconvert's own), name
-    each entry of its contents list by its exercise, and make its math render offline."""
-    text = name_exercises(path.read_text(encoding="utf-8", errors="replace"))
+    each entry of its contents list by its exercise (in ``lang``, the learner's language, where it is
+    given), and make its math render offline."""
+    with speaking(lang):
+        text = name_exercises(path.read_text(encoding="utf-8", errors="replace"))
     m = _BODY.search(text)
     text = clean_html(text) if m is None else text[:m.start(2)] + clean_html(m.group(2)) + text[m.end(2):]
     path.write_text(offline_math(text), encoding="utf-8")   # after the cleaning, which would remove it

@@ -44,6 +44,7 @@ from nbformat.notebooknode import NotebookNode
 
 from course_utils.grading.course import chapter_notebook, chapters, origin
 from course_utils.grading.results import GRADER_VERSION, META
+from course_utils.messages import everywhere, notebook_language
 
 # The largest notebook of the course (solutions/ch06_transformer, with its outputs) is 0.93 MiB and
 # holds the most containers, 434; the one with the most strings and structural marks (json_counts)
@@ -221,6 +222,10 @@ class _Budget:
         return source
 
 
+# The written answer's placeholder in every release (nbgrader's text_stub, translated: stored_run.stubs).
+_TEXT_STUBS = everywhere("YOUR ANSWER HERE")
+
+
 class _Taken:
     """The cells taken so far while a submission is rebuilt (:func:`rebuild`), and what was done to
     them that the learner is told about."""
@@ -257,6 +262,8 @@ class _Taken:
         new = copy.deepcopy(tc)
         if _meta(tc).get("solution"):
             new.source = self._neutralised(source)
+            if tc.cell_type == "markdown" and source.strip() in _TEXT_STUBS and tc.source.strip() in _TEXT_STUBS:
+                new.source = tc.source   # a translated release's placeholder, unanswered: nbgrader's "No response", 0
         if kind != tc.cell_type:
             self.retyped.append(gid)
         return new
@@ -341,6 +348,9 @@ def intake(submitted: Path, chapter: str, release: Path, dest: Path, root: Path,
     if len(raw) > OUTPUTS_NOTE_BYTES:
         faults.append(f"{submitted.name} was {len(raw) / 2**20:.0f} MiB with its stored outputs; it was graded "
                       "without them (the grader never reads outputs)")
+    lang = notebook_language(data)   # the learner's language (a known one only): the grader's words in it
+    if lang:
+        nb.metadata.setdefault("course", {})["language"] = lang
     nbformat.validate(nb)
     nb.metadata[META] = {"faults": faults}
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode
 
 from course_utils.grading.course import exercise_of
+from course_utils.messages import tr
 
 META = "course_grading"          # notebook metadata key: the faults and tampering found in a submission
 FAULT = "GradingFault"           # the ename of the error put into graded cells a fault skipped
@@ -70,20 +72,31 @@ class NotebookGrades:
         return out
 
     def table(self) -> str:
-        """A per-exercise score table for people (with the faults under it, if any)."""
-        rows = [("exercise", "score", "status")]
+        """A per-exercise score table for people (with the faults under it, if any), in the language of
+        the messages (:mod:`course_utils.messages`: ``make grade`` speaks the notebook's)."""
+        rows = [(tr("exercise"), tr("score"), tr("status"))]
         for ex, (s, m, manual, errs) in self.by_exercise().items():
-            status = ("graded by hand" if manual else "ok" if s == m else (errs[0] if errs else "failed"))
+            status = (tr("graded by hand") if manual else tr("ok") if s == m else (errs[0] if errs else tr("failed")))
             rows.append((ex, f"{s:g} / {m:g}", status if len(status) <= 150 else status[:147] + "..."))
-        rows.append(("total (autograded)", f"{self.auto_score:g} / {self.auto_max:g}", ""))
-        w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in rows)
-        lines = [f"{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
-        lines.insert(1, "-" * len(lines[0]))
-        lines.insert(len(lines) - 1, "-" * len(lines[0]))
+        rows.append((tr("total (autograded)"), f"{self.auto_score:g} / {self.auto_max:g}", ""))
+        w0 = max(_width(r[0]) for r in rows)
+        w1 = max(_width(r[1]) for r in rows)
+        lines = [f"{_pad(a, w0)}  {_pad(b, w1, right=True)}  {c}".rstrip() for a, b, c in rows]
+        lines.insert(1, "-" * _width(lines[0]))
+        lines.insert(len(lines) - 1, "-" * _width(lines[0]))
         if self.reason:
-            lines.append(f"fault: {self.reason}")
+            lines.append(tr("fault: {reason}", reason=self.reason))
         return "\n".join(lines)
+
+
+def _width(text: str) -> int:
+    """The columns ``text`` takes in a terminal: a wide (Chinese) character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    fill = " " * max(0, width - _width(text))
+    return fill + text if right else text + fill
 
 
 def _errors_by_cell(nb: NotebookNode) -> tuple[dict[str, str], list[str]]:

@@ -299,7 +299,7 @@ def _kernel_main(box: Path, connection_file: str) -> None:
         except (ValueError, OSError):
             pass   # e.g. macOS refuses RLIMIT_AS; the wall-clock limit still holds
     keep = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED", "NBGRADER_EXECUTION", "LANG", "COURSE_DEVICE",
-            "COURSE_GRADING_RECORDS")
+            "COURSE_GRADING_RECORDS", "COURSE_LANG")   # COURSE_LANG: the checks' messages in the notebook's language
     env = {k: os.environ[k] for k in keep if k in os.environ}
     inside = Path("/box") if iso.sandboxed else box
     env.update(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(inside / "home"),

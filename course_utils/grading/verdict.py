@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from course_utils.messages import tr
 from course_utils.records import RECORD_MIME
 
 __all__ = ["RECORD_MIME", "agree", "decode", "judge", "same_bytes"]
@@ -115,19 +116,19 @@ def _shape(v: Any) -> Any:
 def judge(records: list[dict], reference: list[dict] | None) -> str | None:
     """Why a test cell fails when its ``records`` are held to the solution's ``reference``, or ``None``."""
     if reference is None:
-        return "the grader has no reference run for this test"
+        return tr("the grader has no reference run for this test")
     if len(records) != len(reference):
-        return (f"the grader received {len(records)} of the {len(reference)} checks this test makes "
-                "(a check was skipped, added or hidden)")
+        return tr("the grader received {got} of the {total} checks this test makes (a check was skipped, added "
+                  "or hidden)", got=len(records), total=len(reference))
     for i, (rec, ref) in enumerate(zip(records, reference), 1):
         if not isinstance(rec, dict) or (rec.get("kind"), rec.get("what")) != (ref["kind"], ref["what"]):
-            return f"{_name(i, ref, reference)}: the grader received another check in its place"
+            return tr("{check}: the grader received another check in its place", check=_name(i, ref, reference))
     wrong = failing(records, reference)
-    return f"{wrong[0]}: does not hold when the grader compares the values itself" if wrong else None
+    return tr("{check}: does not hold when the grader compares the values itself", check=wrong[0]) if wrong else None
 
 
 def _name(i: int, ref: dict, reference: list[dict]) -> str:
-    return f"check {i} of {len(reference)} ({ref['what']})"
+    return tr("check {i} of {n} ({what})", i=i, n=len(reference), what=ref["what"])
 
 
 def failing(records: list[dict], reference: list[dict]) -> list[str]:
