@@ -5,17 +5,32 @@ Pre-LN, the decoder blocks of the three families.
 
 Every function draws on a given (or new) matplotlib ``Axes`` and returns it. Nothing here calls
 ``plt.show()``. (Plots of results are :mod:`course_utils.plots`.)
+
+The labels are in the learner's language (``COURSE_LANG``, :mod:`course_utils.messages`): each
+English label is a message of the catalogue, looked up once the diagram is drawn, and drawn in a
+font with Chinese glyphs (:data:`CJK_FONTS`; where none is installed the labels stay English,
+rather than turn into empty boxes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import font_manager
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from .messages import language, tr
+
 __all__ = [
+    "CJK_FONTS",
+    "LABELS",
+    "cjk_font",
     "draw_attention_decoder_steps",
     "draw_decoder_blocks",
     "draw_encoder_decoder",
@@ -26,6 +41,96 @@ __all__ = [
     "draw_split_merge_heads",
     "draw_transformer",
 ]
+
+
+# Fonts with Chinese glyphs, the first installed one used (Debian's fonts-wqy-zenhei, Noto/Source Han,
+# macOS's and Windows' own); matplotlib's DejaVu Sans draws the Latin letters and the math beside it.
+CJK_FONTS = ("WenQuanYi Zen Hei", "Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "SimHei")
+
+
+# The diagrams' fixed English labels: each is a message of the catalogue, which _localised looks up
+# (labels with numbers in them go through tr() where they are drawn).
+LABELS = (
+    'encoder states (keys = values)',
+    'Bahdanau: score with $s_{i-1}$, the context enters the GRU',
+    'Luong: GRU first, score with the new $h_t$, then $\\tilde h_t$',
+    'chapter 6/7 block',
+    'x + learned position',
+    'MHA (+ bias)',
+    'ReLU FFN 4d (+ bias)',
+    'LLaMA-style block',
+    'x (no position added)',
+    'GQA, RoPE on q, k',
+    'encoder (reads the source)',
+    'decoder (writes the target)',
+    'targets; red dashes: teacher forcing feeds the correct token',
+    'queries',
+    'keys/values',
+    'computed in this call, appended to the cache',
+    'read from the cache',
+    'position ->  (the cache keeps un-repeated key/value heads: n_kv_heads x d_head numbers per position and layer)',
+    'Post-LN (the paper)',
+    'out',
+    'sub-layer',
+    'Pre-LN (GPT-2 and later)',
+    '$X$: $n$ tokens ($n \\times d$)',
+    'self-attention: Q, K and V from the same sequence',
+    '$X_{dec}$: $T$ decoder states',
+    '$X_{enc}$: $S$ encoder states',
+    'cross-attention: Q from the decoder, K and V from the encoder',
+    'weights (L, L)',
+    'out (L, d_head)',
+    'split_heads:\nview (L, h, d_head),\ntranspose -> (h, L, d_head)',
+    'merge_heads:\ntranspose -> (L, h, d_head),\nreshape (L, d_model)',
+    'then @ W_o mixes the heads',
+    'each head: its own softmax over the keys',
+    'source tokens',
+    'embedding x sqrt(d_model)\n+ positional encoding',
+    'multi-head self-attention',
+    'add & norm',
+    'feed-forward',
+    'target tokens, shifted right\n(<sos> y1 y2 ...)',
+    'masked multi-head self-attention',
+    'cross-attention (K, V from encoder)',
+    'linear -> softmax',
+    'next-token probabilities',
+    'encoder',
+    'decoder',
+)
+
+
+# File names of those fonts, to find one installed after matplotlib built its font cache.
+_CJK_FILES = ("wqy", "notosanscjk", "sourcehansans", "pingfang", "msyh", "simhei")
+
+
+@functools.lru_cache(maxsize=1)
+def cjk_font() -> str | None:
+    """The first of :data:`CJK_FONTS` that matplotlib can use on this machine, or None. A font
+    installed after matplotlib built its font cache is found among the system's fonts and added."""
+    def first() -> str | None:
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+        return next((name for name in CJK_FONTS if name in installed), None)
+
+    if first() is None:
+        for path in font_manager.findSystemFonts():
+            if any(hint in Path(path).name.lower().replace("-", "") for hint in _CJK_FILES):
+                with contextlib.suppress(Exception):   # a font file matplotlib cannot read is no font
+                    font_manager.fontManager.addfont(path)
+    return first()
+
+
+def _localised(*axes):
+    """The axes' words in the learner's language, in a font that has their glyphs (English where no
+    such font is installed). Returns the first axes."""
+    font = cjk_font() if language() is not None else None
+    if font:   # WenQuanYi has one weight (500): matplotlib would log a fallback for every label drawn
+        logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    for ax in axes if font else ():
+        for text in (*ax.texts, ax.title):
+            if text.get_text():                    # gettext's "" is the catalogue's header
+                text.set_text(tr(text.get_text()))
+            text.set_fontfamily([font, "DejaVu Sans"])
+    return axes[0]
 
 
 _COLOURS = {"enc": "#cfe2f3", "dec": "#fde9c9", "vec": "#d9ead3", "tok": "white", "att": "#ead1dc"}
@@ -85,7 +190,7 @@ def draw_encoder_decoder(src: Sequence[str] = ("a", "b", "c"), tgt: Sequence[str
             ha="center", fontsize=9, color="tab:red")
     ax.set_xlim(-0.7, n + 1.4 + m * 1.1 + 0.7)
     ax.set_ylim(-1.0, 3.3)
-    return ax
+    return _localised(ax)
 
 
 def draw_attention_decoder_steps(axes=None):
@@ -144,6 +249,7 @@ def draw_attention_decoder_steps(axes=None):
         ax.text(0.9, -0.75, "encoder states (keys = values)", ha="center", fontsize=9)
         ax.set_xlim(-0.6, 5.7)
         ax.set_ylim(-1.0, 5.3)
+    _localised(ax_b, ax_l)
     return ax_b, ax_l
 
 
@@ -185,7 +291,7 @@ def draw_qkv_roles(axes=None):
             box(ax, x, 2.6, 2.4, f"${name}$ (${rows} \\times {cols}$)", color)
             arrow(ax, src, (x, 2.15), w_name)
         box(ax, 3.5, 4.3, 3.8, f"softmax$(QK^\\top/\\sqrt{{d_k}})$: ${n_q} \\times {n_k}$", math_)
-        box(ax, 7.2, 5.8, 3.6, f"output = weights $V$: ${n_q} \\times d_v$", math_)
+        box(ax, 7.2, 5.8, 3.6, tr("output = weights $V$: ${rows} \\times d_v$", rows=n_q), math_)
         arrow(ax, (2.0, 3.05), (3.0, 3.85))
         arrow(ax, (5.0, 3.05), (4.0, 3.85))
         arrow(ax, (3.5, 4.75), (6.2, 5.35))
@@ -193,6 +299,7 @@ def draw_qkv_roles(axes=None):
         ax.set_xlim(-0.2, 10.2)
         ax.set_ylim(-0.1, 6.5)
         ax.axis("off")
+    _localised(*axes)
     return axes
 
 
@@ -227,15 +334,15 @@ def draw_split_merge_heads(seq: int = 3, n_heads: int = 4, d_head: int = 2, ax=N
     top = 0.25
     for x, text in ((d_model * s / 2, f"x @ W_q: (L={seq}, d_model={d_model})"), (x_heads + d_head * s / 2, "(L, d_head)"),
                     (x_w + seq * s / 2, "weights (L, L)"), (x_out + d_head * s / 2, "out (L, d_head)"),
-                    (x_merge + d_model * s / 2, f"merged: (L, d_model={d_model})")):
+                    (x_merge + d_model * s / 2, tr("merged: (L, d_model={d_model})", d_model=d_model))):
         ax.text(x, top, text, ha="center", va="bottom", fontsize=8)
     _cells(ax, 0, 0, seq, d_model, head_colour, s)
     for r in range(seq):
-        ax.text(-0.1, -(r + 0.5) * s, f"token {r}", ha="right", va="center", fontsize=7)
+        ax.text(-0.1, -(r + 0.5) * s, tr("token {r}", r=r), ha="right", va="center", fontsize=7)
     arrow = dict(arrowstyle="-|>", color="0.3", lw=1)
     for h in range(n_heads):
         y = -h * gap
-        ax.text(x_heads - 0.12, y - seq * s / 2, f"head {h}", ha="right", va="center", fontsize=8, color=colours[h])
+        ax.text(x_heads - 0.12, y - seq * s / 2, tr("head {h}", h=h), ha="right", va="center", fontsize=8, color=colours[h])
         _cells(ax, x_heads, y, seq, d_head, [[colours[h]] * d_head] * seq, s)
         w = np.linspace(0.15, 0.9, seq * seq).reshape(seq, seq)
         _cells(ax, x_w, y, seq, seq, [[plt.cm.Greys(v) for v in row] for row in w], s)
@@ -254,7 +361,7 @@ def draw_split_merge_heads(seq: int = 3, n_heads: int = 4, d_head: int = 2, ax=N
             ha="center", va="top", fontsize=8)
     ax.set_xlim(-1.0, x_merge + d_model * s + 0.3)
     ax.set_ylim(-(n_heads - 1) * gap - seq * s - 0.5, 0.6)
-    return ax
+    return _localised(ax)
 
 
 def draw_kv_cache(prompt: int = 4, steps: int = 3, ax=None):
@@ -279,8 +386,9 @@ def draw_kv_cache(prompt: int = 4, steps: int = 3, ax=None):
                                        edgecolor="0.3", linewidth=0.8))
             ax.text(t * s * 1.2 + s / 2, y + s / 2, f"{t}", ha="center", va="center", fontsize=7,
                     color="white" if new else "black")
-        what = (f"prefill: {prompt} prompt tokens in one call (causal inside the prompt)" if row == 0 else
-                f"step {row}: 1 new token; its query reads {start + 1} keys/values ({start} cached)")
+        what = (tr("prefill: {prompt} prompt tokens in one call (causal inside the prompt)", prompt=prompt) if row == 0
+                else tr("step {row}: 1 new token; its query reads {keys} keys/values ({cached} cached)",
+                        row=row, keys=start + 1, cached=start))
         ax.text((total + 0.3) * s * 1.2, y + s / 2, what, va="center", fontsize=8)
     ax.add_patch(plt.Rectangle((0, 0.85), s, s * 0.6, facecolor="#3d85c6", edgecolor="0.3"))
     ax.text(s * 1.3, 0.85 + s * 0.3, "computed in this call, appended to the cache", va="center", fontsize=8)
@@ -290,7 +398,7 @@ def draw_kv_cache(prompt: int = 4, steps: int = 3, ax=None):
             "n_kv_heads x d_head numbers per position and layer)", fontsize=8)
     ax.set_xlim(-0.2, (total + 0.3) * s * 1.2 + 6.5)
     ax.set_ylim(-(steps + 1) * 0.8, 1.5)
-    return ax
+    return _localised(ax)
 
 
 def draw_head_groups(ax, n_heads: int, n_kv: int, title: str = ""):
@@ -312,7 +420,7 @@ def draw_head_groups(ax, n_heads: int, n_kv: int, title: str = ""):
     ax.set_ylim(-0.2, 2.4)
     ax.set_title(title)
     ax.axis("off")
-    return ax
+    return _localised(ax)
 
 
 def draw_transformer(ax=None):
@@ -354,7 +462,7 @@ def draw_transformer(ax=None):
     ax.set_xlim(-0.6, 8.3)
     ax.set_ylim(-0.1, ys_d[-1] + 0.9)
     ax.axis("off")
-    return ax
+    return _localised(ax)
 
 
 def draw_post_pre_ln(ax=None):
@@ -385,7 +493,7 @@ def draw_post_pre_ln(ax=None):
         plus = ys[boxes.index("+")] + 0.25                    # the residual path, around the sub-layer
         ax.plot([x0, x0 - 1.8, x0 - 1.8], [0.75, 0.75, plus], color="0.55", lw=1.5)
         ax.annotate("", (x0 - 0.22, plus), (x0 - 1.8, plus), arrowprops=dict(arrowstyle="-|>", color="0.55", lw=1.5))
-    return ax
+    return _localised(ax)
 
 
 def draw_decoder_blocks(ax=None):
@@ -416,4 +524,4 @@ def draw_decoder_blocks(ax=None):
         for start, end in ((0.5, 3.15), (3.4, 6.15)):     # the residual paths
             ax.annotate("", (x0 - 0.22, end), (x0 - 1.9, start),
                         arrowprops=dict(arrowstyle="-|>", color="0.55", connectionstyle="angle,angleA=90,angleB=0"))
-    return ax
+    return _localised(ax)

@@ -52,12 +52,23 @@ def _entries() -> dict[str, str]:
         return {m.id: m.string for m in read_po(f) if m.id}
 
 
+def _labels(tree: ast.Module) -> list[str]:
+    """A module's ``LABELS`` tuple of strings (course_utils/diagrams.py): messages it looks up by value."""
+    return [e.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Tuple)
+            and any(isinstance(t, ast.Name) and t.id == "LABELS" for t in n.targets)
+            for e in n.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
 def source_messages() -> dict[str, str]:
     """``{message: where}`` of every ``tr(...)`` call of the package: a string literal, or a module
-    constant (``tr(TO_BE_MARKED)``). Any other argument is reported as ``where`` with no message."""
+    constant (``tr(TO_BE_MARKED)``); and every string of a module's ``LABELS``, whose ``tr(label)``
+    looks them up by value. Any other argument is reported as ``where`` with no message."""
     found: dict[str, str] = {}
     for path in sorted((ROOT / "course_utils").rglob("*.py")):
         tree = ast.parse(path.read_text())
+        labels = _labels(tree)
+        for label in labels:
+            found.setdefault(label, f"{path.relative_to(ROOT)} (LABELS)")
         constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
                      and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                      for t in n.targets if isinstance(t, ast.Name)}
@@ -71,7 +82,7 @@ def source_messages() -> dict[str, str]:
                 found.setdefault(arg.value, where)
             elif isinstance(arg, ast.Name) and arg.id in constants:
                 found.setdefault(constants[arg.id], where)
-            else:
+            elif not labels:
                 found[f"<not a literal at {where}>"] = where
     return found
 
