@@ -252,7 +252,7 @@ def greedy_complete(lm: DecoderLM, prompts: list[list[int]], max_len: int,
     for idx in by_length.values():
         group = torch.tensor([list(prompts[i]) for i in idx], dtype=torch.long, device=device)   # (b, P)
         state = lm.prefill(group[:, :-1], bidirectional=prefix_lm)
-        tokens, _ = greedy_decode(lm.decode_step, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
+        tokens, _ = greedy_decode(lm, state, max_len, eos_id=eos_id, prompt=group[:, -1:])
         for i, row in zip(idx, tokens_to_lists(tokens, eos_id)):
             out[i] = row
     return out

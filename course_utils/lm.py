@@ -19,7 +19,7 @@ protocol of :mod:`course_utils.decoding`::
 
     cache = lm.init_state(batch)                        # or lm.prefill(prompt[:, :-1])
     log_probs, cache = lm.decode_step(prev_tokens, cache)
-    greedy_decode(lm.decode_step, lm.init_state(B), max_len, prompt=prompt)   # prefills in one pass
+    greedy_decode(lm, lm.init_state(B), max_len, prompt=prompt)   # its prefill: one pass
 
 Shapes: tokens ``(batch, T)``, logits ``(batch, T, vocab_size)``, masks ``(T, T)`` or
 ``(batch, 1, T, T)``.

@@ -771,7 +771,7 @@ uncached.eval()
 outputs, seconds = {}, {}
 for name, model in (("with cache", gpt), ("without cache", uncached)):
     start = time.perf_counter()
-    outputs[name], _ = decoding.greedy_decode(model.decode_step, model.init_state(B_GEN), 13, prompt=prompt)
+    outputs[name], _ = decoding.greedy_decode(model, model.init_state(B_GEN), 13, prompt=prompt)
     seconds[name] = time.perf_counter() - start
 assert torch.equal(outputs["with cache"], outputs["without cache"]), 'cached generation must produce the same tokens'
 print("greedy continuations with and without the cache are identical")
@@ -1059,7 +1059,7 @@ print(f"{'setting':28s} sampling seed 0 (range over {SAMPLING_SEEDS} sampling se
 for s in settings:
     shares, distinct = [], []
     for seed in range(SAMPLING_SEEDS):
-        tokens, _ = decoding.sample_decode(gpt.decode_step, gpt.init_state(B_GEN), 13, prompt=prompt,
+        tokens, _ = decoding.sample_decode(gpt, gpt.init_state(B_GEN), 13, prompt=prompt,
                                            generator=torch.Generator().manual_seed(seed), **s)
         texts = [prompt_words[1:] + toy_vocab.decode(row) for row in tokens.tolist()]
         shares.append(sum(data.toy_grammatical(t) for t in texts) / len(texts))
@@ -1113,7 +1113,7 @@ if not GRADING:
 # %%
 # NBVAL_IGNORE_OUTPUT
 NUCLEUS_P = 0.9
-sampled, _ = decoding.sample_decode(gpt.decode_step, gpt.init_state(B_GEN), 13, prompt=prompt,
+sampled, _ = decoding.sample_decode(gpt, gpt.init_state(B_GEN), 13, prompt=prompt,
                                     generator=torch.Generator().manual_seed(0), temperature=1.0)
 with torch.no_grad():
     seqs = torch.cat([prompt, sampled], dim=1)                                      # (200, 3 + L)

@@ -982,7 +982,7 @@ if not GRADING:
 prompt = textlm.encode("    def ")[None]
 for temperature in (0.0, 0.6, 0.8, 1.0):
     g = torch.Generator().manual_seed(0)
-    out, _ = decoding.sample_decode(model.decode_step, model.init_state(1), 160, temperature=temperature,
+    out, _ = decoding.sample_decode(model, model.init_state(1), 160, temperature=temperature,
                                     generator=g, eos_id=-1, prompt=prompt)
     print(f"--- temperature {temperature} ---")
     print(textlm.decode(torch.cat([prompt[0], out[0]])))
