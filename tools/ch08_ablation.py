@@ -105,7 +105,8 @@ def main() -> None:
             if adjust is not None:
                 adjust(model)
             params[name] = sum(p.numel() for p in model.parameters())
-            textlm.train_lm(model, train, seed=seed, **budget)
+            textlm.train_lm(model, train, textlm.lm_config(budget["steps"], lr=budget["lr"]), seed=seed,
+                            batch=budget["batch"], length=L)
             loss.setdefault(name, []).append(textlm.eval_loss(model, val, L))
             if name in POSITIONAL:
                 by_pos = textlm.loss_by_position(model, val, 4 * L, n=32)

@@ -1636,7 +1636,8 @@ VIT_EPOCHS = budget.pick(20, grading=1)
 def fit(make, **kw):
     train.set_seed(0)
     model = make()
-    history = classify.train_classifier(model, x_train, y_train, epochs=VIT_EPOCHS, batch_size=64, lr=3e-3, seed=0, **kw)
+    config = classify.classifier_config(len(x_train), VIT_EPOCHS, batch_size=64, lr=3e-3, **kw)
+    history = classify.train_classifier(model, x_train, y_train, config, batch_size=64, seed=0)
     return model, history
 
 
@@ -1704,8 +1705,9 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 train.set_seed(0)
 vit_small = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)
-small_history = classify.train_classifier(vit_small, x_train, y_train, epochs=budget.pick(12, grading=1), batch_size=64, lr=3e-3,
-                                     weight_decay=0.05, warmup_steps=50, seed=0)
+small_config = classify.classifier_config(len(x_train), budget.pick(12, grading=1), batch_size=64, lr=3e-3,
+                                         weight_decay=0.05, warmup_steps=50)
+small_history = classify.train_classifier(vit_small, x_train, y_train, small_config, batch_size=64, seed=0)
 print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history.seconds:.1f} s, "
       f"test accuracy {classify.accuracy(vit_small, x_test, y_test):.3f}")
 with torch.no_grad():
