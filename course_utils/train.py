@@ -40,7 +40,7 @@ from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
 
 __all__ = [
-    "IGNORE_INDEX", "Batch", "History", "Noam", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
+    "IGNORE_INDEX", "History", "Noam", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
     "count_parameters", "epochs", "evaluate", "fit", "get_device", "next_token_loss", "noam_lr", "param_groups",
     "predict", "score_predictions", "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
 ]
