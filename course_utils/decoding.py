@@ -208,13 +208,13 @@ def _argmax(log_probs: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy_decode(model: Decodable | StepFn, state: Any, max_len: int, sos_id: int = SOS_ID,
+def greedy_decode(step: Decodable | StepFn, state: Any, max_len: int, sos_id: int = SOS_ID,
                   eos_id: int = EOS_ID, pad_id: int = PAD_ID, prompt: torch.Tensor | None = None,
                   prefill: PrefillFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the most probable next token at every step, for a whole batch at once.
 
     Args:
-        model: a :class:`Decodable` model (its ``decode_step``; its ``prefill`` if it has one), or a
+        step: the model, a :class:`Decodable` (its ``decode_step``; its ``prefill`` if it has one), or a
             step function ``step(prev_tokens (B,), state) -> (log_probs (B, V), state)``.
         state: the initial decoding state (batch-first tensors).
         max_len: the most tokens to generate per sentence, ``<eos>`` included.
@@ -227,7 +227,7 @@ def greedy_decode(model: Decodable | StepFn, state: Any, max_len: int, sos_id: i
         ``<sos>``; a sentence's ``<eos>`` is kept and everything after it is ``pad_id``.
         ``scores (B,)`` is each sentence's summed log-probability (up to and including ``<eos>``).
     """
-    return _decode_loop(model, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
+    return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
 
 
 @dataclass
@@ -247,7 +247,7 @@ def length_normalize(score: float, length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(model: Decodable | StepFn, state: Any, max_len: int, beam_size: int = 4, alpha: float = 0.0,
+def beam_search(step: Decodable | StepFn, state: Any, max_len: int, beam_size: int = 4, alpha: float = 0.0,
                 sos_id: int = SOS_ID, eos_id: int = EOS_ID, prompt: torch.Tensor | None = None,
                 prefill: PrefillFn | None = None) -> list[Hypothesis]:
     """Beam search for one source sentence.
@@ -258,7 +258,7 @@ def beam_search(model: Decodable | StepFn, state: Any, max_len: int, beam_size: 
     by length-normalised score, best first. With ``beam_size=1`` this is greedy decoding.
 
     Args:
-        model, state, prefill: as in :func:`greedy_decode`; ``state`` must hold one sentence (batch 1).
+        step, state, prefill: as in :func:`greedy_decode`; ``state`` must hold one sentence (batch 1).
         alpha: length-normalisation exponent; 0 ranks by raw log-probability, which favours
             short outputs, 1 by the mean log-probability per token.
         prompt: ``(1, P)`` token ids to continue instead of ``<sos>`` (not part of the results).
@@ -269,7 +269,7 @@ def beam_search(model: Decodable | StepFn, state: Any, max_len: int, beam_size: 
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if state_batch_size(state) != 1:
         raise ValueError("beam_search decodes one sentence: give it a state of batch size 1")
-    step, prefill = _resolve(model, prefill)
+    step, prefill = _resolve(step, prefill)
     device = _device_of(state)
     prefixes = [[]]
     scores = torch.zeros(1, device=device)
@@ -384,14 +384,14 @@ def sampling_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top
 
 
 @torch.no_grad()
-def sample_decode(model: Decodable | StepFn, state: Any, max_len: int, temperature: float = 1.0,
+def sample_decode(step: Decodable | StepFn, state: Any, max_len: int, temperature: float = 1.0,
                   top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                   sos_id: int = SOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                   prompt: torch.Tensor | None = None, prefill: PrefillFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw each next token from :func:`sampling_distribution`, for a whole batch at once.
 
     Args:
-        model, state, max_len, sos_id, eos_id, pad_id, prompt, prefill: as in :func:`greedy_decode`.
+        step, state, max_len, sos_id, eos_id, pad_id, prompt, prefill: as in :func:`greedy_decode`.
         temperature, top_k, top_p: see :func:`sampling_distribution`; ``temperature=0`` is
             exactly :func:`greedy_decode` (and draws no random numbers).
         generator: a seeded ``torch.Generator`` makes the samples reproducible (default: the
@@ -402,10 +402,10 @@ def sample_decode(model: Decodable | StepFn, state: Any, max_len: int, temperatu
     """
     sampling_distribution(torch.zeros(1), temperature, top_k, top_p)   # bad settings fail before any step
     if temperature == 0:
-        return _decode_loop(model, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
+        return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
 
     def draw(log_probs: torch.Tensor) -> torch.Tensor:
         probs = sampling_distribution(log_probs, temperature, top_k, top_p)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
-    return _decode_loop(model, state, max_len, draw, sos_id, eos_id, pad_id, prompt, prefill)
+    return _decode_loop(step, state, max_len, draw, sos_id, eos_id, pad_id, prompt, prefill)
