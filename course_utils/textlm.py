@@ -9,7 +9,8 @@ claims on models trained on it are stated with tolerances.
 :func:`train_lm` is the small next-token training loop of chapter 8 (random windows of the training
 text, with the settings of :func:`lm_config`: AdamW, cosine decay), :func:`eval_loss` the mean cross-entropy over fixed windows of the
 held-out text, and :func:`loss_by_position` the loss at each position of long windows (to see what
-positional schemes do beyond the length they were trained on).
+positional schemes do beyond the length they were trained on). Chapter 8's experiment on this text
+(its model, budget and ablations) is :mod:`course_utils.ablation`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 
 from . import train
 
-__all__ = ["ABLATIONS", "CH08_BUDGET", "CH08_MODEL", "STDLIB_FILES", "VOCAB_SIZE", "ch08_model", "decode",
+__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "decode",
            "encode", "eval_loss", "lm_config", "loss_by_position", "random_windows", "split_corpus", "stdlib_corpus",
            "train_lm"]
 
@@ -135,34 +136,8 @@ def eval_loss(model: nn.Module, data: torch.Tensor, length: int = 64, n: int = 6
     return float(loss_by_position(model, data, length, n).mean())
 
 
-# --- chapter 8's experiment: one budget, each modern part swapped for its chapter 6 counterpart ---
-
-#: The model and budget of chapter 8's experiments (tools/ch08_ablation.py uses the same).
-CH08_MODEL = dict(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2)
-CH08_BUDGET = dict(steps=500, batch=32, length=64, lr=3e-3)
-
-#: name -> the DecoderConfig fields that differ from the modern decoder.
-ABLATIONS = {
-    "modern (RMSNorm, SwiGLU, RoPE, GQA 4/2)": {},
-    "LayerNorm instead of RMSNorm": {"norm": "layer"},
-    "ReLU FFN (4d) instead of SwiGLU": {"ffn": "relu"},
-    "learned positions instead of RoPE": {"positions": "learned"},
-    "sinusoidal positions instead of RoPE": {"positions": "sinusoidal"},
-    "MHA (4 K/V heads) instead of GQA": {"n_kv_heads": 4},
-    "all four swapped (chapter 6/7 GPT-style)": {"norm": "layer", "ffn": "relu", "positions": "learned",
-                                                 "n_kv_heads": 4},
-}
-
-
 def split_corpus(text: bytes, held_out: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids of the first ``1 - held_out`` of the text (training) and of the rest (validation)."""
     data = encode(text)
     n = int(len(data) * (1 - held_out))
     return data[:n], data[n:]
-
-
-def ch08_model(changes: dict | None = None, seed: int = 0) -> nn.Module:
-    """Chapter 8's small decoder (:data:`CH08_MODEL`) with ``changes`` to its config, seeded."""
-    from course_utils.llama import DecoderConfig, ModernDecoder
-    torch.manual_seed(seed)
-    return ModernDecoder(DecoderConfig(**{**CH08_MODEL, **(changes or {})}))

@@ -23,7 +23,6 @@ import itertools
 import math
 import os
 import random
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +37,7 @@ from tqdm.std import tqdm
 from ._validate import check_int
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
+from .progress import progress_file
 
 __all__ = [
     "IGNORE_INDEX", "History", "Noam", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
@@ -345,7 +345,7 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
     history = History()
     _evaluate(model, evaluate, 0, history)
     start = time.perf_counter()
-    bar = tqdm(total=config.steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+    bar = tqdm(total=config.steps, desc=desc, disable=not progress, file=progress_file(progress), mininterval=1.0,
                ascii=True)
     for step, batch in enumerate(itertools.islice(batches, config.steps), start=1):
         if config.scheduled:
@@ -484,43 +484,3 @@ def evaluate(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_voca
 def count_parameters(model: nn.Module) -> int:
     """The number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-
-
-# ----------------------------------------------------------------------------------------
-# The progress bar of train_seq2seq
-# ----------------------------------------------------------------------------------------
-
-class _DisplayLine:
-    """A file for tqdm's text bar that shows it as one notebook output updated in place.
-
-    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
-    and a text bar on stdout as one output per refresh. Updating one display (a display id)
-    keeps a single output, which ends as the finished bar.
-    """
-
-    def __init__(self):
-        from IPython.display import display
-        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
-
-    def write(self, text: str) -> None:
-        line = text.replace("\n", "\r").split("\r")
-        line = [part for part in line if part.strip()]
-        if line:
-            self.handle.update({"text/plain": line[-1]}, raw=True)
-
-    def flush(self) -> None:
-        pass
-
-
-def _progress_file(enabled: bool):
-    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
-    if enabled and "ipykernel" in sys.modules:
-        try:
-            from IPython import get_ipython
-            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
-                return _DisplayLine()
-        except ImportError:
-            pass
-    return sys.stdout

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import budget, classify, data, lengthtask, rnn, textlm, train
+from course_utils import budget, classify, data, lengthtask, progress, rnn, textlm, train
 
 
 def test_sequence_loss_ignores_padding():
@@ -193,8 +193,8 @@ def test_teacher_forced_accuracy_counts_eos_and_ignores_padding():
 def test_progress_bar_is_one_display_updated_in_place():
     import sys
     import types
-    assert train._progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
-    line = train._DisplayLine.__new__(train._DisplayLine)      # without IPython's display machinery
+    assert progress.progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
+    line = progress.DisplayLine.__new__(progress.DisplayLine)      # without IPython's display machinery
     shown = []
     line.handle = types.SimpleNamespace(update=lambda data, raw: shown.append(data["text/plain"]))
     line.write("\rtraining:  10%|#   | 1/10")
