@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_utils import blocks, decoding, families, kvcache, llama, multihead
+from course_utils import attention, blocks, decoding, families, kvcache, llama, multihead
+from course_utils import lm as lm_module
 from course_utils.lm import DecoderLM, LMConfig
 
 GPT_KEYS = [
@@ -170,6 +171,39 @@ def test_decoding_helpers_refuse_an_unclear_prefill():
     with pytest.raises(TypeError, match="the first argument is the model"):
         decoding.sample_decode("gpt", model.init_state(1), 3)
     decoding.greedy_decode(model.decode_step, model.init_state(1), 3)   # no prompt: a bare step is enough
+
+
+def _masked_step(model, prev, state):
+    """A cached step as DecoderLM took it before issue 51: a causal mask built (and checked by every
+    layer) for the one query, ``(1, T_k)``, all True."""
+    state = state.fork()
+    t0 = state.feed(prev[:, None])
+    mask = attention.causal_mask(1, len(state))
+    x = model.stack(model.embed(prev[:, None], offset=t0), mask=mask, caches=state.layers).x
+    return torch.log_softmax(model.lm_head(x)[:, -1], dim=-1, dtype=torch.float32), state
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_decoding_step_builds_no_mask_and_decodes_the_same_bits(name, bidirectional, monkeypatch):
+    """One query attends to the whole cache: the step builds and checks no mask (issue 51), and its
+    log-probabilities are bit for bit those of the step with the all-True mask, so are its tokens."""
+    model = _models()[name]
+    prompt = torch.randint(4, 21, (3, 6), generator=torch.Generator().manual_seed(5))
+    runs = {}
+    for how, step in (("mask", functools.partial(_masked_step, model)), ("no mask", model.decode_step)):
+        seen = []
+        record = lambda p, s, step=step, seen=seen: (lambda out: (seen.append(out[0]), out)[1])(step(p, s))
+        tokens, _ = decoding.greedy_decode(record, model.prefill(prompt[:, :-1], bidirectional=bidirectional), 12,
+                                           eos_id=-1, prompt=prompt[:, -1:], prefill=model.prefill)
+        runs[how] = tokens, torch.stack(seen)
+    assert torch.equal(runs["mask"][0], runs["no mask"][0])
+    assert torch.equal(runs["mask"][1], runs["no mask"][1])
+    built, state = [], model.prefill(prompt[:, :-1])
+    monkeypatch.setattr(lm_module, "causal_mask", lambda *a, **k: built.append(a))
+    monkeypatch.setattr(multihead, "_check_mask", lambda *a, **k: built.append(a))
+    model.decode_step(prompt[:, -1], state)
+    assert built == [], "a decoding step built or checked a mask"
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
