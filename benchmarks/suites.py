@@ -422,8 +422,8 @@ def _families(cfg: Config, device: str) -> list[_Family]:
     x_img, y_img = x_img[:n_img].to(device), y_img[:n_img].to(device)
 
     def images(model, steps):
-        classify.train_classifier(model.to(device), x_img[:batch * steps], y_img[:batch * steps], epochs=1,
-                             batch_size=batch, lr=3e-3, seed=0)
+        classify.train_classifier(model.to(device), x_img[:batch * steps], y_img[:batch * steps],
+                                  classify.classifier_config(batch * steps, 1, batch, lr=3e-3), batch_size=batch, seed=0)
 
     vocab = data.toy_language_vocab()
     V = len(vocab)

@@ -2,8 +2,9 @@
 
 * :class:`SmallCNN`: the baseline, two 3x3 convolutions with max-pooling and a linear layer;
 * :func:`train_classifier`: the course's loop (:func:`course_utils.train.fit`) on shuffled
-  minibatches of images, with a warmup and a cosine decay, a time budget and optional augmentation
-  such as :func:`random_shift`; :func:`batch_sizes` for the per-epoch means of its history;
+  minibatches of images, configured by :func:`classifier_config` (epochs, a warmup and a cosine
+  decay, a time budget), with optional augmentation such as :func:`random_shift`;
+  :func:`batch_sizes` for the per-epoch means of its history;
 * :func:`accuracy`: the fraction classified right.
 
 Shapes: images ``(batch, C, H, W)``, class ids ``(batch,)``, logits ``(batch, n_classes)``.
@@ -17,7 +18,7 @@ from torch import nn
 
 from . import train
 
-__all__ = ["SmallCNN", "accuracy", "batch_sizes", "random_shift", "train_classifier"]
+__all__ = ["SmallCNN", "accuracy", "batch_sizes", "classifier_config", "random_shift", "train_classifier"]
 
 
 def random_shift(images: torch.Tensor, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -59,16 +60,24 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     return correct / len(x)
 
 
-def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30, batch_size: int = 64,
-                     lr: float = 3e-3, weight_decay: float = 0.0, max_seconds: float | None = None,
-                     seed: int = 0, warmup_steps: int = 0, augment=None) -> train.History:
-    """:func:`course_utils.train.fit` on shuffled minibatches of ``(x, y)`` with cross-entropy, and
-    a cosine learning-rate decay to 0 over ``epochs`` (after ``warmup_steps`` of linear warmup).
+def classifier_config(n: int, epochs: int, batch_size: int = 64, lr: float = 3e-3, warmup_steps: int = 0,
+                      **fields) -> train.TrainConfig:
+    """The :class:`~course_utils.train.TrainConfig` of ``epochs`` passes over ``n`` examples in
+    minibatches of ``batch_size``: that many steps, a linear warmup of ``warmup_steps`` then a cosine
+    decay of ``lr`` to 0 (:class:`~course_utils.train.WarmupCosine`); ``fields``: the config's other
+    fields (``weight_decay``, ``max_seconds``, ...)."""
+    return train.TrainConfig(epochs * -(-n // batch_size), lr=lr, schedule=train.WarmupCosine(warmup_steps), **fields)
+
+
+def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: train.TrainConfig, *,
+                     batch_size: int = 64, seed: int = 0, augment=None) -> train.History:
+    """:func:`course_utils.train.fit` with ``config`` (e.g. :func:`classifier_config`) on shuffled
+    minibatches of ``batch_size`` examples of ``(x, y)``, epoch after epoch, with cross-entropy.
 
     Args:
         x, y: ``(n, ...)`` inputs and ``(n,)`` class ids.
-        weight_decay: on the weight matrices only (:func:`course_utils.train.param_groups`).
-        max_seconds: stop after the first step that ends past this wall-clock budget.
+        config: steps, learning rate and schedule, weight decay (on the weight matrices only:
+            :func:`course_utils.train.param_groups`), time budget (``max_seconds``).
         seed: the order of the minibatches and the augmentation (a ``torch.Generator`` of its own).
         augment: ``augment(images, generator=g) -> images`` applied to every training minibatch,
             e.g. :func:`random_shift`.
@@ -76,23 +85,18 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
         :func:`~course_utils.train.fit`'s :class:`~course_utils.train.History`; the mean training loss
         per epoch is ``history.epoch_means(batch_sizes(len(x), batch_size))``.
     """
-    per_epoch = -(-len(x) // batch_size)
-    total = epochs * per_epoch
-
-    def lr_at(step):
-        return lr * train.warmup_cosine(step, total, warmup_steps)
-
+    if not isinstance(config, train.TrainConfig):
+        raise TypeError("config must be a train.TrainConfig (e.g. classify.classifier_config(len(x), epochs)), "
+                        f"got {type(config).__name__}")
     g = torch.Generator().manual_seed(seed)
 
-    def minibatches():
-        for _ in range(epochs):
-            order = torch.randperm(len(x), generator=g)
-            for i in range(0, len(x), batch_size):
-                idx = order[i:i + batch_size]
-                yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
+    def epoch(_):
+        order = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), batch_size):
+            idx = order[i:i + batch_size]
+            yield (x[idx] if augment is None else augment(x[idx], generator=g)), y[idx]
 
-    config = train.TrainConfig(total, lr=lr, lr_at=lr_at, weight_decay=weight_decay, max_seconds=max_seconds)
-    return train.fit(model, minibatches(), train.classification_loss, config)
+    return train.fit(model, train.epochs(epoch), train.classification_loss, config)
 
 
 def batch_sizes(n: int, batch_size: int) -> list[int]:

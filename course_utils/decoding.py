@@ -10,10 +10,12 @@ Because every tensor in ``state`` has the batch in dimension 0, beam search can 
 reorder hypotheses with :func:`index_state` without knowing what the state contains.
 
 Decoder-only models (chapter 7) start from a *prompt* instead of one ``<sos>``: every decoder
-here takes ``prompt`` ``(batch, P)``; its first ``P - 1`` tokens are fed in one parallel pass by the
-model's own ``prefill`` when ``step`` is the ``decode_step`` of a :class:`PromptedDecoder` (else one
-at a time by :func:`prefill`; their predictions are not needed), and its last token plays the part
-of ``<sos>``. Beside
+here takes ``prompt`` ``(batch, P)``; its first ``P - 1`` tokens go through a *prefill*
+``prefill(tokens (batch, P - 1), state) -> state`` (their predictions are not needed) and its last
+token plays the part of ``<sos>``. The decoders take the model (its ``decode_step``, and its
+``prefill``: one parallel pass, when it is a :class:`PromptedDecoder`) or a bare step function with
+an explicit ``prefill=`` (``model.prefill``, or :func:`stepwise` to feed one token at a time); they
+never look inside a step for the model it came from. Beside
 greedy and beam search, :func:`sample_decode` draws each token from the model's distribution,
 reshaped by a temperature and cut by :func:`filter_top_k` and :func:`filter_top_p`.
 """
@@ -31,11 +33,13 @@ from .data import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = [
     "Decodable", "EncoderDecoder", "PromptedDecoder", "beam_search", "filter_top_k", "filter_top_p", "greedy_decode", "Hypothesis", "index_state",
-    "length_normalize", "prefill", "sample_decode", "sampling_distribution", "state_batch_size",
-    "StepFn", "tokens_to_lists"
+    "length_normalize", "prefill", "PrefillFn", "sample_decode", "sampling_distribution", "state_batch_size",
+    "StepFn", "stepwise", "tokens_to_lists"
 ]
 
 StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+#: ``prefill(tokens (batch, P), state) -> state``: the state after ``tokens`` (e.g. ``DecoderLM.prefill``).
+PrefillFn = Callable[[torch.Tensor, Any], Any]
 
 
 @runtime_checkable
@@ -133,28 +137,55 @@ def prefill(step: StepFn, state: Any, tokens: torch.Tensor) -> tuple[torch.Tenso
     return log_probs, state
 
 
-def _start(step: StepFn, state: Any, prompt: torch.Tensor | None, sos_id: int) -> tuple[torch.Tensor, Any]:
-    """The first token to feed and the state before it: ``<sos>``, or the prompt's last token
-    after its other tokens have been prefilled: in one parallel pass when ``step`` is the
-    ``decode_step`` of a :class:`PromptedDecoder` (its ``prefill``), else one token at a time."""
+def stepwise(step: StepFn) -> PrefillFn:
+    """A prefill for a model without a parallel one: ``prefill(tokens (batch, P), state) -> state``
+    feeds ``tokens`` through ``step`` one position at a time (:func:`prefill`), P forward passes."""
+    if not callable(step):
+        raise TypeError(f"stepwise needs a step function, got {type(step).__name__}")
+    return lambda tokens, state: prefill(step, state, tokens)[1]
+
+
+def _resolve(model: Any, prefill_fn: PrefillFn | None) -> tuple[StepFn, PrefillFn | None]:
+    """The step and the prefill a decoder runs: a :class:`Decodable` model's ``decode_step`` and (a
+    :class:`PromptedDecoder`) its ``prefill``; or a step function and the ``prefill=`` given with it."""
+    if prefill_fn is not None and not callable(prefill_fn):
+        raise TypeError("prefill must be a function prefill(tokens (batch, P), state) -> state, such as "
+                        f"model.prefill or decoding.stepwise(step), got {type(prefill_fn).__name__}")
+    if isinstance(model, Decodable):
+        own = model.prefill if isinstance(model, PromptedDecoder) else None
+        if own is not None and prefill_fn is not None:
+            raise ValueError("the model has its own prefill: give the model alone, or its decode_step "
+                             "with prefill=...")
+        return model.decode_step, own if own is not None else prefill_fn
+    if callable(model):
+        return model, prefill_fn
+    raise TypeError("the first argument is the model (with a decode_step) or a step function "
+                    f"step(prev_tokens (batch,), state) -> (log_probs, state), got {type(model).__name__}")
+
+
+def _start(prefill_fn: PrefillFn | None, state: Any, prompt: torch.Tensor | None,
+           sos_id: int) -> tuple[torch.Tensor, Any]:
+    """The first token to feed ``(batch,)`` and the state before it: ``<sos>``, or the prompt's last
+    token after ``prefill_fn`` has fed its other tokens ``(batch, P - 1)``."""
     batch = state_batch_size(state)
     if prompt is None:
         return torch.full((batch,), sos_id, dtype=torch.long, device=_device_of(state)), state
     prompt = _check_prompt(prompt, batch).to(_device_of(state))
-    model = getattr(step, "__self__", None)
-    if isinstance(model, PromptedDecoder):
-        return prompt[:, -1], model.prefill(prompt[:, :-1], state)
-    _, state = prefill(step, state, prompt[:, :-1])
-    return prompt[:, -1], state
+    if prefill_fn is None:
+        raise ValueError("a prompt needs a prefill: give the model (its prefill runs the prompt in one "
+                         "pass), or prefill=model.prefill with a step function, or "
+                         "prefill=decoding.stepwise(step) to feed it one token at a time")
+    return prompt[:, -1], prefill_fn(prompt[:, :-1], state)
 
 
-def _decode_loop(step: StepFn, state: Any, max_len: int, choose: Callable[[torch.Tensor], torch.Tensor],
-                 sos_id: int, eos_id: int, pad_id: int,
-                 prompt: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _decode_loop(model: Any, state: Any, max_len: int, choose: Callable[[torch.Tensor], torch.Tensor],
+                 sos_id: int, eos_id: int, pad_id: int, prompt: torch.Tensor | None,
+                 prefill_fn: PrefillFn | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The loop shared by greedy and sampled decoding: ``choose(log_probs (B, V)) -> (B,)`` ids."""
+    step, prefill_fn = _resolve(model, prefill_fn)
     batch = state_batch_size(state)
     device = _device_of(state)
-    prev, state = _start(step, state, prompt, sos_id)
+    prev, state = _start(prefill_fn, state, prompt, sos_id)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     scores = torch.zeros(batch, device=device)
     out = []
@@ -177,23 +208,26 @@ def _argmax(log_probs: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy_decode(step: StepFn, state: Any, max_len: int, sos_id: int = SOS_ID,
-                  eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                  prompt: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_decode(step: Decodable | StepFn, state: Any, max_len: int, sos_id: int = SOS_ID,
+                  eos_id: int = EOS_ID, pad_id: int = PAD_ID, prompt: torch.Tensor | None = None,
+                  prefill: PrefillFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the most probable next token at every step, for a whole batch at once.
 
     Args:
-        step: ``step(prev_tokens (B,), state) -> (log_probs (B, V), state)``.
+        step: the model, a :class:`Decodable` (its ``decode_step``; its ``prefill`` if it has one), or a
+            step function ``step(prev_tokens (B,), state) -> (log_probs (B, V), state)``.
         state: the initial decoding state (batch-first tensors).
         max_len: the most tokens to generate per sentence, ``<eos>`` included.
         prompt: ``(B, P)`` token ids to continue instead of ``<sos>`` (``sos_id`` is then
             unused); the prompt is not part of the returned tokens.
+        prefill: with a step function and a prompt, ``prefill(tokens (B, P - 1), state) -> state``
+            (``model.prefill``, or :func:`stepwise` ``(step)``: one token at a time).
     Returns:
         ``(tokens, scores)``: ``tokens (B, L)`` with ``L <= max_len``, without the leading
         ``<sos>``; a sentence's ``<eos>`` is kept and everything after it is ``pad_id``.
         ``scores (B,)`` is each sentence's summed log-probability (up to and including ``<eos>``).
     """
-    return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt)
+    return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
 
 
 @dataclass
@@ -213,9 +247,9 @@ def length_normalize(score: float, length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alpha: float = 0.0,
-                sos_id: int = SOS_ID, eos_id: int = EOS_ID,
-                prompt: torch.Tensor | None = None) -> list[Hypothesis]:
+def beam_search(step: Decodable | StepFn, state: Any, max_len: int, beam_size: int = 4, alpha: float = 0.0,
+                sos_id: int = SOS_ID, eos_id: int = EOS_ID, prompt: torch.Tensor | None = None,
+                prefill: PrefillFn | None = None) -> list[Hypothesis]:
     """Beam search for one source sentence.
 
     Keeps the ``beam_size`` best unfinished prefixes by summed log-probability. A prefix
@@ -224,7 +258,7 @@ def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alph
     by length-normalised score, best first. With ``beam_size=1`` this is greedy decoding.
 
     Args:
-        step, state: as in :func:`greedy_decode`; ``state`` must hold one sentence (batch 1).
+        step, state, prefill: as in :func:`greedy_decode`; ``state`` must hold one sentence (batch 1).
         alpha: length-normalisation exponent; 0 ranks by raw log-probability, which favours
             short outputs, 1 by the mean log-probability per token.
         prompt: ``(1, P)`` token ids to continue instead of ``<sos>`` (not part of the results).
@@ -235,10 +269,11 @@ def beam_search(step: StepFn, state: Any, max_len: int, beam_size: int = 4, alph
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if state_batch_size(state) != 1:
         raise ValueError("beam_search decodes one sentence: give it a state of batch size 1")
+    step, prefill = _resolve(step, prefill)
     device = _device_of(state)
     prefixes = [[]]
     scores = torch.zeros(1, device=device)
-    prev, state = _start(step, state, prompt, sos_id)
+    prev, state = _start(prefill, state, prompt, sos_id)
     finished: list[Hypothesis] = []
     for _ in range(max_len):
         log_probs, state = step(prev, state)  # (live, V)
@@ -349,14 +384,14 @@ def sampling_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top
 
 
 @torch.no_grad()
-def sample_decode(step: StepFn, state: Any, max_len: int, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, generator: torch.Generator | None = None,
+def sample_decode(step: Decodable | StepFn, state: Any, max_len: int, temperature: float = 1.0,
+                  top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                   sos_id: int = SOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                  prompt: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  prompt: torch.Tensor | None = None, prefill: PrefillFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw each next token from :func:`sampling_distribution`, for a whole batch at once.
 
     Args:
-        step, state, max_len, sos_id, eos_id, pad_id, prompt: as in :func:`greedy_decode`.
+        step, state, max_len, sos_id, eos_id, pad_id, prompt, prefill: as in :func:`greedy_decode`.
         temperature, top_k, top_p: see :func:`sampling_distribution`; ``temperature=0`` is
             exactly :func:`greedy_decode` (and draws no random numbers).
         generator: a seeded ``torch.Generator`` makes the samples reproducible (default: the
@@ -367,10 +402,10 @@ def sample_decode(step: StepFn, state: Any, max_len: int, temperature: float = 1
     """
     sampling_distribution(torch.zeros(1), temperature, top_k, top_p)   # bad settings fail before any step
     if temperature == 0:
-        return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt)
+        return _decode_loop(step, state, max_len, _argmax, sos_id, eos_id, pad_id, prompt, prefill)
 
     def draw(log_probs: torch.Tensor) -> torch.Tensor:
         probs = sampling_distribution(log_probs, temperature, top_k, top_p)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
-    return _decode_loop(step, state, max_len, draw, sos_id, eos_id, pad_id, prompt)
+    return _decode_loop(step, state, max_len, draw, sos_id, eos_id, pad_id, prompt, prefill)

@@ -44,21 +44,23 @@ def length_task_config(grading_steps: int = 3, **overrides) -> TrainConfig:
     return TrainConfig(**fields)
 
 
-def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, seed: int = 0, *,
-                         batch_size: int = LENGTH_TASK_BUDGET["batch_size"], device=None, progress: bool = True,
-                         desc: str = "training", **overrides) -> tuple[nn.Module, History]:
-    """Seed, build ``make_model()`` and train it on the length task with the shared budget.
+def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, config: TrainConfig | None = None,
+                         seed: int = 0, *, batch_size: int = LENGTH_TASK_BUDGET["batch_size"], device=None,
+                         progress: bool = True, desc: str = "training") -> tuple[nn.Module, History]:
+    """Seed, build ``make_model()`` and train it on the length task with ``config`` (default: the
+    shared budget, :func:`length_task_config`; change it with ``length_task_config(lr=...)``).
 
     Every model of the length comparison starts from the same seed and sees the same batches.
-    ``overrides`` change the training settings (``steps``, ``lr``: see :func:`length_task_config`);
     ``device``, ``progress`` and ``desc`` go to :func:`course_utils.train.train_seq2seq`.
     A run another chapter made before on this machine, the same to the last bit, is reused
-    (:func:`course_utils.runcache.reuse_or_train`; not with a schedule ``lr_at`` or a time budget).
+    (:func:`course_utils.runcache.reuse_or_train`; not with an ``lr_at`` function or a time budget).
     Returns ``(model, history)``.
     """
+    config = length_task_config() if config is None else config
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a train.TrainConfig (lengthtask.length_task_config(...)), got {type(config).__name__}")
     set_seed(seed)
     model = make_model()
-    config = length_task_config(**overrides)
     inputs = None if config.lr_at or config.max_seconds else (list(pairs), vocab.itos, seed, batch_size, asdict(config))
     history = reuse_or_train(model, lambda: train_seq2seq(model, pairs, vocab, vocab, config, batch_size=batch_size,
                                                           seed=seed, device=device, progress=progress, desc=desc),

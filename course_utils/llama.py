@@ -70,7 +70,7 @@ def greedy_generate(model: DecoderLM, prompt: torch.Tensor, max_new_tokens: int)
         raise ValueError(f"prompt must be (batch, P) with P >= 1, got {tuple(getattr(prompt, 'shape', ()))}")
     if max_new_tokens == 0:
         return prompt
-    tokens, _ = greedy_decode(model.decode_step, model.init_state(prompt.shape[0], prompt.device), max_new_tokens,
+    tokens, _ = greedy_decode(model, model.init_state(prompt.shape[0], prompt.device), max_new_tokens,
                               eos_id=-1, prompt=prompt)
     return torch.cat([prompt, tokens], dim=1)
 

@@ -19,7 +19,7 @@ protocol of :mod:`course_utils.decoding`::
 
     cache = lm.init_state(batch)                        # or lm.prefill(prompt[:, :-1])
     log_probs, cache = lm.decode_step(prev_tokens, cache)
-    greedy_decode(lm.decode_step, lm.init_state(B), max_len, prompt=prompt)   # prefills in one pass
+    greedy_decode(lm, lm.init_state(B), max_len, prompt=prompt)   # its prefill: one pass
 
 Shapes: tokens ``(batch, T)``, logits ``(batch, T, vocab_size)``, masks ``(T, T)`` or
 ``(batch, 1, T, T)``.
@@ -181,11 +181,21 @@ class DecoderLM(nn.Module):
             T = cache.tokens.shape[1]
             x = self.stack(self.embed(cache.tokens), mask=prefix_lm_mask(T, cache.prefix_len, device=new.device)).x
             return self.lm_head(x[:, -new.shape[1]:])
+        return self.lm_head(self.stack(self.embed(new, offset=t0), mask=self._cached_mask(new, t0, cache),
+                                       caches=cache.layers).x)
+
+    @staticmethod
+    def _cached_mask(new: torch.Tensor, t0: int, cache: DecoderCache) -> torch.Tensor | None:
+        """The mask of ``new (batch, T_new)`` fed after ``t0`` cached positions, ``(T_new, T_k)``: causal,
+        the new queries being the last positions, and a prefix LM's prefix seen by every query. One new
+        token (a decoding step) sees every cached position: no mask (``None``) to build or check."""
+        if new.shape[1] == 1:
+            return None
         T_k = len(cache)
-        mask = causal_mask(T_k - t0, T_k, device=new.device)              # the new queries are the last positions
+        mask = causal_mask(T_k - t0, T_k, device=new.device)
         if cache.prefix_len:   # a prefix LM's prefix, fed as the first chunk: its keys are seen by every query
             mask = mask | (torch.arange(T_k, device=new.device) < cache.prefix_len)[None, :]
-        return self.lm_head(self.stack(self.embed(new, offset=t0), mask=mask, caches=cache.layers).x)
+        return mask
 
     def init_state(self, batch: int, device=None) -> DecoderCache:
         """An empty :class:`~course_utils.kvcache.DecoderCache`: with ``use_cache`` one

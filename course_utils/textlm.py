@@ -6,10 +6,11 @@ and returns one byte string. The vocabulary is the 128 ASCII codes (:data:`VOCAB
 byte value, no tokenizer to train. The files differ slightly between Python patch releases, so
 claims on models trained on it are stated with tolerances.
 
-:func:`train_lm` is the small next-token training loop of chapter 8 (AdamW, cosine decay, random
-windows of the training text), :func:`eval_loss` the mean cross-entropy over fixed windows of the
+:func:`train_lm` is the small next-token training loop of chapter 8 (random windows of the training
+text, with the settings of :func:`lm_config`: AdamW, cosine decay), :func:`eval_loss` the mean cross-entropy over fixed windows of the
 held-out text, and :func:`loss_by_position` the loss at each position of long windows (to see what
-positional schemes do beyond the length they were trained on).
+positional schemes do beyond the length they were trained on). Chapter 8's experiment on this text
+(its model, budget and ablations) is :mod:`course_utils.ablation`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from torch import nn
 
 from . import train
 
-__all__ = ["ABLATIONS", "CH08_BUDGET", "CH08_MODEL", "STDLIB_FILES", "VOCAB_SIZE", "ch08_model", "decode",
-           "encode", "eval_loss", "loss_by_position", "random_windows", "split_corpus", "stdlib_corpus",
+__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "decode",
+           "encode", "eval_loss", "lm_config", "loss_by_position", "random_windows", "split_corpus", "stdlib_corpus",
            "train_lm"]
 
 VOCAB_SIZE = 128
@@ -79,27 +80,31 @@ def random_windows(data: torch.Tensor, batch: int, length: int, generator: torch
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def train_lm(model: nn.Module, data: torch.Tensor, steps: int, batch: int = 32, length: int = 64,
-             lr: float = 3e-3, warmup: int = 20, seed: int = 0, weight_decay: float = 0.01,
-             evaluate=None, eval_every: int = 100) -> train.History:
-    """:func:`course_utils.train.fit` on random windows of ``data`` with the next-token loss;
+def lm_config(steps: int, lr: float = 3e-3, warmup: int = 20, weight_decay: float = 0.01,
+              eval_every: int = 100) -> train.TrainConfig:
+    """Chapter 8's training settings as a :class:`~course_utils.train.TrainConfig`: AdamW (betas 0.9,
+    0.95; ``weight_decay`` on the weight matrices only), linear warm-up for ``warmup`` steps capping a
+    cosine decay to 10 % of ``lr`` over all ``steps`` (:class:`~course_utils.train.WarmupCosine`,
+    ``overlap=True``), gradient clipping at 1.0."""
+    return train.TrainConfig(steps, lr=lr, schedule=train.WarmupCosine(warmup, floor=0.1, overlap=True),
+                             weight_decay=weight_decay, betas=(0.9, 0.95), clip=1.0, eval_every=eval_every)
+
+
+def train_lm(model: nn.Module, data: torch.Tensor, config: train.TrainConfig, *, batch: int = 32,
+             length: int = 64, seed: int = 0, evaluate=None) -> train.History:
+    """:func:`course_utils.train.fit` with ``config`` (e.g. :func:`lm_config`) on ``config.steps``
+    batches of ``batch`` random windows of ``length`` tokens of ``data (n,)``, with the next-token loss;
     returns its :class:`~course_utils.train.History` (``.loss``: the loss of every step).
 
-    AdamW (betas 0.9, 0.95; ``weight_decay`` on the weight matrices only), linear warm-up for
-    ``warmup`` steps then cosine decay to 10 % of ``lr`` (:func:`course_utils.train.warmup_cosine`),
-    gradient clipping at 1.0. ``model(tokens (B, T)) -> logits (B, T, V)``. The windows come from a
-    generator seeded with ``seed``, so two models trained with the same seed see the same text.
+    ``model(tokens (batch, length)) -> logits (batch, length, V)``. The windows come from a generator
+    seeded with ``seed``, so two models trained with the same seed see the same text.
     ``evaluate(model) -> float``, e.g. ``lambda m: eval_loss(m, held_out)``: measured every
-    ``eval_every`` steps (``History.eval_steps``, ``.eval_values``), without changing the training.
+    ``config.eval_every`` steps (``History.eval_steps``, ``.eval_values``), without changing the training.
     """
+    if not isinstance(config, train.TrainConfig):
+        raise TypeError(f"config must be a train.TrainConfig (e.g. textlm.lm_config(500)), got {type(config).__name__}")
     g = torch.Generator().manual_seed(seed)
-
-    def lr_at(step):
-        return lr * train.warmup_cosine(step, steps, warmup, floor=0.1, overlap=True)
-
-    windows = (random_windows(data, batch, length, g) for _ in range(steps))
-    config = train.TrainConfig(steps, lr=lr, lr_at=lr_at, weight_decay=weight_decay, betas=(0.9, 0.95), clip=1.0,
-                               eval_every=eval_every)
+    windows = (random_windows(data, batch, length, g) for _ in range(config.steps))
     return train.fit(model, windows, train.next_token_loss, config, evaluate=evaluate)
 
 
@@ -131,34 +136,8 @@ def eval_loss(model: nn.Module, data: torch.Tensor, length: int = 64, n: int = 6
     return float(loss_by_position(model, data, length, n).mean())
 
 
-# --- chapter 8's experiment: one budget, each modern part swapped for its chapter 6 counterpart ---
-
-#: The model and budget of chapter 8's experiments (tools/ch08_ablation.py uses the same).
-CH08_MODEL = dict(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2)
-CH08_BUDGET = dict(steps=500, batch=32, length=64, lr=3e-3)
-
-#: name -> the DecoderConfig fields that differ from the modern decoder.
-ABLATIONS = {
-    "modern (RMSNorm, SwiGLU, RoPE, GQA 4/2)": {},
-    "LayerNorm instead of RMSNorm": {"norm": "layer"},
-    "ReLU FFN (4d) instead of SwiGLU": {"ffn": "relu"},
-    "learned positions instead of RoPE": {"positions": "learned"},
-    "sinusoidal positions instead of RoPE": {"positions": "sinusoidal"},
-    "MHA (4 K/V heads) instead of GQA": {"n_kv_heads": 4},
-    "all four swapped (chapter 6/7 GPT-style)": {"norm": "layer", "ffn": "relu", "positions": "learned",
-                                                 "n_kv_heads": 4},
-}
-
-
 def split_corpus(text: bytes, held_out: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids of the first ``1 - held_out`` of the text (training) and of the rest (validation)."""
     data = encode(text)
     n = int(len(data) * (1 - held_out))
     return data[:n], data[n:]
-
-
-def ch08_model(changes: dict | None = None, seed: int = 0) -> nn.Module:
-    """Chapter 8's small decoder (:data:`CH08_MODEL`) with ``changes`` to its config, seeded."""
-    from course_utils.llama import DecoderConfig, ModernDecoder
-    torch.manual_seed(seed)
-    return ModernDecoder(DecoderConfig(**{**CH08_MODEL, **(changes or {})}))

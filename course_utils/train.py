@@ -6,8 +6,10 @@
   clipping, a device, a progress bar, an evaluation every so many steps; it returns a
   :class:`History`. :func:`train_seq2seq`, :func:`course_utils.classify.train_classifier` and
   :func:`course_utils.textlm.train_lm` are :func:`fit` with their task's batches and loss.
-* The learning-rate schedules of the course, for ``fit(lr_at=...)``: :func:`noam_lr` (Vaswani et
-  al.) and :func:`warmup_cosine` (a linear warmup and a cosine decay).
+* The learning-rate schedules of the course: :func:`noam_lr` (Vaswani et al.) and
+  :func:`warmup_cosine` (a linear warmup and a cosine decay), as schedule objects of a
+  :class:`TrainConfig` (:class:`Noam`, :class:`WarmupCosine`) whose length is the config's
+  ``steps`` unless they fix their own, so ``dataclasses.replace(cfg, steps=...)`` stays right.
 * Every loss skips the targets marked :data:`IGNORE_INDEX` (-100, ``F.cross_entropy``'s default);
   :func:`sequence_loss` marks the padding of seq2seq targets so.
 * Seq2seq models follow the protocol of :mod:`course_utils.decoding` and also have a teacher-forced
@@ -21,7 +23,6 @@ import itertools
 import math
 import os
 import random
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -36,11 +37,12 @@ from tqdm.std import tqdm
 from ._validate import check_int
 from .data import PAD_ID, Batch, Pair, Vocab, batches, make_batch
 from .decoding import greedy_decode, tokens_to_lists
+from .progress import progress_file
 
 __all__ = [
-    "IGNORE_INDEX", "Batch", "History", "Scores", "TrainConfig", "classification_loss", "count_parameters", "epochs", "evaluate",
-    "fit", "get_device", "next_token_loss", "noam_lr", "param_groups", "predict", "score_predictions",
-    "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
+    "IGNORE_INDEX", "History", "Noam", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
+    "count_parameters", "epochs", "evaluate", "fit", "get_device", "next_token_loss", "noam_lr", "param_groups",
+    "predict", "score_predictions", "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
 ]
 
 
@@ -171,6 +173,35 @@ def warmup_cosine(step: int, total: int, warmup: int = 0, floor: float = 0.0, ov
     return floor + (1 - floor) * (0.5 * (1 + math.cos(math.pi * done)))
 
 
+@dataclass(frozen=True)
+class WarmupCosine:
+    """The schedule ``config.lr * warmup_cosine(step, total, warmup, floor, overlap)`` (see
+    :func:`warmup_cosine`): ``total=None`` (default) is the config's ``steps``, read at every step, so
+    a ``dataclasses.replace(config, steps=...)`` decays over the new length."""
+
+    warmup: int = 0
+    floor: float = 0.0
+    overlap: bool = False
+    total: int | None = None
+
+    def __call__(self, step: int, config: TrainConfig) -> float:
+        total = config.steps if self.total is None else self.total
+        return config.lr * warmup_cosine(step, total, self.warmup, self.floor, self.overlap)
+
+
+@dataclass(frozen=True)
+class Noam:
+    """The schedule :func:`noam_lr` ``(step, d_model, warmup, factor)``: its peak is set by ``factor``
+    and ``d_model``, so the config's ``lr`` is not used."""
+
+    d_model: int
+    warmup: int
+    factor: float = 1.0
+
+    def __call__(self, step: int, config: TrainConfig) -> float:
+        return noam_lr(step, self.d_model, self.warmup, self.factor)
+
+
 # ----------------------------------------------------------------------------------------
 # The training loop
 # ----------------------------------------------------------------------------------------
@@ -225,21 +256,27 @@ class TrainConfig:
 
     Fields:
         steps: the number of updates.
-        lr, lr_at: a constant learning rate, or ``lr_at(step) -> learning rate`` for steps counted
-            from 1 (e.g. :func:`noam_lr`, or ``lr * warmup_cosine(step, ...)``), set before each step.
+        lr: the learning rate (the peak of a schedule that scales it).
+        schedule: ``schedule(step, config) -> learning rate`` for steps counted from 1, set before each
+            step (:meth:`lr_of`): :class:`WarmupCosine`, :class:`Noam`; a function of the config, so it
+            follows ``replace(config, steps=...)``.
+        lr_at: ``lr_at(step) -> learning rate``, a function of the step alone (e.g. a learner's
+            ``noam_lr``); one of ``schedule`` and ``lr_at`` at most. A schedule that depends on the
+            number of steps goes in ``schedule``.
         weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
         betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
         clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
         max_seconds: stop after the first step that ends past this wall-clock budget.
         eval_every: how often ``fit``'s ``evaluate`` runs, in steps.
 
-    ``dataclasses.replace(cfg, steps=20)`` keeps every other setting (a schedule ``lr_at`` made for
-    the old number of steps is kept as it is).
+    ``dataclasses.replace(cfg, steps=20)`` keeps every other setting, and a ``schedule`` without a
+    length of its own runs over the 20 steps.
     """
 
     steps: int
     lr: float = 3e-3
     lr_at: Callable[[int], float] | None = None
+    schedule: Callable[[int, TrainConfig], float] | None = None
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
@@ -254,6 +291,22 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.clip is not None and not self.clip > 0:
             raise ValueError(f"clip must be None (no clipping) or > 0, got {self.clip!r}")
+        if self.schedule is not None and self.lr_at is not None:
+            raise ValueError("give a schedule or lr_at, not both")
+        for name in ("schedule", "lr_at"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"{name} must be callable, got {type(getattr(self, name)).__name__}")
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the learning rate changes from step to step (a ``schedule`` or an ``lr_at``)."""
+        return self.schedule is not None or self.lr_at is not None
+
+    def lr_of(self, step: int) -> float:
+        """The learning rate of ``step`` (counted from 1): ``schedule(step, self)``, ``lr_at(step)`` or ``lr``."""
+        if self.schedule is not None:
+            return self.schedule(step, self)
+        return self.lr_at(step) if self.lr_at is not None else self.lr
 
 
 def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, object], torch.Tensor],
@@ -292,12 +345,13 @@ def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, objec
     history = History()
     _evaluate(model, evaluate, 0, history)
     start = time.perf_counter()
-    bar = tqdm(total=config.steps, desc=desc, disable=not progress, file=_progress_file(progress), mininterval=1.0,
+    bar = tqdm(total=config.steps, desc=desc, disable=not progress, file=progress_file(progress), mininterval=1.0,
                ascii=True)
     for step, batch in enumerate(itertools.islice(batches, config.steps), start=1):
-        if config.lr_at is not None:
+        if config.scheduled:
+            lr = config.lr_of(step)
             for group in opt.param_groups:
-                group["lr"] = config.lr_at(step)
+                group["lr"] = lr
         _update(params, opt, loss_fn(model, _to(batch, device)), config.clip, history)
         bar.update(1)
         if step % 50 == 0:
@@ -354,7 +408,7 @@ def train_seq2seq(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt
     with ``label_smoothing``: :func:`sequence_loss`).
 
     Epochs are reshuffled with ``seed + epoch``. The RNNs of chapters 1-2 train with a constant ``lr``
-    and ``clip=1.0``; a Transformer adds a schedule (``config.lr_at``, e.g. :func:`noam_lr`) and label
+    and ``clip=1.0``; a Transformer adds a schedule (``config.schedule``, e.g. :class:`Noam`) and label
     smoothing. The model trains where it is unless ``device`` is given, and is left in eval mode.
     """
     stream = epochs(lambda epoch: batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True, seed=seed + epoch))
@@ -430,43 +484,3 @@ def evaluate(model: nn.Module, pairs: Sequence[Pair], src_vocab: Vocab, tgt_voca
 def count_parameters(model: nn.Module) -> int:
     """The number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-
-
-# ----------------------------------------------------------------------------------------
-# The progress bar of train_seq2seq
-# ----------------------------------------------------------------------------------------
-
-class _DisplayLine:
-    """A file for tqdm's text bar that shows it as one notebook output updated in place.
-
-    tqdm.auto's widget is stored by an executed notebook as its text fallback frozen at 0%,
-    and a text bar on stdout as one output per refresh. Updating one display (a display id)
-    keeps a single output, which ends as the finished bar.
-    """
-
-    def __init__(self):
-        from IPython.display import display
-        self.handle = display({"text/plain": ""}, raw=True, display_id=True)
-
-    def write(self, text: str) -> None:
-        line = text.replace("\n", "\r").split("\r")
-        line = [part for part in line if part.strip()]
-        if line:
-            self.handle.update({"text/plain": line[-1]}, raw=True)
-
-    def flush(self) -> None:
-        pass
-
-
-def _progress_file(enabled: bool):
-    """Where the progress bar goes: one updated display in a notebook kernel, else stdout."""
-    if enabled and "ipykernel" in sys.modules:
-        try:
-            from IPython import get_ipython
-            if get_ipython() is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
-                return _DisplayLine()
-        except ImportError:
-            pass
-    return sys.stdout

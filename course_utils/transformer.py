@@ -8,8 +8,8 @@
   ``encode``, ``decode_step``), so that :func:`course_utils.train.train_seq2seq`,
   :func:`course_utils.train.evaluate` and :mod:`course_utils.decoding` work on it unchanged;
 * :func:`decoder_self_mask`, the decoder's causal-and-padding mask for teacher forcing;
-* :func:`noam_lr`, the warmup schedule of the paper (§5.3), kept with the course's other schedules in
-  :mod:`course_utils.train`;
+* ``noam_lr``, the warmup schedule of the paper (§5.3): :func:`course_utils.train.noam_lr`, kept with the
+  course's other schedules and found here too (chapter 6 names it ``T.noam_lr``, its exercise's reference);
 * :func:`from_torch` copies the weights of an ``nn.Transformer`` into a
   :class:`Seq2SeqTransformer`, :func:`copy_torch_layer` those of one PyTorch layer into a
   :class:`~course_utils.blocks.TransformerBlock` (the unit tests show both give the same outputs).
@@ -37,11 +37,11 @@ from .data import PAD_ID
 from .kvcache import DecoderCache
 from .multihead import copy_from_torch
 from .positional import positional_embedding
-from .train import noam_lr
+from .train import noam_lr  # noqa: F401  (train's; chapter 6 calls it T.noam_lr)
 
 __all__ = [
     "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "copy_torch_layer",
-    "decoder_self_mask", "from_torch", "noam_lr",
+    "decoder_self_mask", "from_torch",
 ]
 
 #: The positional encodings :class:`Seq2SeqTransformer` takes (added to both embeddings).

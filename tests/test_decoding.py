@@ -296,16 +296,16 @@ def test_prompt_decoding_equals_decoding_after_a_manual_prefill(decoder):
     assert prefilled["h"].tolist() != state["h"].tolist()
     kw = dict(max_len=6)
     if decoder == "greedy":
-        a = decoding.greedy_decode(step, state, prompt=prompt, **kw)
+        a = decoding.greedy_decode(step, state, prompt=prompt, prefill=decoding.stepwise(step), **kw)
         b = decoding.greedy_decode(step, prefilled, sos_id=4, **kw)
         c = decoding.greedy_decode(step, state, **kw)
     elif decoder == "sample":
         gen = lambda: torch.Generator().manual_seed(0)
-        a = decoding.sample_decode(step, state, prompt=prompt, generator=gen(), **kw)
+        a = decoding.sample_decode(step, state, prompt=prompt, prefill=decoding.stepwise(step), generator=gen(), **kw)
         b = decoding.sample_decode(step, prefilled, sos_id=4, generator=gen(), **kw)
         c = decoding.sample_decode(step, state, generator=gen(), **kw)
     else:
-        a = [(h.tokens, h.score) for h in decoding.beam_search(step, state, prompt=prompt, beam_size=3, **kw)]
+        a = [(h.tokens, h.score) for h in decoding.beam_search(step, state, prompt=prompt, prefill=decoding.stepwise(step), beam_size=3, **kw)]
         b = [(h.tokens, h.score) for h in decoding.beam_search(step, prefilled, sos_id=4, beam_size=3, **kw)]
         c = [(h.tokens, h.score) for h in decoding.beam_search(step, state, beam_size=3, **kw)]
     assert repr(a) == repr(b)

@@ -207,12 +207,12 @@ def test_cached_generation_equals_uncached(how):
     for use_cache in (True, False):
         lm = _lm(use_cache=use_cache)
         if how == "greedy":
-            out = decoding.greedy_decode(lm.decode_step, lm.init_state(2), max_len=12, prompt=prompt)
+            out = decoding.greedy_decode(lm, lm.init_state(2), max_len=12, prompt=prompt)
         elif how == "sample":
-            out = decoding.sample_decode(lm.decode_step, lm.init_state(2), max_len=12, prompt=prompt, top_k=5,
+            out = decoding.sample_decode(lm, lm.init_state(2), max_len=12, prompt=prompt, top_k=5,
                                          temperature=1.3, generator=torch.Generator().manual_seed(0))
         else:
-            hyps = decoding.beam_search(lm.decode_step, lm.init_state(1), max_len=8, beam_size=3, prompt=prompt[:1])
+            hyps = decoding.beam_search(lm, lm.init_state(1), max_len=8, beam_size=3, prompt=prompt[:1])
             out = [(h.tokens, h.score) for h in hyps]
         results.append(out)
     if how == "beam":   # the same hypotheses; the scores equal up to rounding (prefill vs recomputation)
@@ -321,7 +321,7 @@ def test_greedy_complete_equals_greedy_decoding_one_prompt_at_a_time():
     prompts = [[SOS_ID, 7, 9], [SOS_ID, 5], [SOS_ID, 8, 8], [SOS_ID, 4, 6, 10, 12]]
     got = families.greedy_complete(lm, prompts, max_len=6)
     for p, g in zip(prompts, got):
-        tokens, _ = decoding.greedy_decode(lm.decode_step, lm.init_state(1), 6, prompt=torch.tensor([p]))
+        tokens, _ = decoding.greedy_decode(lm, lm.init_state(1), 6, prompt=torch.tensor([p]))
         assert g == decoding.tokens_to_lists(tokens)[0]
     assert len({tuple(g) for g in got}) > 1
 

@@ -148,7 +148,7 @@ def test_the_decoding_protocol_matches_greedy_generate():
     model = llama.ModernDecoder(llama.DecoderConfig(vocab_size=40, d_model=32, n_heads=4, n_kv_heads=1)).eval()
     prompt = torch.randint(0, 40, (3, 5))
     want = llama.greedy_generate(model, prompt, 8)[:, 5:]
-    got, _ = decoding.greedy_decode(model.decode_step, model.init_state(3), 8, eos_id=-1, prompt=prompt)
+    got, _ = decoding.greedy_decode(model, model.init_state(3), 8, eos_id=-1, prompt=prompt)
     assert torch.equal(got, want)
 
 

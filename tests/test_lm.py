@@ -6,12 +6,14 @@ The seeded numbers below were computed once with the two classes this one replac
 give the same parameters, in the same order, and the same logits, so that no chapter's numbers move.
 """
 
+import functools
 from dataclasses import replace
 
 import pytest
 import torch
 
-from course_utils import blocks, decoding, families, kvcache, llama, multihead
+from course_utils import attention, blocks, decoding, families, kvcache, llama, multihead
+from course_utils import lm as lm_module
 from course_utils.lm import DecoderLM, LMConfig
 
 GPT_KEYS = [
@@ -125,36 +127,92 @@ def test_the_cache_knows_its_length_and_refuses_a_stale_step(name):
     assert len(after2.crop(2)) == 2 and len(after2.layers[0]) == 2
 
 
-def _count_steps(model):
+def _count_passes(model):
+    """The forward passes of ``model``'s stack: a hook appends each pass's input shape ``(batch, T, d)``."""
     calls = []
-
-    class Step:                      # a bound-method look-alike: decoding finds the model behind it
-        __self__ = model
-
-        def __call__(self, prev, state):
-            calls.append(prev.shape)
-            return model.decode_step(prev, state)
-
-    return Step(), calls
+    handle = model.stack.register_forward_hook(lambda module, args, out: calls.append(tuple(args[0].shape)))
+    return calls, handle
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
 def test_decoding_helpers_prefill_the_prompt_in_one_pass(name):
+    """The model, or any step function (a ``functools.partial``, a lambda: nothing to introspect) with
+    ``prefill=model.prefill``: one pass over the prompt, one per token, the same tokens. A step with
+    ``prefill=decoding.stepwise(step)`` feeds the prompt one token at a time: P - 1 more passes."""
     model = _models()[name]
     prompt = torch.randint(4, 21, (1, 8), generator=torch.Generator().manual_seed(3))
-    step, calls = _count_steps(model)
-    decoding.sample_decode(step, model.init_state(1), 16, eos_id=-1, prompt=prompt,
-                           generator=torch.Generator().manual_seed(0))
-    assert len(calls) == 16                              # 1 prefill pass + 16 steps, none for the prompt
+    steps = {"model": (model, None),
+             "partial": (functools.partial(DecoderLM.decode_step, model), model.prefill),
+             "lambda": (lambda p, s: model.decode_step(p, s), model.prefill),
+             "stepwise": (model.decode_step, decoding.stepwise(model.decode_step))}
+    tokens, passes = {}, {}
+    for key, (step, prefill) in steps.items():
+        calls, handle = _count_passes(model)
+        tokens[key], _ = decoding.sample_decode(step, model.init_state(1), 16, eos_id=-1, prompt=prompt,
+                                                prefill=prefill, generator=torch.Generator().manual_seed(0))
+        handle.remove()
+        passes[key] = calls
+    assert passes["model"] == [(1, 7, 16)] + [(1, 1, 16)] * 16      # 1 prefill pass + 16 steps
+    assert passes["partial"] == passes["lambda"] == passes["model"]
+    assert len(passes["stepwise"]) == 7 + 16
+    for key in ("partial", "lambda", "stepwise"):
+        assert torch.equal(tokens[key], tokens["model"]), key
+
+
+def test_decoding_helpers_refuse_an_unclear_prefill():
+    model = _models()["gpt"]
+    prompt = torch.tensor([[4, 5, 6]])
+    with pytest.raises(ValueError, match="a prompt needs a prefill"):
+        decoding.greedy_decode(model.decode_step, model.init_state(1), 3, prompt=prompt)
+    with pytest.raises(ValueError, match="its own prefill"):
+        decoding.greedy_decode(model, model.init_state(1), 3, prompt=prompt, prefill=model.prefill)
+    with pytest.raises(TypeError, match="prefill must be a function"):
+        decoding.beam_search(model.decode_step, model.init_state(1), 3, prompt=prompt, prefill=3)
+    with pytest.raises(TypeError, match="the first argument is the model"):
+        decoding.sample_decode("gpt", model.init_state(1), 3)
+    decoding.greedy_decode(model.decode_step, model.init_state(1), 3)   # no prompt: a bare step is enough
+
+
+def _masked_step(model, prev, state):
+    """A cached step as DecoderLM took it before issue 51: a causal mask built (and checked by every
+    layer) for the one query, ``(1, T_k)``, all True."""
+    state = state.fork()
+    t0 = state.feed(prev[:, None])
+    mask = attention.causal_mask(1, len(state))
+    x = model.stack(model.embed(prev[:, None], offset=t0), mask=mask, caches=state.layers).x
+    return torch.log_softmax(model.lm_head(x)[:, -1], dim=-1, dtype=torch.float32), state
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_decoding_step_builds_no_mask_and_decodes_the_same_bits(name, bidirectional, monkeypatch):
+    """One query attends to the whole cache: the step builds and checks no mask (issue 51), and its
+    log-probabilities are bit for bit those of the step with the all-True mask, so are its tokens."""
+    model = _models()[name]
+    prompt = torch.randint(4, 21, (3, 6), generator=torch.Generator().manual_seed(5))
+    runs = {}
+    for how, step in (("mask", functools.partial(_masked_step, model)), ("no mask", model.decode_step)):
+        seen = []
+        record = lambda p, s, step=step, seen=seen: (lambda out: (seen.append(out[0]), out)[1])(step(p, s))
+        tokens, _ = decoding.greedy_decode(record, model.prefill(prompt[:, :-1], bidirectional=bidirectional), 12,
+                                           eos_id=-1, prompt=prompt[:, -1:], prefill=model.prefill)
+        runs[how] = tokens, torch.stack(seen)
+    assert torch.equal(runs["mask"][0], runs["no mask"][0])
+    assert torch.equal(runs["mask"][1], runs["no mask"][1])
+    built, state = [], model.prefill(prompt[:, :-1])
+    monkeypatch.setattr(lm_module, "causal_mask", lambda *a, **k: built.append(a))
+    monkeypatch.setattr(multihead, "_check_mask", lambda *a, **k: built.append(a))
+    model.decode_step(prompt[:, -1], state)
+    assert built == [], "a decoding step built or checked a mask"
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
 def test_beam_search_through_prefill_equals_token_by_token(name):
     model = _models()[name]
     prompt = torch.randint(4, 21, (1, 7), generator=torch.Generator().manual_seed(4))
-    fast = decoding.beam_search(model.decode_step, model.init_state(1), 6, beam_size=3, eos_id=5, prompt=prompt)
-    slow = decoding.beam_search(lambda p, s: model.decode_step(p, s), model.init_state(1), 6, beam_size=3,
-                                eos_id=5, prompt=prompt)            # a plain function: fed token by token
+    fast = decoding.beam_search(model, model.init_state(1), 6, beam_size=3, eos_id=5, prompt=prompt)
+    slow = decoding.beam_search(model.decode_step, model.init_state(1), 6, beam_size=3, eos_id=5, prompt=prompt,
+                                prefill=decoding.stepwise(model.decode_step))      # fed token by token
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-5)
 

@@ -280,13 +280,34 @@ def test_one_training_loop():
         f"chapters with a loop of their own: {chapters}"
 
 
+def _layout_entry(layout: str, folder: str) -> str:
+    """The entry of ``folder`` (``course_utils/grading/``) in docs/layout.md's tree: its line and the
+    indented lines after it."""
+    lines = layout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(folder + " ")), None)
+    assert start is not None, f"docs/layout.md's tree has no entry {folder}"
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def test_the_docs_name_every_module_of_the_package():
-    """docs/layout.md's module list (the README's until issue 32) names every teaching module."""
+    """docs/layout.md names every module of the package (issue 51): the teaching modules and data's in
+    its module list (the README's until issue 32), each subpackage's modules in its entry of the tree
+    (a chapter's domain module as chNN). A new module fails here until the page says what it holds."""
     layout = (ROOT / "docs" / "layout.md").read_text()
     listing = layout[layout.index("`course_utils` modules:"):].split("\n\n")[0]
-    modules = [*(ROOT / "course_utils").glob("*.py"), *(ROOT / "course_utils" / "data").glob("*.py")]
-    missing = [p.stem for p in modules if not p.stem.startswith("_") and f"`{p.stem}`" not in listing]
-    assert not missing, f"docs/layout.md's module list lacks {missing}"
+    package = ROOT / "course_utils"
+    modules = [*package.glob("*.py"), *(package / "data").glob("*.py")]
+    missing = [str(p.relative_to(ROOT)) for p in modules if p.stem != "__init__" and f"`{p.stem}`" not in listing]
+    for sub in sorted(p.parent for p in package.glob("*/__init__.py")):
+        if sub.name == "data":
+            continue
+        entry = _layout_entry(layout, f"course_utils/{sub.name}/")
+        for p in sorted(sub.glob("*.py")):
+            name = "chNN" if re.fullmatch(r"ch\d\d", p.stem) else p.stem
+            if p.stem not in ("__init__", "__main__") and not re.search(rf"(?<![\w/]){name}(?!\w)", entry):
+                missing.append(str(p.relative_to(ROOT)))
+    assert not missing, f"docs/layout.md does not name {missing}"
 
 
 @pytest.mark.parametrize("tool", ["spread_ch04_conversion", "spread_ch06"])

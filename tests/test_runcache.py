@@ -29,10 +29,10 @@ def _gru():
     return rnn.Seq2Seq(len(VOCAB), len(VOCAB), emb_dim=8, hidden=16)
 
 
-def _run(make=_gru, **overrides):
-    """A short length-task run, and what the generators draw next."""
-    model, history = lengthtask.train_on_length_task(make, PAIRS, VOCAB, progress=False,
-                                                     **{"steps": 3, **overrides})
+def _run(make=_gru, seed=0, **overrides):
+    """A short length-task run (``overrides``: fields of its config), and what the generators draw next."""
+    config = lengthtask.length_task_config(**{"steps": 3, **overrides})
+    model, history = lengthtask.train_on_length_task(make, PAIRS, VOCAB, config, seed, progress=False)
     return model, history, (torch.rand(3), np.random.rand(3), random.random())
 
 
@@ -59,7 +59,7 @@ def test_what_the_run_depends_on_makes_it_train_again(cache, change, capsys, mon
         monkeypatch.setenv(change, "AVX2")
         _run()
     elif change == "data":
-        lengthtask.train_on_length_task(_gru, PAIRS[:64], VOCAB, progress=False, steps=3)
+        lengthtask.train_on_length_task(_gru, PAIRS[:64], VOCAB, lengthtask.length_task_config(steps=3), progress=False)
     elif change == "model":
         _run(make=lambda: rnn.Seq2Seq(len(VOCAB), len(VOCAB), emb_dim=8, hidden=17))
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import textlm
+from course_utils import ablation, textlm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,17 +45,17 @@ def test_windows_are_the_next_bytes_and_seeded():
 
 def test_an_untrained_model_costs_about_ln_128_and_training_lowers_it():
     train, val = textlm.split_corpus(textlm.stdlib_corpus())
-    model = textlm.ch08_model(seed=0)
+    model = ablation.ch08_model(seed=0)
     start = textlm.eval_loss(model, val, 32, n=8)
     assert abs(start - math.log(128)) < 0.5
-    hist = textlm.train_lm(model, train, steps=30, batch=8, length=32, seed=0, eval_every=10,
+    hist = textlm.train_lm(model, train, textlm.lm_config(30, eval_every=10), batch=8, length=32, seed=0,
                            evaluate=lambda m: textlm.eval_loss(m, val, 32, n=8))
     losses = hist.loss
     assert len(losses) == 30 and sum(losses[-5:]) / 5 < losses[0] - 1.0
     assert hist.eval_steps == [0, 10, 20, 30] and hist.eval_values[0] == pytest.approx(start)
     assert hist.eval_values[-1] == pytest.approx(textlm.eval_loss(model, val, 32, n=8))
     assert hist.eval_values[-1] < start - 1.0
-    again = textlm.train_lm(textlm.ch08_model(seed=0), train, steps=3, batch=8, length=32, seed=0).loss
+    again = textlm.train_lm(ablation.ch08_model(seed=0), train, textlm.lm_config(3), batch=8, length=32, seed=0).loss
     assert again == losses[:3], "the same seed gives the same windows and weights; evaluating changes nothing"
     curve = textlm.loss_by_position(model, val, 48, n=4)
     assert curve.shape == (48,) and torch.isfinite(curve).all()
@@ -63,10 +63,10 @@ def test_an_untrained_model_costs_about_ln_128_and_training_lowers_it():
 
 def test_the_ablation_variants_have_the_parameter_counts_of_the_table():
     table = (ROOT / "tools" / "ch08_ablation.md").read_text()
-    for name, changes in textlm.ABLATIONS.items():
+    for name, changes in ablation.ABLATIONS.items():
         row = re.search(rf"^\| {re.escape(name)} \| ([\d,]+) \|", table, flags=re.M)
         assert row, f"tools/ch08_ablation.md has no row for {name!r}"
-        n = sum(p.numel() for p in textlm.ch08_model(changes).parameters())
+        n = sum(p.numel() for p in ablation.ch08_model(changes).parameters())
         assert n == int(row.group(1).replace(",", "")), name
 
 

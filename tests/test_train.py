@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import budget, data, lengthtask, rnn, train
+from course_utils import budget, classify, data, lengthtask, progress, rnn, textlm, train
 
 
 def test_sequence_loss_ignores_padding():
@@ -161,8 +161,8 @@ def test_length_task_helpers_shrink_under_grading_and_train(monkeypatch):
     assert lengthtask.length_task_config() == train.TrainConfig(budget["steps"], lr=budget["lr"], clip=1.0)
     tr, te, v = data.length_task(n_train=200, n_test=40)
     make = lambda: rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=16)  # noqa: E731
-    m1, h1 = lengthtask.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
-    m2, h2 = lengthtask.train_on_length_task(make, tr, v, steps=3, progress=False, device="cpu")
+    m1, h1 = lengthtask.train_on_length_task(make, tr, v, lengthtask.length_task_config(steps=3), progress=False, device="cpu")
+    m2, h2 = lengthtask.train_on_length_task(make, tr, v, lengthtask.length_task_config(steps=3), progress=False, device="cpu")
     assert len(h1.loss) == 3 and h1.loss == h2.loss            # same seed, same batches
     acc = lengthtask.teacher_forced_accuracy(m1, te, v, v)
     assert 0.0 <= acc <= 1.0
@@ -193,8 +193,8 @@ def test_teacher_forced_accuracy_counts_eos_and_ignores_padding():
 def test_progress_bar_is_one_display_updated_in_place():
     import sys
     import types
-    assert train._progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
-    line = train._DisplayLine.__new__(train._DisplayLine)      # without IPython's display machinery
+    assert progress.progress_file(True) is sys.stdout           # outside a notebook kernel: plain stdout
+    line = progress.DisplayLine.__new__(progress.DisplayLine)      # without IPython's display machinery
     shown = []
     line.handle = types.SimpleNamespace(update=lambda data, raw: shown.append(data["text/plain"]))
     line.write("\rtraining:  10%|#   | 1/10")
@@ -290,6 +290,34 @@ def test_train_config_says_what_is_wrong_and_replace_keeps_the_rest():
     assert (short.steps, short.lr, short.clip, short.betas) == (5, 1e-3, 1.0, (0.9, 0.98))
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.steps = 3
+
+
+def test_a_schedule_is_a_function_of_the_config_and_follows_replace():
+    """Issue 51: a schedule made for 100 steps, replaced to 20, decays over 20 (a closure ``lr_at``
+    made for 100 would have kept 100); fit sets exactly ``config.lr_of(step)`` before each step."""
+    cfg = train.TrainConfig(100, lr=0.01, schedule=train.WarmupCosine(5, floor=0.1))
+    short = dataclasses.replace(cfg, steps=20)
+    assert [short.lr_of(s) for s in range(1, 21)] == [0.01 * train.warmup_cosine(s, 20, 5, 0.1) for s in range(1, 21)]
+    assert short.lr_of(21) == pytest.approx(0.001) and cfg.lr_of(21) > 0.009     # the floor at the end
+    fixed = train.TrainConfig(100, lr=0.01, schedule=train.WarmupCosine(5, total=100))
+    assert dataclasses.replace(fixed, steps=20).lr_of(20) == fixed.lr_of(20)
+    noam = train.TrainConfig(10, schedule=train.Noam(64, 4, 2.0))
+    assert [noam.lr_of(s) for s in range(1, 11)] == [train.noam_lr(s, 64, 4, 2.0) for s in range(1, 11)]
+    hist = train.fit(_Tiny(), _batches(6), train.next_token_loss, dataclasses.replace(cfg, steps=6))
+    assert hist.lr == [dataclasses.replace(cfg, steps=6).lr_of(s) for s in range(1, 7)]
+    assert train.TrainConfig(3, lr=0.5).lr_of(2) == 0.5 and train.TrainConfig(3, lr_at=lambda s: s / 10).lr_of(2) == 0.2
+    with pytest.raises(ValueError, match="not both"):
+        train.TrainConfig(3, lr_at=lambda s: 0.1, schedule=train.WarmupCosine())
+    with pytest.raises(TypeError, match="schedule must be callable"):
+        train.TrainConfig(3, schedule=0.1)
+
+
+def test_the_training_wrappers_take_a_train_config():
+    for call in (lambda: textlm.train_lm(nn.Linear(2, 2), torch.arange(100), 30),
+                 lambda: classify.train_classifier(nn.Linear(2, 2), torch.zeros(4, 2), torch.zeros(4).long(), 3),
+                 lambda: lengthtask.train_on_length_task(lambda: nn.Linear(2, 2), [], None, {"steps": 3})):
+        with pytest.raises(TypeError, match="config must be a train.TrainConfig"):
+            call()
 
 
 def test_noam_lr():

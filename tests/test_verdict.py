@@ -168,9 +168,10 @@ def test_record_only_is_the_grader_s_public_switch(monkeypatch):
 
 
 def test_the_checks_re_export_the_record_format():
-    """Hidden tests and older code find the record format's names in ``checks`` still."""
+    """Hidden tests and older code find the record format's names in ``checks`` still; ``records``
+    exports them (tests/test_exports.py: no name exported twice)."""
     for name in ("RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "WITHHELD", "Withheld", "encode_value"):
-        assert getattr(checks, name) is getattr(records, name) and name in checks.__all__
+        assert getattr(checks, name) is getattr(records, name) and name not in checks.__all__
 
 
 def test_long_reprs_are_compared_as_text_never_parsed(monkeypatch):

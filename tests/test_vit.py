@@ -141,13 +141,14 @@ def test_training_a_tiny_vit_on_digits_learns():
     torch.manual_seed(0)
     x_train, y_train, x_test, y_test = data.digits()
     model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1)
-    hist = classify.train_classifier(model, x_train[:512], y_train[:512], epochs=3, batch_size=64, lr=3e-3)
+    hist = classify.train_classifier(model, x_train[:512], y_train[:512], classify.classifier_config(512, 3, 64, lr=3e-3),
+                                     batch_size=64)
     epoch_loss = hist.epoch_means(classify.batch_sizes(512, 64))
     assert hist.steps == 3 * 8 and len(epoch_loss) == 3 and classify.batch_sizes(100, 64) == [64, 36]
     assert epoch_loss[-1] < epoch_loss[0]
     assert classify.accuracy(model, x_test, y_test) > 0.3       # chance is 0.1
     stopped = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
-                                   epochs=50, max_seconds=0.0)
+                                        classify.classifier_config(len(x_train), 50, max_seconds=0.0))
     assert stopped.steps == 1
     calls = []
 
@@ -156,7 +157,7 @@ def test_training_a_tiny_vit_on_digits_learns():
         return classify.random_shift(images, 1, generator=generator)
 
     shifted = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
-                                   epochs=2, batch_size=50, augment=augment)
+                                        classify.classifier_config(100, 2, 50), batch_size=50, augment=augment)
     assert calls == [50, 50, 50, 50] and shifted.steps == 4
 
 

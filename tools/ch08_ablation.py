@@ -1,7 +1,7 @@
 """Chapter 8: which modern part matters at this scale, over seeds (offline, CPU).
 
-Trains chapter 8's small decoder (``course_utils.textlm.CH08_MODEL``, budget ``CH08_BUDGET``) on the
-standard library's source once per variant of ``textlm.ABLATIONS`` (each modern part swapped for its
+Trains chapter 8's small decoder (``course_utils.ablation.CH08_MODEL``, budget ``CH08_BUDGET``) on the
+standard library's source once per variant of ``ablation.ABLATIONS`` (each modern part swapped for its
 chapter 6 counterpart) and per seed (the seed sets the weights *and* the training windows), and
 writes a markdown table of the held-out loss (nats per byte, 64 fixed windows of 64 bytes): mean,
 min-max and standard deviation over the seeds, and the paired difference to the modern decoder
@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_utils import textlm  # noqa: E402
+from course_utils import ablation, textlm  # noqa: E402
 
 BASE = "modern (RMSNorm, SwiGLU, RoPE, GQA 4/2)"
 SCALED = "sinusoidal positions instead of RoPE, tokens scaled as in chapter 6"
@@ -80,20 +80,20 @@ def cpu_name() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=textlm.CH08_BUDGET["steps"])
+    ap.add_argument("--steps", type=int, default=ablation.CH08_BUDGET["steps"])
     ap.add_argument("--variants", default=None,
                     help="comma-separated substrings: only the variants whose name contains one (modern always runs)")
     ap.add_argument("--scaled-control", action="store_true",
                     help="also train the sinusoidal variant with token vectors scaled as in chapter 6")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    variants = {name: (changes, None) for name, changes in textlm.ABLATIONS.items()
+    variants = {name: (changes, None) for name, changes in ablation.ABLATIONS.items()
                 if name == BASE or args.variants is None or any(w in name for w in args.variants.split(","))}
     if args.scaled_control:
         variants[SCALED] = ({"positions": "sinusoidal"}, scale_tokens)
     torch.set_num_threads(1)
     train, val = textlm.split_corpus(textlm.stdlib_corpus())
-    budget = {**textlm.CH08_BUDGET, "steps": args.steps}
+    budget = {**ablation.CH08_BUDGET, "steps": args.steps}
     L = budget["length"]
     loss: dict[str, list[float]] = {}
     ranges: dict[str, list[list[float]]] = {}
@@ -101,11 +101,12 @@ def main() -> None:
     start = time.time()
     for seed in range(args.seeds):
         for name, (changes, adjust) in variants.items():
-            model = textlm.ch08_model(changes, seed)
+            model = ablation.ch08_model(changes, seed)
             if adjust is not None:
                 adjust(model)
             params[name] = sum(p.numel() for p in model.parameters())
-            textlm.train_lm(model, train, seed=seed, **budget)
+            textlm.train_lm(model, train, textlm.lm_config(budget["steps"], lr=budget["lr"]), seed=seed,
+                            batch=budget["batch"], length=L)
             loss.setdefault(name, []).append(textlm.eval_loss(model, val, L))
             if name in POSITIONAL:
                 by_pos = textlm.loss_by_position(model, val, 4 * L, n=32)
@@ -117,7 +118,7 @@ def main() -> None:
         f"`{shlex.join(sys.argv)}` ({time.strftime('%Y-%m-%d')}, {cpu_name()}, one thread) on "
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"Python {platform.python_version()} (the corpus is this Python's standard library). Model "
-        f"{textlm.CH08_MODEL}, budget {budget}; {args.seeds} seeds (weights and training windows); "
+        f"{ablation.CH08_MODEL}, budget {budget}; {args.seeds} seeds (weights and training windows); "
         "held-out loss in nats per byte (lower is better), 64 fixed windows of "
         f"{L} bytes of the last 10 % of the corpus. Difference: variant minus modern, same seed.",
         "",

@@ -101,8 +101,8 @@ result = rows
 len_train, len_test, len_vocab = data.length_task()
 LV = len(len_vocab)
 model, hist = lengthtask.train_on_length_task(lambda: T.Seq2SeqTransformer(LV, LV, d_model=64, n_heads=4, n_layers=2, d_ff=128),
-                                         len_train, len_vocab, device="cpu", progress=False,
-                                         lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100))
+                                         len_train, len_vocab, lengthtask.length_task_config(lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100)),
+                                         device="cpu", progress=False)
 sc = train.evaluate(model, len_test, len_vocab, len_vocab, max_len=20)
 longer = data.make_sequence_pairs(400, 15, 18, task="reverse", n_symbols=8, seed=11)
 sl = train.evaluate(model, longer, len_vocab, len_vocab, max_len=24)

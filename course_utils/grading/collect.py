@@ -44,9 +44,9 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from traitlets import Bool, Dict, Integer, List
 
-from course_utils.grading.inbound import Accounts, Inbound, owner_of, server_time, submissions
+from course_utils.grading.inbound import Accounts, Inbound, server_time, submissions
 
-__all__ = ["Budget", "CourseCollect", "Refused", "check_tree", "copy_tree", "owner_of"]
+__all__ = ["Budget", "CourseCollect", "Refused", "check_tree", "copy_tree"]
 
 TIMESTAMP = "timestamp.txt"   # nbgrader's record of the time of submission: written by collect, never copied
 

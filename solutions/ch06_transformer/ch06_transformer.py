@@ -1187,8 +1187,9 @@ families = {
 }
 len_models, len_hist, len_preds, len_scores = {}, {}, {}, {}
 for name, (make, opt) in families.items():         # same seed, same batches, same number of steps
-    len_models[name], len_hist[name] = lengthtask.train_on_length_task(make, len_train, len_vocab, device=device,
-                                                                  progress=False, **opt)
+    len_models[name], len_hist[name] = lengthtask.train_on_length_task(make, len_train, len_vocab,
+                                                                  lengthtask.length_task_config(**opt),
+                                                                  device=device, progress=False)
     len_preds[name] = train.predict(len_models[name], [s for s, _ in len_test], len_vocab, len_vocab, max_len=20)
     len_scores[name] = train.score_predictions(len_preds[name], len_test)
     print(f"{name:26s} {len_hist[name].seconds:5.1f} s, {len_scores[name]}")

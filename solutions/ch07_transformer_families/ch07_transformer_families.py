@@ -778,7 +778,7 @@ uncached.eval()
 outputs, seconds = {}, {}
 for name, model in (("with cache", gpt), ("without cache", uncached)):
     start = time.perf_counter()
-    outputs[name], _ = decoding.greedy_decode(model.decode_step, model.init_state(B_GEN), 13, prompt=prompt)
+    outputs[name], _ = decoding.greedy_decode(model, model.init_state(B_GEN), 13, prompt=prompt)
     seconds[name] = time.perf_counter() - start
 assert torch.equal(outputs["with cache"], outputs["without cache"]), 'cached generation must produce the same tokens'
 print("greedy continuations with and without the cache are identical")
@@ -1066,7 +1066,7 @@ print(f"{'setting':28s} sampling seed 0 (range over {SAMPLING_SEEDS} sampling se
 for s in settings:
     shares, distinct = [], []
     for seed in range(SAMPLING_SEEDS):
-        tokens, _ = decoding.sample_decode(gpt.decode_step, gpt.init_state(B_GEN), 13, prompt=prompt,
+        tokens, _ = decoding.sample_decode(gpt, gpt.init_state(B_GEN), 13, prompt=prompt,
                                            generator=torch.Generator().manual_seed(seed), **s)
         texts = [prompt_words[1:] + toy_vocab.decode(row) for row in tokens.tolist()]
         shares.append(sum(data.toy_grammatical(t) for t in texts) / len(texts))
@@ -1120,7 +1120,7 @@ if not GRADING:
 # %%
 # NBVAL_IGNORE_OUTPUT
 NUCLEUS_P = 0.9
-sampled, _ = decoding.sample_decode(gpt.decode_step, gpt.init_state(B_GEN), 13, prompt=prompt,
+sampled, _ = decoding.sample_decode(gpt, gpt.init_state(B_GEN), 13, prompt=prompt,
                                     generator=torch.Generator().manual_seed(0), temperature=1.0)
 with torch.no_grad():
     seqs = torch.cat([prompt, sampled], dim=1)                                      # (200, 3 + L)
@@ -1643,7 +1643,8 @@ VIT_EPOCHS = budget.pick(20, grading=1)
 def fit(make, **kw):
     train.set_seed(0)
     model = make()
-    history = classify.train_classifier(model, x_train, y_train, epochs=VIT_EPOCHS, batch_size=64, lr=3e-3, seed=0, **kw)
+    config = classify.classifier_config(len(x_train), VIT_EPOCHS, batch_size=64, lr=3e-3, **kw)
+    history = classify.train_classifier(model, x_train, y_train, config, batch_size=64, seed=0)
     return model, history
 
 
@@ -1711,8 +1712,9 @@ if not GRADING:
 # NBVAL_IGNORE_OUTPUT
 train.set_seed(0)
 vit_small = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)
-small_history = classify.train_classifier(vit_small, x_train, y_train, epochs=budget.pick(12, grading=1), batch_size=64, lr=3e-3,
-                                     weight_decay=0.05, warmup_steps=50, seed=0)
+small_config = classify.classifier_config(len(x_train), budget.pick(12, grading=1), batch_size=64, lr=3e-3,
+                                         weight_decay=0.05, warmup_steps=50)
+small_history = classify.train_classifier(vit_small, x_train, y_train, small_config, batch_size=64, seed=0)
 print(f"patch-2 ViT: {train.count_parameters(vit_small):,} parameters, {small_history.seconds:.1f} s, "
       f"test accuracy {classify.accuracy(vit_small, x_test, y_test):.3f}")
 with torch.no_grad():

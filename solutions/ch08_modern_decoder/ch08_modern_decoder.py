@@ -41,6 +41,7 @@
 # of your own run, which can differ from the stored one wherever the text gives a range.
 
 # %%
+import dataclasses
 import math
 import time
 
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import (
+    ablation,
     blocks,
     budget,
     checks,
@@ -892,11 +894,13 @@ print(textlm.decode(train_ids[2000:2300]))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-BUDGET = {**textlm.CH08_BUDGET, "steps": budget.pick(textlm.CH08_BUDGET["steps"], grading=5)}
+BUDGET = {**ablation.CH08_BUDGET, "steps": budget.pick(ablation.CH08_BUDGET["steps"], grading=5)}
 L_TRAIN = BUDGET["length"]
+CONFIG = textlm.lm_config(BUDGET["steps"], lr=BUDGET["lr"])         # AdamW, warm-up, cosine decay, clipping
+WINDOWS = dict(batch=BUDGET["batch"], length=L_TRAIN)
 start = time.perf_counter()
-model = textlm.ch08_model(seed=0)
-losses = textlm.train_lm(model, train_ids, seed=0, **BUDGET).loss
+model = ablation.ch08_model(seed=0)
+losses = textlm.train_lm(model, train_ids, CONFIG, seed=0, **WINDOWS).loss
 val_modern = textlm.eval_loss(model, val_ids, L_TRAIN)
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters, {BUDGET['steps']} steps in {time.perf_counter() - start:.0f} s")
 print(f"training loss {losses[0]:.2f} -> {sum(losses[-20:]) / 20:.2f} (mean of the last 20 steps); held out: {val_modern:.3f} nats per byte")
@@ -939,8 +943,8 @@ def held_out_loss(m):
 
 curves = {}
 for name, ids in (("whole training text", train_ids), (f"first {SMALL_TEXT:,} bytes", train_ids[:SMALL_TEXT])):
-    curves[name] = textlm.train_lm(textlm.ch08_model(seed=0), ids, seed=0, evaluate=held_out_loss, eval_every=20,
-                                   **{**BUDGET, "steps": VAL_STEPS})
+    curves[name] = textlm.train_lm(ablation.ch08_model(seed=0), ids, dataclasses.replace(CONFIG, steps=VAL_STEPS, eval_every=20),
+                                   seed=0, evaluate=held_out_loss, **WINDOWS)
     print(f"{name}: {len(ids):,} bytes, each seen {VAL_STEPS * BUDGET['batch'] * L_TRAIN / len(ids):.1f} times on average")
 fig, ax = plt.subplots(figsize=(7, 3.5))
 for (name, hist), colour in zip(curves.items(), ("C0", "C3")):
@@ -991,7 +995,7 @@ if not GRADING:
 prompt = textlm.encode("    def ")[None]
 for temperature in (0.0, 0.6, 0.8, 1.0):
     g = torch.Generator().manual_seed(0)
-    out, _ = decoding.sample_decode(model.decode_step, model.init_state(1), 160, temperature=temperature,
+    out, _ = decoding.sample_decode(model, model.init_state(1), 160, temperature=temperature,
                                     generator=g, eos_id=-1, prompt=prompt)
     print(f"--- temperature {temperature} ---")
     print(textlm.decode(torch.cat([prompt[0], out[0]])))
@@ -1074,8 +1078,8 @@ for name, n_layers, n_heads, n_kv in (("Llama 3 8B", 32, 32, 8), ("Llama 2 70B",
 # %%
 # NBVAL_IGNORE_OUTPUT
 start = time.perf_counter()
-learned = textlm.ch08_model({"positions": "learned"}, seed=0)
-textlm.train_lm(learned, train_ids, seed=0, **BUDGET)
+learned = ablation.ch08_model({"positions": "learned"}, seed=0)
+textlm.train_lm(learned, train_ids, CONFIG, seed=0, **WINDOWS)
 val_learned = textlm.eval_loss(learned, val_ids, L_TRAIN)
 print(f"held-out loss, windows of {L_TRAIN}: RoPE {val_modern:.3f}, learned positions {val_learned:.3f} "
       f"({time.perf_counter() - start:.0f} s)")
