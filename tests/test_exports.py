@@ -30,7 +30,12 @@ ALLOWED = {
                "textlm.decode(ids): bytes to text; verdict.decode(record): a check's record to text"),
     # The command verbs of command-line modules (python -m course_utils.i18n update|write, make update).
     "update": ({"course_utils.i18n.catalogue", "course_utils.workspace"}, "a command of each module's CLI"),
-    "write": ({"course_utils.i18n.catalogue", "course_utils.i18n.readme"}, "a command of each module's CLI"),
+    "write": ({"course_utils.i18n.catalogue", "course_utils.i18n.readme", "course_utils.i18n.answers"},
+              "a command of each module's CLI (answers and readme write their generated file)"),
+    "ENV": ({"course_utils.grading.reference", "course_utils.messages"},
+            "each module's own environment variable (the grader's reference run; COURSE_LANG)"),
+    "LOCALE_DIR": ({"course_utils.i18n.catalogue", "course_utils.messages"},
+                   "two catalogues' folders: the chapters' (locale/) and the package's own (course_utils/locale/)"),
 }
 
 #: Names a module keeps importable but does not export: module -> {name: (home module, reason)}.

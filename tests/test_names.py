@@ -47,7 +47,8 @@ def _resolve(dotted: str) -> bool:
 
 def _mentions(text: str) -> list[str]:
     text = re.sub(r"\n[ \t]*#+ ?", "\n", text)                     # a chapter's Markdown, a comment block
-    found = [re.sub(r"\.py$", "", m.group(1)[1:]) for m in DOTTED.finditer(text)]   # a file: its module
+    found = [re.sub(r"\.py$", "", m.group(1)[1:]) for m in DOTTED.finditer(text)
+             if not re.fullmatch(r"\.(po|mo)", m.group(1))]   # a file: its module (a catalogue file is no name)
     for m in LISTED.finditer(text):
         found += [f"{m.group(1)}.{name}" for name in re.findall(r"`(\w+)`", m.group(2))]
     found += [f"{m.group(1)}.{m.group(2)}" for m in SHORT.finditer(text)
