@@ -166,11 +166,13 @@ def _resolve(model: Any, prefill_fn: PrefillFn | None) -> tuple[StepFn, PrefillF
 def _start(prefill_fn: PrefillFn | None, state: Any, prompt: torch.Tensor | None,
            sos_id: int) -> tuple[torch.Tensor, Any]:
     """The first token to feed ``(batch,)`` and the state before it: ``<sos>``, or the prompt's last
-    token after ``prefill_fn`` has fed its other tokens ``(batch, P - 1)``."""
+    token after ``prefill_fn`` has fed its other tokens ``(batch, P - 1)`` (none to feed when P = 1)."""
     batch = state_batch_size(state)
     if prompt is None:
         return torch.full((batch,), sos_id, dtype=torch.long, device=_device_of(state)), state
     prompt = _check_prompt(prompt, batch).to(_device_of(state))
+    if prompt.shape[1] == 1:                     # nothing before the last token: nothing to prefill
+        return prompt[:, 0], state
     if prefill_fn is None:
         raise ValueError("a prompt needs a prefill: give the model (its prefill runs the prompt in one "
                          "pass), or prefill=model.prefill with a step function, or "

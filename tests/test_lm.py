@@ -171,6 +171,7 @@ def test_decoding_helpers_refuse_an_unclear_prefill():
     with pytest.raises(TypeError, match="the first argument is the model"):
         decoding.sample_decode("gpt", model.init_state(1), 3)
     decoding.greedy_decode(model.decode_step, model.init_state(1), 3)   # no prompt: a bare step is enough
+    decoding.greedy_decode(model.decode_step, model.init_state(1), 3, prompt=prompt[:, -1:])   # nor for one token
 
 
 def _masked_step(model, prev, state):
