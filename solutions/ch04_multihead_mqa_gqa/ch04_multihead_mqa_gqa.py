@@ -1582,8 +1582,9 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # sequence, yet must read the whole cache (n positions x h heads x d_head, per layer):
 # arithmetic per byte is about 1, and the step is bound by memory traffic, which MQA divides
 # by h (the n/d term of Shazeer's Θ(n/d + 1/b) becomes n/(dh)). At batch 1 with 64 tokens of
-# context, the small decoder's step is bound by neither: it issues the same number of PyTorch
-# operations in all three variants (the count printed in section 7), each costing microseconds
+# context, the small decoder's step is bound by neither: it issues about the same number of PyTorch
+# operations in all three variants, and the same number at either width (the count printed in
+# section 7; MQA's repeat of its key/value heads adds a few), each costing microseconds
 # of overhead, and the same decoder at d_model 32, with 64 times fewer weight multiply-adds,
 # is not much faster. MQA's smaller K/V projections and cache save work that is not the
 # bottleneck. (On a large model a batch-1 step is bound by reading the weights, which MQA does
@@ -1593,8 +1594,9 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # training and prefill reuse every key, value and weight across many queries and are compute-bound,
 # while a decoding step reads the whole cache for one query per sequence and is memory-bound, which
 # is the traffic MQA divides by the number of heads; one point for why this chapter's small decoder
-# at a batch of one shows no gain: the same number of PyTorch operations in every variant (section
-# 7's count), each with a fixed overhead, so neither the arithmetic nor the cache is the bottleneck.
+# at a batch of one shows no gain: about the same number of PyTorch operations in every variant and
+# at either width (section 7's count), each with a fixed overhead, so neither the arithmetic nor the
+# cache is the bottleneck.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q2", "locked": true, "schema_version": 3, "solution": false}

@@ -1594,6 +1594,22 @@ with checks.forbid(flash.tiled_forward, flash.flash_attention, (F, "scaled_dot_p
 # backward pass recomputes each tile's probabilities from your `lse`: values and gradients, causal.
 
 # %%
+def _probe_online(fn):  # the maximum rising in a later block, and a first block fully masked
+    g = torch.Generator().manual_seed(15)
+    s = torch.randn(3, 9, generator=g, dtype=torch.float64) * 20
+    s[:, 6:] += 30
+    v = torch.randn(9, 2, generator=g, dtype=torch.float64)
+    m, l, acc = torch.full((3, 1), float("-inf"), dtype=torch.float64), torch.zeros(3, 1, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64)
+    m, l, acc = fn(m, l, acc, torch.full((3, 3), float("-inf"), dtype=torch.float64), v[:3])
+    for j in range(0, 9, 3):
+        m, l, acc = fn(m, l, acc, s[:, j:j + 3], v[j:j + 3])
+    return acc / l
+
+
+# your flash_forward calls your online_update: this line says whether that update holds
+checks.learner_or_reference(online_update, flash.online_softmax_update, _probe_online, name="online_update")
+
+
 def _probe_flash(fn):  # causal, ragged blocks, the later key blocks of the first query blocks skipped
     g = torch.Generator().manual_seed(15)
     q, k, v = (torch.randn(2, 11, 4, generator=g, dtype=torch.float64) * 3 for _ in range(3))
