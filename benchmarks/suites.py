@@ -40,6 +40,7 @@ from course_utils import (
     transformer,
     vit,
 )
+from course_utils.lm import DecoderLM, LMConfig
 
 __all__ = ["CONFIGS", "SUITES", "Config", "Context"]
 
@@ -467,16 +468,16 @@ def _families(cfg: Config, device: str) -> list[_Family]:
                 lambda: rnn_attention.BahdanauSeq2Seq(LV, LV, emb_dim=emb, hidden=hid),
                 seq2seq, batch, tgt_tokens),
         _Family("Transformer encoder-decoder (ch6)", "reversal", "train.train_seq2seq",
-                lambda: transformer.Seq2SeqTransformer(LV, LV, d_model=d_model, n_heads=heads, n_layers=2, d_ff=d_ff),
+                lambda: transformer.Seq2SeqTransformer(transformer.Seq2SeqConfig(src_vocab=LV, tgt_vocab=LV, d_model=d_model, n_heads=heads, n_layers=2, d_ff=d_ff)),
                 seq2seq, batch, tgt_tokens),
         _Family("ViT (ch7)", "digits", "classify.train_classifier",
-                lambda: vit.ViT(image_size=8, patch=2, **img_kw), images, batch, None),
+                lambda: vit.ViT(vit.ViTConfig(image_size=8, patch=2, **img_kw)), images, batch, None),
         _Family("SmallCNN (ch7)", "digits", "classify.train_classifier",
                 lambda: classify.SmallCNN(width=8 if small else 32), images, batch, None),
         _Family("BERT-style encoder, MLM (ch7)", "toy language", "AdamW steps (benchmarks)",
-                lambda: families.EncoderOnly(V, **lm_kw), own_loop(mlm_loss), batch, mlm_len),
+                lambda: families.EncoderOnly(families.EncoderConfig(vocab_size=V, **lm_kw)), own_loop(mlm_loss), batch, mlm_len),
         _Family("GPT-style decoder, LM (ch7)", "toy language", "AdamW steps (benchmarks)",
-                lambda: families.DecoderOnlyLM(V, **lm_kw), own_loop(lm_loss), batch, lm_targets),
+                lambda: DecoderLM(LMConfig.gpt(V, **lm_kw)), own_loop(lm_loss), batch, lm_targets),
     ]
 
 

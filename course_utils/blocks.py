@@ -391,14 +391,14 @@ class TokenEmbedding(nn.Module):
         self.dropout = _dropout(dropout)
 
     @classmethod
-    def build(cls, vocab_size: int, d_model: int, positional: str = "learned", max_len: int = 512,
+    def build(cls, vocab_size: int, d_model: int, positions: str = "learned", max_len: int = 512,
               init_std: float | None = None, scale: bool = True, dropout: float = 0.0) -> TokenEmbedding:
         """A table of ``vocab_size`` vectors drawn from ``N(0, init_std^2)`` (default
         ``1 / d_model``, so that times ``sqrt(d_model)`` the entries have unit variance) and the
-        positions named by ``positional`` (:func:`course_utils.positional.positional_embedding`)."""
+        positions named by ``positions`` (:func:`course_utils.positional.positional_embedding`)."""
         table = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(table.weight, std=d_model ** -0.5 if init_std is None else init_std)
-        return cls(table, positional_embedding(positional, d_model, max_len), scale, dropout)
+        return cls(table, positional_embedding(positions, d_model, max_len), scale, dropout)
 
     @property
     def weight(self) -> torch.Tensor:

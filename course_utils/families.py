@@ -14,8 +14,8 @@ an encoder-only model over image patches, is :mod:`course_utils.vit`.)
 * :class:`EncoderOnly`: token and learned position embeddings
   (:class:`~course_utils.blocks.TokenEmbedding`), a :class:`~course_utils.blocks.TransformerStack`,
   an MLM head and an optional classification head on the first token (``[CLS]``).
-* :func:`DecoderOnlyLM`: the GPT-style preset of the course's one decoder-only model,
-  :class:`course_utils.lm.DecoderLM` (the same stack with a causal mask, a language-model head, a
+* The decoder-only model is the course's one :class:`course_utils.lm.DecoderLM`, GPT-style with
+  ``DecoderLM(LMConfig.gpt(vocab_size, ...))`` (the same stack with a causal mask, a language-model head, a
   parallel :meth:`~course_utils.lm.DecoderLM.prefill` of a prompt and a cached
   :meth:`~course_utils.lm.DecoderLM.decode_step` that follows the protocol of
   :mod:`course_utils.decoding`); :func:`lm_training_batch` and :func:`greedy_complete` pose a
@@ -36,19 +36,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_config, check_int
 from .attention import causal_mask, combine_masks, prefix_lm_mask  # noqa: F401  (see below)
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import EOS_ID, PAD_ID
 from .decoding import greedy_decode, tokens_to_lists
-from .lm import DecoderLM, LMConfig
+from .lm import DecoderLM
 from .train import IGNORE_INDEX
 
 # causal_mask, prefix_lm_mask and IGNORE_INDEX are attention's and train's, exported there; chapter 7
 # names them here (families.prefix_lm_mask is its exercise's reference), so they stay importable here
 # (tests/test_exports.py, COMPATIBILITY).
 __all__ = [
-    "DecoderOnlyLM", "EncoderConfig", "EncoderOnly", "bidirectional_mask", "greedy_complete",
+    "EncoderConfig", "EncoderOnly", "bidirectional_mask", "greedy_complete",
     "lm_training_batch", "mlm_corrupt", "mlm_loss",
 ]
 
@@ -148,26 +148,24 @@ class EncoderConfig(BlockConfig):
 class EncoderOnly(nn.Module):
     """A BERT-style encoder: bidirectional self-attention over the whole (unpadded) sequence.
 
-    ``EncoderOnly(vocab_size, **fields)``: ``fields`` are those of :class:`EncoderConfig`
-    (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``, ``norm_first``, ``max_len``,
-    ``pad_id``, ``n_classes``); the config is ``model.cfg``.
+    ``EncoderOnly(cfg)``, ``cfg`` an :class:`EncoderConfig` (``EncoderConfig(vocab_size=20, d_model=16,
+    n_classes=2)``); the config is ``model.cfg``, its fields are read there.
 
     Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`, learned positions),
     ``stack`` (:class:`~course_utils.blocks.TransformerStack`: ``stack.layers``, ``stack.norm``),
     ``mlm_head`` (``nn.Linear(d_model, vocab_size)``) and ``classifier``.
     """
 
-    def __init__(self, vocab_size: int, **fields):
+    def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        cfg = self.cfg = EncoderConfig(vocab_size=vocab_size, **fields)
-        self.pad_id = cfg.pad_id
-        self.embed = TokenEmbedding.build(vocab_size, cfg.d_model, "learned", cfg.max_len, dropout=cfg.dropout)
+        self.cfg = check_config(cfg, EncoderConfig, "EncoderOnly", "EncoderOnly(EncoderConfig(vocab_size=..., d_model=...))")
+        self.embed = TokenEmbedding.build(cfg.vocab_size, cfg.d_model, "learned", cfg.max_len, dropout=cfg.dropout)
         self.stack = TransformerStack(cfg.block_config(), cfg.n_layers)
-        self.mlm_head = nn.Linear(cfg.d_model, vocab_size)
+        self.mlm_head = nn.Linear(cfg.d_model, cfg.vocab_size)
         self.classifier = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes is not None else None
 
     def _encode(self, tokens: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
-        keys = (tokens != self.pad_id)[:, None, None, :]                         # (batch, 1, 1, L)
+        keys = (tokens != self.cfg.pad_id)[:, None, None, :]                         # (batch, 1, 1, L)
         x, weights, _ = self.stack(self.embed(tokens), mask=combine_masks(keys, mask), need_weights=need_weights)
         return x, weights
 
@@ -191,21 +189,6 @@ class EncoderOnly(nn.Module):
         if self.classifier is None:
             raise ValueError("this EncoderOnly has no classification head: build it with n_classes=...")
         return self.classifier(self.encode(tokens)[:, 0])
-
-
-def DecoderOnlyLM(vocab_size: int, **changes) -> DecoderLM:
-    """A GPT-style language model: :class:`~course_utils.lm.DecoderLM` of ``LMConfig.gpt(vocab_size,
-    **changes)`` (:meth:`~course_utils.lm.LMConfig.gpt`); a thin constructor, not a class of its own.
-
-    ``changes``: ``d_model`` (64), ``n_heads`` (4), ``n_layers`` (2), ``d_ff``, ``dropout``,
-    ``norm_first`` (True), ``max_len`` (128), ``pad_id``, ``n_kv_heads`` (key/value heads: ``None``
-    is multi-head attention, a divisor of ``n_heads`` grouped-query, 1 multi-query; chapter 4),
-    ``ffn`` (``"relu"``, ``"gelu"`` as in GPT-2, or ``"swiglu"``), ``tie_weights`` (the output layer
-    shares the token embedding's matrix, as in GPT-2) and ``use_cache`` (the decoding state keeps
-    one :class:`~course_utils.kvcache.KVCache` per layer, preallocated for ``max_len`` positions, or
-    the model recomputes the whole prefix: the same result, the cache is only faster).
-    """
-    return DecoderLM(LMConfig.gpt(vocab_size, **changes))
 
 
 # --- a seq2seq task as prompt -> completion, for a decoder-only model --------------------------

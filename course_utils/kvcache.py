@@ -9,11 +9,13 @@ number of positions fed, kept consistent by the cache itself. :func:`kv_cache_by
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ._validate import check_int
 
-__all__ = ["DecoderCache", "KVCache", "kv_cache_bytes"]
+__all__ = ["CacheSwitch", "DecoderCache", "KVCache", "kv_cache_bytes"]
 
 
 class KVCache:
@@ -234,3 +236,18 @@ class DecoderCache:
     def nbytes(self) -> int:
         """Bytes held by the cached keys and values of every layer (cross-attention's included)."""
         return sum(layer.nbytes() for layer in (self.layers or []) + (self.cross or []))
+
+
+class CacheSwitch:
+    """A decoder model's ``use_cache``: its config's field, switched on the model (``model.use_cache =
+    False``) by replacing ``model.cfg`` with a copy (a config shared by other models never changes).
+    With the cache, :meth:`init_state` keeps keys and values; without, the tokens (and each step
+    recomputes the prefix)."""
+
+    @property
+    def use_cache(self) -> bool:
+        return self.cfg.use_cache
+
+    @use_cache.setter
+    def use_cache(self, value: bool) -> None:
+        self.cfg = replace(self.cfg, use_cache=bool(value))

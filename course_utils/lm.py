@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_config, check_int
 from .attention import causal_mask, combine_masks, prefix_lm_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerStack
 from .data import PAD_ID
-from .kvcache import DecoderCache
+from .kvcache import CacheSwitch, DecoderCache
 from .positional import POSITIONAL
 
 __all__ = ["DecoderLM", "LMConfig"]
@@ -104,7 +104,7 @@ class LMConfig(BlockConfig):
         return cls(**{"vocab_size": vocab_size, **preset, **changes})
 
 
-class DecoderLM(nn.Module):
+class DecoderLM(CacheSwitch, nn.Module):
     """A decoder-only language model: ``tokens (batch, T)`` -> next-token logits ``(batch, T, vocab)``.
 
     Sub-modules: ``embed`` (:class:`~course_utils.blocks.TokenEmbedding`), ``stack``
@@ -115,9 +115,8 @@ class DecoderLM(nn.Module):
 
     def __init__(self, cfg: LMConfig):
         super().__init__()
-        if not isinstance(cfg, LMConfig):
-            raise TypeError(f"cfg must be an LMConfig (LMConfig.gpt(...), LMConfig.llama(...)), got {type(cfg).__name__}")
-        self.cfg, self.pad_id, self.max_len, self.use_cache = cfg, cfg.pad_id, cfg.max_len, cfg.use_cache
+        self.cfg = check_config(cfg, LMConfig, "DecoderLM", "DecoderLM(LMConfig.gpt(vocab_size, ...)) or "
+                                "DecoderLM(LMConfig.llama(...))")
         self.embed = TokenEmbedding.build(cfg.vocab_size, cfg.d_model, cfg.positions, cfg.max_len,
                                           init_std=cfg.embed_std, scale=cfg.embed_scale, dropout=cfg.dropout)
         self.stack = TransformerStack(cfg.block, cfg.n_layers, final_norm=cfg.final_norm)
@@ -136,8 +135,8 @@ class DecoderLM(nn.Module):
         T = tokens.shape[1]
         mask = causal_mask(T, device=tokens.device) if prefix_len is None else \
             prefix_lm_mask(T, prefix_len, device=tokens.device)
-        if self.pad_id is not None:
-            mask = combine_masks((tokens != self.pad_id)[:, None, None, :], mask)   # (batch, 1, T, T)
+        if self.cfg.pad_id is not None:
+            mask = combine_masks((tokens != self.cfg.pad_id)[:, None, None, :], mask)   # (batch, 1, T, T)
         x, weights, _ = self.stack(self.embed(tokens), mask=mask, need_weights=need_weights)
         return self.lm_head(x), weights
 
@@ -201,7 +200,7 @@ class DecoderLM(nn.Module):
         """An empty :class:`~course_utils.kvcache.DecoderCache`: with ``use_cache`` one
         :class:`~course_utils.kvcache.KVCache` per layer (preallocated for ``max_len`` positions),
         without it the tokens fed."""
-        return DecoderCache(len(self.layers), batch, device, max_len=self.max_len, cache_kv=self.use_cache)
+        return DecoderCache(len(self.layers), batch, device, max_len=self.cfg.max_len, cache_kv=self.cfg.use_cache)
 
     @torch.no_grad()
     def prefill(self, prompt: torch.Tensor, state: DecoderCache | None = None,

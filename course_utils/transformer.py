@@ -24,28 +24,28 @@ Masks follow the course's convention: a boolean mask is True where a query *may 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_config, check_int
 from .attention import causal_mask, key_padding_mask
 from .blocks import BlockConfig, TokenEmbedding, TransformerBlock, TransformerStack
 from .data import PAD_ID
-from .kvcache import DecoderCache
+from .kvcache import CacheSwitch, DecoderCache
 from .multihead import copy_from_torch
 from .positional import positional_embedding
 from .train import noam_lr  # noqa: F401  (train's; chapter 6 calls it T.noam_lr)
 
 __all__ = [
-    "SEQ2SEQ_POSITIONAL", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "copy_torch_layer",
+    "SEQ2SEQ_POSITIONS", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "copy_torch_layer",
     "decoder_self_mask", "from_torch",
 ]
 
 #: The positional encodings :class:`Seq2SeqTransformer` takes (added to both embeddings).
-SEQ2SEQ_POSITIONAL = ("sinusoidal", "learned", "none")
+SEQ2SEQ_POSITIONS = ("sinusoidal", "learned", "none")
 
 def decoder_self_mask(tgt_in: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
     """The decoder's self-attention mask for teacher forcing, ``(batch, 1, T, T)``.
@@ -75,7 +75,7 @@ class Seq2SeqConfig(BlockConfig):
     * ``src_vocab``, ``tgt_vocab``: vocabulary sizes; ``n_layers``: layers per stack (encoder and decoder);
     * ``final_norm``: a norm after each stack (``None``: ``norm_first``; Pre-LN needs it, since its
       residual stream is never normalised; ``nn.Transformer`` always has it);
-    * ``positional``: ``"sinusoidal"``, ``"learned"`` or ``"none"``; ``max_len``: the longest sequence
+    * ``positions``: ``"sinusoidal"``, ``"learned"`` or ``"none"``; ``max_len``: the longest sequence
       the positional encodings cover;
     * ``share_layers``: one encoder block and one decoder block applied ``n_layers`` times
       (cross-layer weight sharing, as in the Universal Transformer and ALBERT);
@@ -92,7 +92,7 @@ class Seq2SeqConfig(BlockConfig):
     tgt_vocab: int = 1
     n_layers: int = 2
     final_norm: bool | None = None
-    positional: str = "sinusoidal"
+    positions: str = "sinusoidal"
     share_layers: bool = False
     max_len: int = 256
     pad_id: int = PAD_ID
@@ -102,53 +102,53 @@ class Seq2SeqConfig(BlockConfig):
         super().__post_init__()
         for name in ("src_vocab", "tgt_vocab", "n_layers", "max_len"):
             check_int(getattr(self, name), name, 1)
-        if self.positional not in SEQ2SEQ_POSITIONAL:
-            raise ValueError(f"positional must be one of {SEQ2SEQ_POSITIONAL}, got {self.positional!r}")
+        if self.positions not in SEQ2SEQ_POSITIONS:
+            raise ValueError(f"positions must be one of {SEQ2SEQ_POSITIONS}, got {self.positions!r}")
         if self.rope or self.cross_attention:
-            raise ValueError("a Seq2SeqConfig sets positions with positional= and gives the decoder its "
+            raise ValueError("a Seq2SeqConfig sets positions with positions= and gives the decoder its "
                              "cross-attention itself: rope and cross_attention stay False")
 
+    @classmethod
+    def paper(cls, src_vocab: int, tgt_vocab: int, **changes) -> Seq2SeqConfig:
+        """The base model of Vaswani et al. (2017, §6.1, Table 3): N = 6 layers per stack, d_model = 512,
+        d_ff = 2048, h = 8 heads, dropout 0.1, Post-LN, sinusoidal positions; ``changes``: any other
+        field (the course's experiments are far smaller: ``Seq2SeqConfig(...)`` with its defaults)."""
+        preset = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, dropout=0.1, norm_first=False,
+                      positions="sinusoidal")
+        return cls(**{"src_vocab": src_vocab, "tgt_vocab": tgt_vocab, **preset, **changes})
 
-class Seq2SeqTransformer(nn.Module):
+
+class Seq2SeqTransformer(CacheSwitch, nn.Module):
     """An encoder-decoder Transformer with the decoding protocol of :mod:`course_utils.decoding`.
 
-    ``Seq2SeqTransformer(src_vocab, tgt_vocab, **fields)``: ``fields`` are those of
-    :class:`Seq2SeqConfig` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``norm_first``,
-    ``positional``, ...); :meth:`from_config` builds one from a config. The config is ``model.cfg``.
+    ``Seq2SeqTransformer(cfg)``, ``cfg`` a :class:`Seq2SeqConfig` (``Seq2SeqConfig(src_vocab=12,
+    tgt_vocab=12, d_model=64, n_layers=1)``, or the paper's :meth:`Seq2SeqConfig.paper`); the config
+    is ``model.cfg``, its fields are read there (``model.cfg.d_model``), and ``use_cache`` may be
+    switched on the model.
 
     Sub-modules: ``src_embed`` and ``tgt_embed`` (:class:`~course_utils.blocks.TokenEmbedding`),
     ``encoder`` and ``decoder`` (:class:`~course_utils.blocks.TransformerStack`; the decoder's
     blocks have cross-attention), ``out`` (``nn.Linear(d_model, tgt_vocab)``).
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, **fields):
+    def __init__(self, cfg: Seq2SeqConfig):
         super().__init__()
-        cfg = self.cfg = Seq2SeqConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
-        self.d_model, self.n_heads, self.n_layers, self.d_ff = cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.ff_width
-        self.norm_first, self.positional, self.share_layers = cfg.norm_first, cfg.positional, cfg.share_layers
-        self.pad_id, self.use_cache = cfg.pad_id, cfg.use_cache
+        self.cfg = check_config(cfg, Seq2SeqConfig, "Seq2SeqTransformer",
+                                "Seq2SeqTransformer(Seq2SeqConfig(src_vocab=..., tgt_vocab=..., d_model=...))")
         # Both token tables are drawn before either is redrawn from N(0, 1/d_model) (times sqrt(d_model):
         # unit entries), then the positions: the order of chapter 6's seeded models, kept so that its
         # numbers hold.
-        tables = [nn.Embedding(vocab, cfg.d_model) for vocab in (src_vocab, tgt_vocab)]
+        tables = [nn.Embedding(vocab, cfg.d_model) for vocab in (cfg.src_vocab, cfg.tgt_vocab)]
         for table in tables:
             nn.init.normal_(table.weight, std=cfg.d_model ** -0.5)
         self.src_embed, self.tgt_embed = (
-            TokenEmbedding(table, positional_embedding(cfg.positional, cfg.d_model, cfg.max_len), dropout=cfg.dropout)
+            TokenEmbedding(table, positional_embedding(cfg.positions, cfg.d_model, cfg.max_len), dropout=cfg.dropout)
             for table in tables)
         block = cfg.block_config()
         self.encoder = TransformerStack(block, cfg.n_layers, cfg.final_norm, cfg.share_layers)
         self.decoder = TransformerStack(replace(block, cross_attention=True), cfg.n_layers, cfg.final_norm,
                                         cfg.share_layers)
-        self.out = nn.Linear(cfg.d_model, tgt_vocab)
-
-    @classmethod
-    def from_config(cls, cfg: Seq2SeqConfig) -> Seq2SeqTransformer:
-        """The model of ``cfg``."""
-        if not isinstance(cfg, Seq2SeqConfig):
-            raise TypeError(f"cfg must be a Seq2SeqConfig, got {type(cfg).__name__}")
-        rest = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("src_vocab", "tgt_vocab")}
-        return cls(cfg.src_vocab, cfg.tgt_vocab, **rest)
+        self.out = nn.Linear(cfg.d_model, cfg.tgt_vocab)
 
     # --- the two stacks -----------------------------------------------------------------
     def embed_src(self, src: torch.Tensor) -> torch.Tensor:
@@ -179,7 +179,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def _teacher_forced(self, src, src_lengths, tgt_in, need_weights: bool):
         memory, memory_mask, w_enc = self.run_encoder(src, src_lengths, need_weights=need_weights)
-        target_keys = (tgt_in != self.pad_id)[:, None, None, :]                 # (batch, 1, 1, T)
+        target_keys = (tgt_in != self.cfg.pad_id)[:, None, None, :]                 # (batch, 1, 1, T)
         logits, w_self, w_cross = self.run_decoder(self.embed_tgt(tgt_in), memory, memory_mask,
                                                    self_mask=target_keys, need_weights=need_weights)
         return logits, Seq2SeqAttention(w_enc, w_self, w_cross)
@@ -203,7 +203,7 @@ class Seq2SeqTransformer(nn.Module):
         one cross-attention :class:`~course_utils.kvcache.KVCache` per decoder layer (``cache.layers``,
         ``cache.cross``), else the target tokens fed so far (``cache.tokens``)."""
         memory, memory_mask, _ = self.run_encoder(src, src_lengths)
-        cache = DecoderCache(len(self.decoder.layers), src.shape[0], src.device, cache_kv=self.use_cache, cross=True)
+        cache = DecoderCache(len(self.decoder.layers), src.shape[0], src.device, cache_kv=self.cfg.use_cache, cross=True)
         return {"memory": memory, "memory_mask": memory_mask, "cache": cache}
 
     def decode_step(self, prev_tokens: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
@@ -249,13 +249,14 @@ def from_torch(reference: nn.Transformer, src_vocab: int = 1, tgt_vocab: int = 1
     """A :class:`Seq2SeqTransformer` whose encoder and decoder layers, final norms and widths
     are copied from ``reference`` (an ``nn.Transformer`` with ``batch_first=True`` and a ReLU
     activation). Embeddings and the output layer are the course model's own (``nn.Transformer``
-    has none). ``kwargs`` go to :class:`Seq2SeqTransformer` (e.g. ``positional``)."""
+    has none). ``kwargs``: other fields of its :class:`Seq2SeqConfig` (e.g. ``positions``)."""
     enc0 = reference.encoder.layers[0]
     if len(reference.decoder.layers) != len(reference.encoder.layers):
         raise ValueError("from_torch needs as many decoder layers as encoder layers")
-    model = Seq2SeqTransformer(src_vocab, tgt_vocab, d_model=enc0.self_attn.embed_dim, n_heads=enc0.self_attn.num_heads,
-                               n_layers=len(reference.encoder.layers), d_ff=enc0.linear1.out_features,
-                               norm_first=enc0.norm_first, final_norm=True, **kwargs)
+    model = Seq2SeqTransformer(Seq2SeqConfig(
+        src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=enc0.self_attn.embed_dim, n_heads=enc0.self_attn.num_heads,
+        n_layers=len(reference.encoder.layers), d_ff=enc0.linear1.out_features, norm_first=enc0.norm_first,
+        final_norm=True, **kwargs))
     for ours, theirs in zip(model.encoder.layers, reference.encoder.layers):
         copy_torch_layer(ours, theirs)
     for ours, theirs in zip(model.decoder.layers, reference.decoder.layers):

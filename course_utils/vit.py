@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_config, check_int
 from .blocks import BlockConfig, TransformerStack
 from .positional import LearnedPositions
 
@@ -72,9 +72,8 @@ class ViTConfig(BlockConfig):
 class ViT(nn.Module):
     """A Vision Transformer classifier.
 
-    ``ViT(**fields)``: ``fields`` are those of :class:`ViTConfig` (``image_size``, ``patch``,
-    ``channels``, ``n_classes``, ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
-    ``norm_first``); the config is ``model.cfg``.
+    ``ViT(cfg)``, ``cfg`` a :class:`ViTConfig` (``ViTConfig(patch=4, d_model=16, n_heads=2)``); the
+    config is ``model.cfg``, its fields are read there; :attr:`grid` and :attr:`n_patches` follow from it.
 
     The patch embedding: ``patch_embed`` (``nn.Linear(C * patch**2, d_model)``), ``cls_token``
     (a ``(1, 1, d_model)`` parameter) and ``positions`` (:class:`~course_utils.positional.LearnedPositions`
@@ -83,12 +82,9 @@ class ViT(nn.Module):
     ``head`` (``nn.Linear(d_model, n_classes)``).
     """
 
-    def __init__(self, **fields):
+    def __init__(self, cfg: ViTConfig):
         super().__init__()
-        cfg = self.cfg = ViTConfig(**fields)
-        self.image_size, self.patch, self.channels = cfg.image_size, cfg.patch, cfg.channels
-        self.grid = cfg.image_size // cfg.patch
-        self.n_patches = self.grid ** 2
+        self.cfg = check_config(cfg, ViTConfig, "ViT", "ViT(ViTConfig(patch=..., d_model=..., n_heads=...))")
         self.patch_embed = nn.Linear(cfg.channels * cfg.patch * cfg.patch, cfg.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         nn.init.normal_(self.cls_token, std=0.02)
@@ -97,14 +93,24 @@ class ViT(nn.Module):
         self.stack = TransformerStack(cfg.block_config(), cfg.n_layers)
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
 
+    @property
+    def grid(self) -> int:
+        """Patches per side, ``image_size // patch``."""
+        return self.cfg.image_size // self.cfg.patch
+
+    @property
+    def n_patches(self) -> int:
+        """Patches per image, ``grid ** 2``."""
+        return self.grid ** 2
+
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """``(batch, C, H, W)`` -> tokens ``(batch, 1 + n_patches, d_model)``: the class token,
         then the embedded patches, each plus its learned position."""
-        expected = (self.channels, self.image_size, self.image_size)
+        expected = (self.cfg.channels, self.cfg.image_size, self.cfg.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"images must have shape (batch, {', '.join(map(str, expected))}), "
                              f"got {tuple(images.shape)}")
-        x = self.patch_embed(patchify(images, self.patch))                  # (B, N, d_model)
+        x = self.patch_embed(patchify(images, self.cfg.patch))                  # (B, N, d_model)
         cls = self.cls_token.expand(x.shape[0], -1, -1)                     # (B, 1, d_model)
         return self.dropout(self.positions(torch.cat([cls, x], dim=1)))    # (B, 1 + N, d_model)
 

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from course_utils import attention, blocks, decoding, kvcache, multihead, positional
 from course_utils import transformer as T
+from course_utils.lm import DecoderLM, LMConfig
 
 
 def _perturbed(block: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -144,7 +145,7 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
     state must not be stepped twice); ``decoding.index_state`` (what beam search steps) returns
     copies whose steps leave the original untouched."""
     torch.manual_seed(3)
-    model = T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4, n_layers=2).eval()
+    model = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=12, tgt_vocab=10, d_model=16, n_heads=4, n_layers=2)).eval()
     src, lengths = torch.tensor([[4, 5, 6, 7]]), torch.tensor([4])
     with torch.no_grad():
         state = model.encode(src, lengths)
@@ -159,10 +160,10 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
 
 def _stale_states():
     """(model, state, next token) for each cached model: a state that decode_step has stepped."""
-    from course_utils import families, llama
+    from course_utils import llama
     torch.manual_seed(4)
-    s2s = T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4, n_layers=2).eval()
-    lm = families.DecoderOnlyLM(20, d_model=16, n_heads=2).eval()
+    s2s = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=12, tgt_vocab=10, d_model=16, n_heads=4, n_layers=2)).eval()
+    lm = DecoderLM(LMConfig.gpt(20, d_model=16, n_heads=2)).eval()
     modern = llama.ModernDecoder(llama.DecoderConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2)).eval()
     cases = [(s2s, s2s.encode(torch.tensor([[4, 5, 6]]), torch.tensor([3]))),
              (lm, lm.prefill(torch.tensor([[4, 5, 6]]))), (modern, modern.prefill(torch.tensor([[4, 5, 6]])))]
@@ -186,10 +187,10 @@ def test_stepping_a_state_twice_is_an_error_not_a_silent_wrong_answer(case):
 
 
 def test_every_model_follows_the_decoding_protocol():
-    from course_utils import families, llama, rnn, rnn_attention
-    seq2seq = [T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4), rnn.Seq2Seq(12, 10, 8, 16),
+    from course_utils import llama, rnn, rnn_attention
+    seq2seq = [T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=12, tgt_vocab=10, d_model=16, n_heads=4)), rnn.Seq2Seq(12, 10, 8, 16),
                rnn_attention.BahdanauSeq2Seq(12, 10, 8, 16), rnn_attention.LuongSeq2Seq(12, 10, 8, 16)]
-    prompted = [families.DecoderOnlyLM(20, d_model=16, n_heads=2), llama.ModernDecoder(llama.DecoderConfig())]
+    prompted = [DecoderLM(LMConfig.gpt(20, d_model=16, n_heads=2)), llama.ModernDecoder(llama.DecoderConfig())]
     assert all(isinstance(m, decoding.EncoderDecoder) for m in seq2seq)
     assert all(isinstance(m, decoding.PromptedDecoder) and not isinstance(m, decoding.EncoderDecoder)
                for m in prompted)
@@ -212,16 +213,14 @@ def test_derived_widths_follow_the_config_they_belong_to():
 
 
 def _models():
-    """(config class, build from fields, the fields of a small model) of every Transformer model."""
+    """(model class, its config class, the fields of a small model) of every Transformer model."""
     from course_utils import families, lm, vit
 
     return [
-        (T.Seq2SeqConfig, lambda **f: T.Seq2SeqTransformer(f.pop("src_vocab"), f.pop("tgt_vocab"), **f),
-         dict(src_vocab=11, tgt_vocab=13, d_model=32, n_heads=4, n_layers=2)),
-        (families.EncoderConfig, lambda **f: families.EncoderOnly(f.pop("vocab_size"), **f),
-         dict(vocab_size=17, d_model=32, n_heads=4, n_layers=1, n_classes=3)),
-        (vit.ViTConfig, lambda **f: vit.ViT(**f), dict(patch=4, d_model=32, n_heads=4, n_layers=1)),
-        (lm.LMConfig, lambda **f: lm.DecoderLM(lm.LMConfig(**f)), dict(vocab_size=19, d_model=32, n_heads=4, n_layers=1)),
+        (T.Seq2SeqTransformer, T.Seq2SeqConfig, dict(src_vocab=11, tgt_vocab=13, d_model=32, n_heads=4, n_layers=2)),
+        (families.EncoderOnly, families.EncoderConfig, dict(vocab_size=17, d_model=32, n_heads=4, n_layers=1, n_classes=3)),
+        (vit.ViT, vit.ViTConfig, dict(patch=4, d_model=32, n_heads=4, n_layers=1)),
+        (lm.DecoderLM, lm.LMConfig, dict(vocab_size=19, d_model=32, n_heads=4, n_layers=1)),
     ]
 
 
@@ -231,8 +230,8 @@ def test_every_transformer_model_has_a_config_built_on_block_config(i):
     defaults); the model keeps it, ``replace`` derives the widths anew, and a wrong field is refused."""
     from dataclasses import replace
 
-    cls, build, small = _models()[i]
-    model = build(**small)
+    model_class, cls, small = _models()[i]
+    model = model_class(cls(**small))
     cfg = model.cfg
     assert isinstance(cfg, cls) and isinstance(cfg, blocks.BlockConfig) and cfg == cls(**small)
     assert replace(cfg, d_model=64).ff_width == 256 and replace(cfg, ffn="swiglu").ff_width == blocks.swiglu_hidden(32)
@@ -241,19 +240,60 @@ def test_every_transformer_model_has_a_config_built_on_block_config(i):
         cfg.d_model, cfg.n_heads, cfg.norm_first)
     assert block.ff_width == 4 * 32 and replace(block, d_model=64).ff_width == 256
     with pytest.raises(TypeError, match="unexpected keyword"):
-        build(**small, d_modle=32)
+        cls(**small, d_modle=32)
     with pytest.raises(ValueError, match="divisible"):
-        build(**{**small, "n_heads": 5})
+        cls(**{**small, "n_heads": 5})
 
 
-def test_seq2seq_transformer_from_its_config_is_the_same_model():
-    torch.manual_seed(0)
-    model = T.Seq2SeqTransformer(11, 13, d_model=32, n_heads=4, n_layers=2, norm_first=True, positional="learned")
-    torch.manual_seed(0)
-    again = T.Seq2SeqTransformer.from_config(model.cfg)
-    assert again.cfg == model.cfg
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
-    with pytest.raises(ValueError, match="positional"):
-        T.Seq2SeqConfig(positional="rotary")
+@pytest.mark.parametrize("i", range(4))
+def test_every_model_is_built_one_way_from_its_config_and_copies_none_of_its_fields(i):
+    """Issue 51: ``Model(cfg)`` is the one way to build a model. Anything else (the old ``Model(vocab,
+    **fields)``, a dict of fields, another model's config) is a TypeError that names the config and
+    shows the call; the model reads its fields from ``model.cfg`` and keeps no copy of any of them,
+    so a copy can never disagree with the config."""
+    from dataclasses import fields
+
+    model_class, cls, small = _models()[i]
+    model = model_class(cls(**small))
+    copied = set(vars(model)) & {f.name for f in fields(cls)}
+    assert not copied, f"{model_class.__name__} copies config fields into attributes: {sorted(copied)}"
+    _, other_cls, other_small = _models()[(i + 1) % 4]
+    for wrong in (17, dict(small), blocks.BlockConfig(), other_cls(**other_small)):
+        with pytest.raises(TypeError, match=rf"built from a {cls.__name__}: {model_class.__name__}\({cls.__name__}"):
+            model_class(wrong)
+    with pytest.raises(TypeError):
+        model_class(**small)
+
+
+@pytest.mark.parametrize("i", [0, 3])
+def test_use_cache_is_the_config_switched_on_the_model(i):
+    """A decoder's ``use_cache`` is its config's field: switching it on the model replaces
+    ``model.cfg`` by a copy (the config another model shares stays as it was) and changes the state
+    ``init_state``/``encode`` builds (keys and values, or the tokens to recompute)."""
+    model_class, cls, small = _models()[i]
+    cfg = cls(**small)
+    model, other = model_class(cfg), model_class(cfg)
+    model.use_cache = False
+    assert model.cfg.use_cache is False and model.use_cache is False
+    assert cfg.use_cache is True and other.use_cache is True and model.cfg is not cfg
+    state = model.encode(torch.tensor([[4, 5, 6]]), torch.tensor([3]))["cache"] if i == 0 else model.init_state(1)
+    assert state.layers is None and state.tokens is not None
+
+
+def test_the_paper_preset_is_the_base_model_of_table_3():
+    """``Seq2SeqConfig.paper``: Vaswani et al. (2017), Table 3's base row: N = 6, d_model = 512,
+    d_ff = 2048, h = 8, d_k = d_v = 64, P_drop = 0.1, Post-LN, sinusoidal positions (built on the meta
+    device: no memory, no time)."""
+    cfg = T.Seq2SeqConfig.paper(100, 120)
+    with torch.device("meta"):
+        model = T.Seq2SeqTransformer(cfg)
+    layer = model.decoder.layers[0]
+    assert (len(model.encoder.layers), len(model.decoder.layers)) == (6, 6)
+    assert (cfg.d_model, cfg.ff_width, cfg.n_heads, cfg.d_model // cfg.n_heads, cfg.dropout) == (512, 2048, 8, 64, 0.1)
+    assert layer.ff.linear1.out_features == 2048 and layer.cross_attn is not None and not cfg.norm_first
+    assert (cfg.src_vocab, cfg.tgt_vocab, cfg.positions) == (100, 120, "sinusoidal")
+    assert T.Seq2SeqConfig.paper(100, 120, n_layers=2).n_layers == 2
+    with pytest.raises(ValueError, match="positions must be one of"):
+        T.Seq2SeqConfig(positions="rotary")
     with pytest.raises(ValueError, match="cross-attention"):
         T.Seq2SeqConfig(rope=True)

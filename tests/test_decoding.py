@@ -336,9 +336,9 @@ def test_prompt_is_checked():
 
 @pytest.mark.parametrize("n_kv_heads", [4, 1])
 def test_beam_search_with_kv_caches_equals_without(n_kv_heads):
-    from course_utils.transformer import Seq2SeqTransformer
+    from course_utils.transformer import Seq2SeqConfig, Seq2SeqTransformer
     torch.manual_seed(0)
-    model = Seq2SeqTransformer(11, 13, d_model=16, n_heads=4, n_layers=2, n_kv_heads=n_kv_heads).eval()
+    model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab=11, tgt_vocab=13, d_model=16, n_heads=4, n_layers=2, n_kv_heads=n_kv_heads)).eval()
     src, lengths = torch.randint(3, 11, (1, 6)), torch.tensor([6])
     results = []
     for use_cache in (True, False):

@@ -4,6 +4,7 @@ import torch
 from course_utils import attention, decoding, families, multihead
 from course_utils.blocks import TransformerBlock
 from course_utils.data import PAD_ID, SOS_ID
+from course_utils.lm import DecoderLM, LMConfig
 
 # --- masks ------------------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ def test_mlm_loss_counts_only_chosen_positions():
 
 def test_encoder_only_shapes_and_bidirectionality():
     torch.manual_seed(0)
-    model = families.EncoderOnly(20, d_model=16, n_heads=4, n_layers=2, n_classes=3).eval()
+    model = families.EncoderOnly(families.EncoderConfig(vocab_size=20, d_model=16, n_heads=4, n_layers=2, n_classes=3)).eval()
     assert all(type(layer) is TransformerBlock for layer in model.stack.layers)
     tokens = torch.randint(4, 20, (2, 7))
     assert model(tokens).shape == (2, 7, 20)
@@ -124,12 +125,12 @@ def test_encoder_only_shapes_and_bidirectionality():
     causal = families.causal_mask(7)
     torch.testing.assert_close(model.encode(t2, mask=causal)[:, 0], model.encode(tokens, mask=causal)[:, 0])
     with pytest.raises(ValueError, match="n_classes"):
-        families.EncoderOnly(20, d_model=16, n_heads=4).classify(tokens)
+        families.EncoderOnly(families.EncoderConfig(vocab_size=20, d_model=16, n_heads=4)).classify(tokens)
 
 
 def test_encoder_only_ignores_padding():
     torch.manual_seed(0)
-    model = families.EncoderOnly(20, d_model=16, n_heads=4, n_layers=2).eval()
+    model = families.EncoderOnly(families.EncoderConfig(vocab_size=20, d_model=16, n_heads=4, n_layers=2)).eval()
     short = torch.randint(4, 20, (1, 5))
     padded = torch.cat([short, torch.full((1, 3), PAD_ID)], dim=1)
     torch.testing.assert_close(model.encode(padded)[:, :5], model.encode(short), atol=1e-5, rtol=1e-5)
@@ -139,7 +140,7 @@ def test_encoder_only_ignores_padding():
 
 def _lm(use_cache=True, **kw):
     torch.manual_seed(0)
-    return families.DecoderOnlyLM(23, d_model=16, n_heads=4, n_layers=2, max_len=40, use_cache=use_cache, **kw).eval()
+    return DecoderLM(LMConfig.gpt(23, d_model=16, n_heads=4, n_layers=2, max_len=40, use_cache=use_cache, **kw)).eval()
 
 
 def test_decoder_only_is_causal():
@@ -171,8 +172,7 @@ def test_decode_steps_equal_teacher_forcing(norm_first):
 def test_grouped_kv_heads_and_gelu_decode_as_they_teacher_force(n_kv_heads):
     """Chapter 4's decoder: GQA/MQA key/value heads and a GELU feed-forward, preallocated caches."""
     torch.manual_seed(0)
-    lm = families.DecoderOnlyLM(25, d_model=16, n_heads=4, n_layers=2, d_ff=24, max_len=16,
-                                n_kv_heads=n_kv_heads, ffn="gelu").eval()
+    lm = DecoderLM(LMConfig.gpt(25, d_model=16, n_heads=4, n_layers=2, d_ff=24, max_len=16, n_kv_heads=n_kv_heads, ffn="gelu")).eval()
     attn, ff = lm.stack.layers[0].self_attn, lm.stack.layers[0].ff
     assert attn.n_kv_heads == n_kv_heads and attn.k_proj.out_features == n_kv_heads * 4
     assert ff.activation == "gelu" and ff.linear1.out_features == 24
@@ -184,7 +184,7 @@ def test_grouped_kv_heads_and_gelu_decode_as_they_teacher_force(n_kv_heads):
         log_probs, state = lm.decode_step(tokens[:, t], state)
         torch.testing.assert_close(log_probs, want[:, t], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="ffn must be one of"):            # BlockConfig checks it
-        families.DecoderOnlyLM(25, ffn="tanh")
+        DecoderLM(LMConfig.gpt(25, ffn="tanh"))
 
 
 def test_parallel_prefill_equals_stepwise_prefill():
@@ -330,7 +330,7 @@ def test_prefix_lm_forward_matches_cached_and_uncached_decoding():
     """A prefix LM (forward(..., prefix_len=P)): the prompt prefilled bidirectionally, then cached
     causal steps, gives the teacher-forced logits; so does the uncached path; prefix 0 is causal."""
     torch.manual_seed(0)
-    lm = families.DecoderOnlyLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16).eval()
+    lm = DecoderLM(LMConfig.gpt(11, d_model=16, n_heads=2, n_layers=2, max_len=16)).eval()
     tokens = torch.randint(4, 11, (3, 9))
     P = 4
     with torch.no_grad():
@@ -338,7 +338,7 @@ def test_prefix_lm_forward_matches_cached_and_uncached_decoding():
         assert torch.allclose(lm(tokens, prefix_len=0), lm(tokens), atol=1e-6)
         assert not torch.allclose(full[:, P - 1], lm(tokens)[:, P - 1], atol=1e-3)   # the prefix matters
         for use_cache in (True, False):
-            m = families.DecoderOnlyLM(11, d_model=16, n_heads=2, n_layers=2, max_len=16, use_cache=use_cache).eval()
+            m = DecoderLM(LMConfig.gpt(11, d_model=16, n_heads=2, n_layers=2, max_len=16, use_cache=use_cache)).eval()
             m.load_state_dict(lm.state_dict())
             state = m.prefill(tokens[:, :P], bidirectional=True)
             for t in range(P, tokens.shape[1]):
@@ -350,7 +350,7 @@ def test_prefix_lm_forward_matches_cached_and_uncached_decoding():
 
 def test_greedy_complete_prefix_lm_equals_recomputation():
     torch.manual_seed(1)
-    lm = families.DecoderOnlyLM(12, d_model=16, n_heads=2, n_layers=2, max_len=24).eval()
+    lm = DecoderLM(LMConfig.gpt(12, d_model=16, n_heads=2, n_layers=2, max_len=24)).eval()
     prompts = [[1, 5, 6, 7, 9], [1, 8, 9], [1, 6, 6, 9]]
     got = families.greedy_complete(lm, prompts, max_len=6, prefix_lm=True)
     for p, out in zip(prompts, got):

@@ -2,7 +2,7 @@
 object (``kvcache.DecoderCache``), prefill in every decoding helper, RoPE angles once per forward.
 
 The seeded numbers below were computed once with the two classes this one replaced
-(``families.DecoderOnlyLM`` and ``llama.ModernDecoder`` at commit ec4e212): the same seed must
+(chapter 7's GPT constructor, now ``DecoderLM(LMConfig.gpt(...))``, and ``llama.ModernDecoder`` at commit ec4e212): the same seed must
 give the same parameters, in the same order, and the same logits, so that no chapter's numbers move.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from course_utils import attention, blocks, decoding, families, kvcache, llama, multihead
+from course_utils import attention, blocks, decoding, kvcache, llama, multihead
 from course_utils import lm as lm_module
 from course_utils.lm import DecoderLM, LMConfig
 
@@ -41,9 +41,9 @@ def _fingerprint(model: DecoderLM, vocab: int) -> tuple:
 
 
 @pytest.mark.parametrize("build, keys, want", [
-    (lambda: families.DecoderOnlyLM(23, d_model=16, n_heads=4, n_layers=1, max_len=12, n_kv_heads=2, ffn="gelu"),
+    (lambda: DecoderLM(LMConfig.gpt(23, d_model=16, n_heads=4, n_layers=1, max_len=12, n_kv_heads=2, ffn="gelu")),
      GPT_KEYS, (724.00162, 7.22145, 135.05485)),
-    (lambda: families.DecoderOnlyLM(23, d_model=16, n_heads=4, n_layers=1, max_len=12, tie_weights=True),
+    (lambda: DecoderLM(LMConfig.gpt(23, d_model=16, n_heads=4, n_layers=1, max_len=12, tie_weights=True)),
      [k for k in GPT_KEYS if k != "lm_head.bias"], (925.483626, 36.81478, 281.4355)),
     (lambda: llama.ModernDecoder(llama.DecoderConfig(vocab_size=23, d_model=16, n_heads=4, n_layers=1, n_kv_heads=2)),
      LLAMA_KEYS, (439.437784, 21.26242, 131.32291)),
@@ -58,7 +58,7 @@ def test_presets_build_the_old_classes_parameters_and_logits(build, keys, want):
 
 
 def test_the_old_names_build_the_one_class():
-    gpt = families.DecoderOnlyLM(20, d_model=16, n_heads=2)
+    gpt = DecoderLM(LMConfig.gpt(20, d_model=16, n_heads=2))
     modern = llama.ModernDecoder(llama.DecoderConfig(vocab_size=20, d_model=16, n_heads=2))
     assert type(gpt) is type(modern) is DecoderLM and llama.ModernDecoder is DecoderLM
     assert gpt.cfg == LMConfig.gpt(20, d_model=16, n_heads=2)
@@ -85,7 +85,7 @@ def test_replace_on_the_lm_config_derives_widths_and_the_block():
 
 def _models():
     torch.manual_seed(0)
-    return {"gpt": families.DecoderOnlyLM(21, d_model=16, n_heads=4, n_layers=2, max_len=32, n_kv_heads=2).eval(),
+    return {"gpt": DecoderLM(LMConfig.gpt(21, d_model=16, n_heads=4, n_layers=2, max_len=32, n_kv_heads=2)).eval(),
             "llama": llama.ModernDecoder(llama.DecoderConfig(vocab_size=21, d_model=16, n_heads=4, n_kv_heads=2)).eval()}
 
 

@@ -103,7 +103,7 @@ def test_whole_model_equals_nn_transformer(norm_first):
 
 def _model(**kw):
     torch.manual_seed(3)
-    return T.Seq2SeqTransformer(12, 10, d_model=16, n_heads=4, n_layers=2, d_ff=32, **kw).eval()
+    return T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=12, tgt_vocab=10, d_model=16, n_heads=4, n_layers=2, d_ff=32, **kw)).eval()
 
 
 _SRC = torch.tensor([[4, 5, 6, 7, 8, 9], [10, 11, 4, 5, 0, 0], [6, 7, 0, 0, 0, 0]])
@@ -112,7 +112,7 @@ _TGT = torch.tensor([[1, 4, 5, 6, 7], [1, 8, 9, 4, 5], [1, 6, 6, 7, 8]])
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(norm_first=True), dict(n_kv_heads=2), dict(n_kv_heads=1),
-                                dict(positional="learned"), dict(share_layers=True)])
+                                dict(positions="learned"), dict(share_layers=True)])
 def test_cached_decoding_equals_teacher_forcing_and_recomputation(kw):
     model = _model(**kw)
     with torch.no_grad():
@@ -181,7 +181,7 @@ def test_weight_sharing_reuses_one_layer():
 
 
 def test_without_positions_the_encoder_is_permutation_equivariant():
-    model = _model(positional="none")
+    model = _model(positions="none")
     src, lengths = torch.tensor([[4, 5, 6, 7]]), torch.tensor([4])
     perm = torch.tensor([2, 0, 3, 1])
     with torch.no_grad():
@@ -200,16 +200,18 @@ def test_noam_lr_is_the_training_module_s():
 
 def test_bad_arguments_say_what_is_wrong():
     with pytest.raises(ValueError, match="divisible"):
-        T.Seq2SeqTransformer(5, 5, d_model=10, n_heads=4)
-    with pytest.raises(ValueError, match="positional"):
-        T.Seq2SeqTransformer(5, 5, d_model=8, n_heads=2, positional="rotary")
+        T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=5, tgt_vocab=5, d_model=10, n_heads=4))
+    with pytest.raises(ValueError, match="positions must be one of"):
+        T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=5, tgt_vocab=5, d_model=8, n_heads=2, positions="rotary"))
+    with pytest.raises(TypeError, match=r"Seq2SeqTransformer\(Seq2SeqConfig\(src_vocab=\.\.\."):
+        T.Seq2SeqTransformer(5)
 
 
 def test_trains_with_the_course_loop_on_any_token_pairs():
     pairs = data.make_sequence_pairs(1500, 2, 5, task="reverse", n_symbols=5, seed=0)
     v = data.sequence_vocab(5)
     train.set_seed(0)
-    model = T.Seq2SeqTransformer(len(v), len(v), d_model=32, n_heads=4, n_layers=1, d_ff=64)
+    model = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(v), tgt_vocab=len(v), d_model=32, n_heads=4, n_layers=1, d_ff=64))
     hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(250, lr_at=lambda s: T.noam_lr(s, 32, 50), clip=1.0),
                                batch_size=64, device="cpu", progress=False, label_smoothing=0.1)
     assert hist.lr[49] == pytest.approx(T.noam_lr(50, 32, 50))

@@ -39,7 +39,7 @@ def test_patchify_rejects_bad_input():
 def _manual_vit_forward(model, images):
     """The ViT forward written out from its sub-modules."""
     B = images.shape[0]
-    x = model.patch_embed(vit.patchify(images, model.patch))
+    x = model.patch_embed(vit.patchify(images, model.cfg.patch))
     x = torch.cat([model.cls_token.expand(B, 1, -1), x], dim=1)
     x = x + model.positions.embedding.weight[: x.shape[1]]
     for layer in model.stack.layers:
@@ -50,8 +50,7 @@ def _manual_vit_forward(model, images):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_vit_forward_is_the_composition_of_its_parts(norm_first):
     torch.manual_seed(0)
-    model = vit.ViT(image_size=8, patch=2, channels=1, n_classes=10, d_model=16, n_heads=4, n_layers=3,
-                    norm_first=norm_first).eval()
+    model = vit.ViT(vit.ViTConfig(image_size=8, patch=2, channels=1, n_classes=10, d_model=16, n_heads=4, n_layers=3, norm_first=norm_first)).eval()
     assert all(type(layer) is TransformerBlock for layer in model.stack.layers)   # the course's block, not a copy
     with torch.no_grad():
         model.cls_token.normal_()
@@ -67,7 +66,7 @@ def test_vit_forward_is_the_composition_of_its_parts(norm_first):
 
 def test_vit_uses_position_and_class_token():
     torch.manual_seed(0)
-    model = vit.ViT(d_model=16, n_heads=2, n_layers=1).eval()
+    model = vit.ViT(vit.ViTConfig(d_model=16, n_heads=2, n_layers=1)).eval()
     images = torch.rand(2, 1, 8, 8)
     before = model(images)
     with torch.no_grad():
@@ -80,7 +79,7 @@ def test_vit_uses_position_and_class_token():
     with pytest.raises(ValueError, match="shape"):
         model(torch.rand(2, 1, 6, 6))
     with pytest.raises(ValueError, match="divide"):
-        vit.ViT(image_size=8, patch=3)
+        vit.ViT(vit.ViTConfig(image_size=8, patch=3))
 
 
 def test_attention_rollout_by_hand():
@@ -107,7 +106,7 @@ def test_attention_rollout_by_hand():
 
 def test_rollout_rows_sum_to_one_and_class_token_map_layout():
     torch.manual_seed(0)
-    model = vit.ViT(d_model=16, n_heads=4, n_layers=3).eval()
+    model = vit.ViT(vit.ViTConfig(d_model=16, n_heads=4, n_layers=3)).eval()
     _, weights = model.forward_with_weights(torch.rand(2, 1, 8, 8))
     r = vit.attention_rollout(weights)
     assert r.shape == (2, 17, 17)
@@ -140,14 +139,14 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
 def test_training_a_tiny_vit_on_digits_learns():
     torch.manual_seed(0)
     x_train, y_train, x_test, y_test = data.digits()
-    model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1)
+    model = vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=1))
     hist = classify.train_classifier(model, x_train[:512], y_train[:512], classify.classifier_config(512, 3, 64, lr=3e-3),
                                      batch_size=64)
     epoch_loss = hist.epoch_means(classify.batch_sizes(512, 64))
     assert hist.steps == 3 * 8 and len(epoch_loss) == 3 and classify.batch_sizes(100, 64) == [64, 36]
     assert epoch_loss[-1] < epoch_loss[0]
     assert classify.accuracy(model, x_test, y_test) > 0.3       # chance is 0.1
-    stopped = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train, y_train,
+    stopped = classify.train_classifier(vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=1)), x_train, y_train,
                                         classify.classifier_config(len(x_train), 50, max_seconds=0.0))
     assert stopped.steps == 1
     calls = []
@@ -156,7 +155,7 @@ def test_training_a_tiny_vit_on_digits_learns():
         calls.append(images.shape[0])
         return classify.random_shift(images, 1, generator=generator)
 
-    shifted = classify.train_classifier(vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1), x_train[:100], y_train[:100],
+    shifted = classify.train_classifier(vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=1)), x_train[:100], y_train[:100],
                                         classify.classifier_config(100, 2, 50), batch_size=50, augment=augment)
     assert calls == [50, 50, 50, 50] and shifted.steps == 4
 

@@ -59,6 +59,7 @@ from course_utils import (
     multihead,
     train,
 )
+from course_utils.lm import DecoderLM, LMConfig
 
 train.set_seed(0)
 GRADING = budget.grading()   # True while nbgrader runs the notebook: experiments shrink
@@ -1123,7 +1124,7 @@ assert cache.nbytes() == bytes_fn(1, 2, 8, 20, batch=3, bytes_per_value=4), 'KVC
 # weights; a batch of 8 such sequences needs more memory than the weights. With GQA-8
 # the 70B model's cache is <!-- q:out#  70B  GQA-8 -->1.25<!-- /q --> GiB per sequence instead of <!-- q:out#  70B    MHA -->10<!-- /q -->.
 #
-# **Measured here.** A small decoder-only model, the course's GPT (`families.DecoderOnlyLM`, which
+# **Measured here.** A small decoder-only model, the course's GPT (`DecoderLM(LMConfig.gpt(...))`, which
 # chapter 7 trains on language; here it gets a GELU feed-forward and `n_kv_heads` key/value heads)
 # generates tokens after a context of 64 to 1024 tokens, with and without the cache, for MHA, GQA-2
 # and MQA. It is a preview of chapters 6 and 7: token and learned position embeddings, a stack of
@@ -1138,8 +1139,8 @@ def small_decoder(vocab, d_model=64, n_heads=8, n_kv_heads=None, n_layers=2, d_f
     """The course's GPT with a GELU feed-forward: ``n_layers`` Pre-LN blocks of ``n_heads`` query
     heads and ``n_kv_heads`` key/value heads (None: as many as query heads), learned positions up to
     ``max_len`` (the caches are preallocated for as many)."""
-    return families.DecoderOnlyLM(vocab, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
-                                  max_len=max_len, n_kv_heads=n_kv_heads, ffn="gelu")
+    return DecoderLM(LMConfig.gpt(vocab, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                                  max_len=max_len, n_kv_heads=n_kv_heads, ffn="gelu"))
 
 
 def seconds_per_token(model, context, n_new, cached, batch):

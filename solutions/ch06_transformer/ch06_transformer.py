@@ -338,7 +338,7 @@ print("PE[10] . PE[10 + k]   for k = -3..3:", [round((PE64 @ PE64[10])[10 + k].i
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-m_demo = T.Seq2SeqTransformer(12, 12, d_model=64, n_heads=4, n_layers=1)
+m_demo = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=12, tgt_vocab=12, d_model=64, n_heads=4, n_layers=1))
 emb = m_demo.src_embed.weight
 print(f"|PE[pos]|                        = {positional.sinusoidal_encoding(10, 64).norm(dim=1).mean():.2f}  (sqrt(64/2) = {math.sqrt(32):.2f})")
 print(f"|embedding|, mean over the vocab = {emb.norm(dim=1).mean():.2f}")
@@ -354,7 +354,7 @@ for label, table in (("this embedding (variance 1/d_model)", emb), ("an embeddin
 # alone is permutation equivariant, and so cannot reverse `a b c`. Here is the measurement, on a small
 # reversal task (2 to 8 symbols from an alphabet of 8): two Transformers of 3 encoder and 3 decoder
 # layers, $d_\text{model} = 32$, trained for the same 100 steps with the warmup schedule of section 7,
-# one with the sinusoidal table and one with none (`positional="none"`). (The decoder's causal mask
+# one with the sinusoidal table and one with none (`positions="none"`). (The decoder's causal mask
 # leaks *some* order information into the decoder, since position $t$ attends to exactly $t+1$ tokens;
 # the encoder gets none at all.) Sections 10 and 11 reuse this setup.
 
@@ -370,7 +370,7 @@ schedules = {"warmup": lambda s: T.noam_lr(s, ABL["d_model"], ABL_WARMUP, ABL_FA
 
 def small_transformer(**kw):
     train.set_seed(0)
-    return T.Seq2SeqTransformer(len(small_vocab), len(small_vocab), **{**ABL, **kw})
+    return T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(small_vocab), tgt_vocab=len(small_vocab), **{**ABL, **kw}))
 
 
 def train_small(model, schedule="warmup", **kw):
@@ -384,9 +384,9 @@ def train_small(model, schedule="warmup", **kw):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-position_runs = {kind: train_small(small_transformer(positional=kind)) for kind in ("sinusoidal", "none")}
+position_runs = {kind: train_small(small_transformer(positions=kind)) for kind in ("sinusoidal", "none")}
 for kind, (_, hist, sc) in position_runs.items():
-    print(f"positional={kind!r:13}: {sc}, loss (last 20 steps) {np.mean(hist.loss[-20:]):.3f}, {hist.seconds:.1f} s")
+    print(f"positions={kind!r:13}: {sc}, loss (last 20 steps) {np.mean(hist.loss[-20:]):.3f}, {hist.seconds:.1f} s")
 if not GRADING:
     claims.check("ch06: sinusoidal positions beat no positions on reversal (difference in exact match)",
                  position_runs["sinusoidal"][2].exact_match - position_runs["none"][2].exact_match, above=0.1)
@@ -1183,7 +1183,7 @@ TF_OPT = dict(lr_at=lambda step: 0.5 * lr_schedule(step, 64, 100))
 families = {
     "ch1: GRU encoder-decoder": (lambda: rnn.Seq2Seq(LV, LV, emb_dim=32, hidden=64), {}),
     "ch2: Bahdanau attention": (lambda: ra.AttentionSeq2Seq(LV, LV, emb_dim=32, hidden=64, score="additive"), {}),
-    "ch6: Transformer": (lambda: T.Seq2SeqTransformer(LV, LV, **TF_SIZE), TF_OPT),
+    "ch6: Transformer": (lambda: T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=LV, tgt_vocab=LV, **TF_SIZE)), TF_OPT),
 }
 len_models, len_hist, len_preds, len_scores = {}, {}, {}, {}
 for name, (make, opt) in families.items():         # same seed, same batches, same number of steps
@@ -1333,7 +1333,7 @@ date_train, date_test = data.split(data.make_date_pairs(10000, seed=0), 500, see
 date_src_vocab, date_tgt_vocab = data.date_vocabs()
 DATE_SIZE, DATE_STEPS, DATE_OPT = dict(d_model=64, n_heads=4, n_layers=1, d_ff=256), 400, TF_OPT
 train.set_seed(0)
-date_model = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), **DATE_SIZE)
+date_model = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(date_src_vocab), tgt_vocab=len(date_tgt_vocab), **DATE_SIZE))
 cpu_start = time.process_time()
 date_hist = train.train_seq2seq(date_model, date_train, date_src_vocab, date_tgt_vocab,
                                 train.TrainConfig(steps=budget.pick(DATE_STEPS, grading=3), clip=1.0, **DATE_OPT),
@@ -1746,7 +1746,7 @@ for label, (model, hist, sc) in share_runs.items():
 # to fill in masked tokens), a **decoder only** (GPT-style, the decoder without cross-attention,
 # trained to predict the next token and used to generate from a prompt), and an encoder-decoder with
 # task prefixes (T5-style); and it applies the encoder to images cut into patches (ViT). Two things
-# this chapter leaves aside: real-size training (dropout, which `T.Seq2SeqTransformer(dropout=...)`
+# this chapter leaves aside: real-size training (dropout, which `T.Seq2SeqConfig(dropout=...)`
 # supports and this chapter leaves at 0; batching by length; mixed precision),
 # and positions that generalise beyond the training lengths. Section 8 found that the sinusoids do not
 # do it on their own, and RoPE's rotations (chapter 5; [Su et al. 2021](https://arxiv.org/abs/2104.09864))

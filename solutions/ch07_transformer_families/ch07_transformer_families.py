@@ -77,6 +77,7 @@ from course_utils import (
 )
 from course_utils import transformer as T
 from course_utils.data import PAD_ID
+from course_utils.lm import DecoderLM, LMConfig
 
 torch.set_num_threads(1)
 train.set_seed(0)
@@ -542,7 +543,7 @@ seen_x, seen_y = encode_sentences(data.make_toy_sentences(1000, seed=3, adjectiv
 
 def new_encoder():
     train.set_seed(0)
-    return families.EncoderOnly(V_TOY, d_model=64, n_heads=4, n_layers=2, n_classes=2, max_len=16)
+    return families.EncoderOnly(families.EncoderConfig(vocab_size=V_TOY, d_model=64, n_heads=4, n_layers=2, n_classes=2, max_len=16))
 
 
 def pretrain_mlm(model, steps, batch_size=128):
@@ -669,7 +670,7 @@ if not GRADING:
 # ## 3. Decoder-only: a language model that writes (GPT)
 #
 # Keep only the decoder, drop its cross-attention (there is no encoder to attend to), and what is
-# left is chapter 6's encoder block under a causal mask: `families.DecoderOnlyLM` stacks the same
+# left is chapter 6's encoder block under a causal mask: the course's GPT, `DecoderLM(LMConfig.gpt(...))`, stacks the same
 # `blocks.TransformerBlock`, with its key/value caches passed in while it generates. It is trained to predict every next token of a text at once (teacher
 # forcing, one forward pass per batch), and it generates by feeding its own output back in. This
 # makes it the same model as chapter 1's decoder: a seq2seq decoder is a language
@@ -697,7 +698,7 @@ LM_STEPS = budget.pick(300, grading=5)
 lm_text, _ = data.pad_sequences([toy_vocab.encode(w, add_sos=True, add_eos=True)
                                  for w, _ in data.make_toy_sentences(6000, seed=0)])
 train.set_seed(0)
-gpt = families.DecoderOnlyLM(V_TOY, d_model=64, n_heads=4, n_layers=2, max_len=16)
+gpt = DecoderLM(LMConfig.gpt(V_TOY, d_model=64, n_heads=4, n_layers=2, max_len=16))
 g = torch.Generator().manual_seed(0)
 lm_batches = (lm_text[torch.randint(0, len(lm_text), (128,), generator=g)] for _ in range(LM_STEPS))
 shifted = ((b[:, :-1], b[:, 1:].masked_fill(b[:, 1:] == PAD_ID, train.IGNORE_INDEX)) for b in lm_batches)
@@ -772,7 +773,7 @@ with torch.no_grad():
 print(f"parallel prefill vs one token at a time: max |difference| of the next log-probabilities = {gap:.1e}")
 assert gap < 1e-4, 'cached generation must equal recomputation'
 
-uncached = families.DecoderOnlyLM(V_TOY, d_model=64, n_heads=4, n_layers=2, max_len=16, use_cache=False)
+uncached = DecoderLM(LMConfig.gpt(V_TOY, d_model=64, n_heads=4, n_layers=2, max_len=16, use_cache=False))
 uncached.load_state_dict(gpt.state_dict())
 uncached.eval()
 outputs, seconds = {}, {}
@@ -1213,7 +1214,7 @@ assert torch.equal(mask_fn(7, 4), families.prefix_lm_mask(7, 4)), 'the prefix-LM
 def train_date_lm(prefix_lm):
     """The decoder-only date model, causal or as a prefix LM (bidirectional over <sos> + source)."""
     train.set_seed(0)
-    lm = families.DecoderOnlyLM(len(lm_vocab), d_model=48, n_heads=4, n_layers=2, d_ff=96, max_len=48)
+    lm = DecoderLM(LMConfig.gpt(len(lm_vocab), d_model=48, n_heads=4, n_layers=2, d_ff=96, max_len=48))
     start = time.perf_counter()
     g = torch.Generator().manual_seed(0)
 
@@ -1237,8 +1238,7 @@ date_results = {}
 date_lm, completions, date_results["decoder-only"] = train_date_lm(prefix_lm=False)
 _, _, date_results["prefix LM"] = train_date_lm(prefix_lm=True)
 train.set_seed(0)
-date_ed = T.Seq2SeqTransformer(len(date_src_vocab), len(date_tgt_vocab), d_model=32, n_heads=4, n_layers=2, d_ff=64,
-                               norm_first=True)
+date_ed = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(date_src_vocab), tgt_vocab=len(date_tgt_vocab), d_model=32, n_heads=4, n_layers=2, d_ff=64, norm_first=True))
 hist = train.train_seq2seq(date_ed, date_train, date_src_vocab, date_tgt_vocab,
                            train.TrainConfig(DATE_STEPS, lr=3e-3, clip=1.0), batch_size=64, device=device, progress=False)
 date_results["encoder-decoder"] = (train.count_parameters(date_ed), hist.seconds,
@@ -1305,7 +1305,7 @@ for src, tgt in multi_train[:4]:
     sep = "" if data.task_of((src, tgt)) == "date" else " "     # dates are characters, the others symbols
     print(src[0], sep.join(src[1:]), "->", sep.join(tgt))
 train.set_seed(0)
-t5 = T.Seq2SeqTransformer(len(multi_vocab), len(multi_vocab), d_model=48, n_heads=4, n_layers=2, d_ff=96, norm_first=True)
+t5 = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(multi_vocab), tgt_vocab=len(multi_vocab), d_model=48, n_heads=4, n_layers=2, d_ff=96, norm_first=True))
 hist = train.train_seq2seq(t5, multi_train, multi_vocab, multi_vocab, train.TrainConfig(MULTI_STEPS, clip=1.0),
                            batch_size=64, device=device, progress=False)
 predictions = train.predict(t5, [s for s, _ in multi_test], multi_vocab, multi_vocab, max_len=16)
@@ -1529,7 +1529,7 @@ def vit_forward(model, images):
 
 # %% nbgrader={"grade": true, "grade_id": "ex5_vit_forward-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _vit_case(seed, forbidden=(), batch=3, **kw):
-    model = vit.ViT(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw}).eval()
+    model = vit.ViT(vit.ViTConfig(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw})).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in model.parameters():     # every weight random (class token, positions, norms): each part matters
@@ -1553,7 +1553,7 @@ checks.run_checks("vit_forward", [("patch 4 on 8x8 digits", lambda: _vit_case(0)
 ### BEGIN HIDDEN TESTS
 def _hidden_vit_case(seed, forbidden=(), batch=3, **kw):
     """_vit_case of the visible tests, its expected logits computed where the grader withholds them."""
-    model = vit.ViT(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw}).eval()
+    model = vit.ViT(vit.ViTConfig(**{"patch": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, **kw})).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in model.parameters():     # every weight random (class token, positions, norms): each part matters
@@ -1594,7 +1594,7 @@ def _vit_reference(model, images):
 def _probe_vit(f):
     """Your vit_forward must not call the model as a whole (the reference does)."""
     torch.manual_seed(5)
-    model = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=2).eval()
+    model = vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=2)).eval()
     whole = contextlib.nullcontext() if f is _vit_reference else checks.forbid(vit.ViT.forward, vit.ViT.embed)
     with torch.no_grad(), whole:
         return f(model, x_test[:8])
@@ -1613,7 +1613,7 @@ vit_logits = checks.learner_or_reference(vit_forward, _vit_reference, _probe_vit
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-conv_vit = vit.ViT(patch=4, d_model=16, n_heads=2, n_layers=1).eval()
+conv_vit = vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=1)).eval()
 P_conv, d_conv = conv_vit.patch, conv_vit.patch_embed.out_features
 conv = torch.nn.Conv2d(conv_vit.channels, d_conv, kernel_size=P_conv, stride=P_conv)
 with torch.no_grad():
@@ -1648,7 +1648,7 @@ def fit(make, **kw):
     return model, history
 
 
-vit_model, vit_history = fit(lambda: vit.ViT(patch=4, d_model=64, n_heads=4, n_layers=2), weight_decay=0.05,
+vit_model, vit_history = fit(lambda: vit.ViT(vit.ViTConfig(patch=4, d_model=64, n_heads=4, n_layers=2)), weight_decay=0.05,
                              warmup_steps=50)
 cnn_model, cnn_history = fit(lambda: classify.SmallCNN(width=72))
 with torch.no_grad():
@@ -1711,7 +1711,7 @@ if not GRADING:
 # %%
 # NBVAL_IGNORE_OUTPUT
 train.set_seed(0)
-vit_small = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)
+vit_small = vit.ViT(vit.ViTConfig(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96))
 small_config = classify.classifier_config(len(x_train), budget.pick(12, grading=1), batch_size=64, lr=3e-3,
                                          weight_decay=0.05, warmup_steps=50)
 small_history = classify.train_classifier(vit_small, x_train, y_train, small_config, batch_size=64, seed=0)
@@ -1752,7 +1752,7 @@ def ink_correlation(maps):
 vit_small.eval()
 occ_map = occlusion_map(vit_small)
 train.set_seed(1)
-vit_untrained = vit.ViT(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96).eval()
+vit_untrained = vit.ViT(vit.ViTConfig(patch=2, d_model=48, n_heads=4, n_layers=2, d_ff=96)).eval()
 with torch.no_grad():
     _, untrained_weights = vit_untrained.forward_with_weights(x_test)
 untrained_rollout = vit.class_token_map(vit.attention_rollout(untrained_weights), vit_untrained.grid)
