@@ -1488,7 +1488,7 @@ plt.show()
 #
 # Write `vit_forward(model, images)` for a `vit.ViT` in eval mode: the forward pass described at the
 # top of this section, built from the model's parts (do not call `model(...)` or `model.embed`). The
-# parts: `model.patch` (the patch size), `model.patch_embed` (a linear layer on one flattened patch),
+# parts: `model.cfg.patch` (the patch size, in the model's config), `model.patch_embed` (a linear layer on one flattened patch),
 # `model.cls_token` (a `(1, 1, d_model)` parameter), `model.positions` (a module that adds the
 # position embeddings to a `(batch, tokens, d_model)` tensor), `model.stack.layers` (encoder blocks;
 # each returns `(x, self weights, cross weights)`, `.x` the first), `model.stack.norm` (the final
@@ -1518,7 +1518,7 @@ def vit_forward(model, images):
         ``(batch, n_classes)``.
     """
     ### BEGIN SOLUTION
-    x = model.patch_embed(patches_of(images, model.patch))                  # (B, N, d_model)
+    x = model.patch_embed(patches_of(images, model.cfg.patch))                  # (B, N, d_model)
     cls = model.cls_token.expand(x.shape[0], -1, -1)                        # (B, 1, d_model)
     x = model.positions(torch.cat([cls, x], dim=1))                         # (B, 1 + N, d_model)
     for layer in model.stack.layers:
@@ -1534,7 +1534,7 @@ def _vit_case(seed, forbidden=(), batch=3, **kw):
     with torch.no_grad():
         for param in model.parameters():     # every weight random (class token, positions, norms): each part matters
             param.copy_(torch.randn(param.shape, generator=g) * 0.5)
-        images = torch.rand(batch, model.channels, model.image_size, model.image_size, generator=g)
+        images = torch.rand(batch, model.cfg.channels, model.cfg.image_size, model.cfg.image_size, generator=g)
         want = model(images)
         with checks.forbid(*forbidden):
             got = checks.call(vit_forward, model, images)
@@ -1558,7 +1558,7 @@ def _hidden_vit_case(seed, forbidden=(), batch=3, **kw):
     with torch.no_grad():
         for param in model.parameters():     # every weight random (class token, positions, norms): each part matters
             param.copy_(torch.randn(param.shape, generator=g) * 0.5)
-        images = torch.rand(batch, model.channels, model.image_size, model.image_size, generator=g)
+        images = torch.rand(batch, model.cfg.channels, model.cfg.image_size, model.cfg.image_size, generator=g)
         ### BEGIN EXPECTED
         want = model(images)
         ### END EXPECTED
@@ -1614,10 +1614,10 @@ vit_logits = checks.learner_or_reference(vit_forward, _vit_reference, _probe_vit
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
 conv_vit = vit.ViT(vit.ViTConfig(patch=4, d_model=16, n_heads=2, n_layers=1)).eval()
-P_conv, d_conv = conv_vit.patch, conv_vit.patch_embed.out_features
-conv = torch.nn.Conv2d(conv_vit.channels, d_conv, kernel_size=P_conv, stride=P_conv)
+P_conv, d_conv = conv_vit.cfg.patch, conv_vit.patch_embed.out_features
+conv = torch.nn.Conv2d(conv_vit.cfg.channels, d_conv, kernel_size=P_conv, stride=P_conv)
 with torch.no_grad():
-    conv.weight.copy_(conv_vit.patch_embed.weight.reshape(d_conv, conv_vit.channels, P_conv, P_conv))
+    conv.weight.copy_(conv_vit.patch_embed.weight.reshape(d_conv, conv_vit.cfg.channels, P_conv, P_conv))
     conv.bias.copy_(conv_vit.patch_embed.bias)
     by_linear = conv_vit.patch_embed(patches_of(x_test[:16], P_conv))        # (16, 4, d_model)
     by_conv = conv(x_test[:16]).flatten(2).transpose(1, 2)                  # (16, d_model, 2, 2) -> (16, 4, d_model)

@@ -168,14 +168,14 @@ CORRECT = {
     },
     "ex5_vit_forward": {
         "model.stack called as a whole": '''def vit_forward(model, images):
-    tokens = model.patch_embed(patches_of(images, model.patch))
+    tokens = model.patch_embed(patches_of(images, model.cfg.patch))
     cls = model.cls_token.repeat(images.shape[0], 1, 1)
     x = model.positions(torch.cat((cls, tokens), dim=1))
     return model.head(model.stack(x).x[:, 0])
 ''',
         "einsum patch embedding, explicit position weights": '''def vit_forward(model, images):
     B = images.shape[0]
-    patches = vit.patchify(images, model.patch)
+    patches = vit.patchify(images, model.cfg.patch)
     x = torch.einsum("bnf,df->bnd", patches, model.patch_embed.weight) + model.patch_embed.bias
     x = torch.cat([model.cls_token.expand(B, 1, -1), x], dim=1)
     x = x + model.positions.embedding.weight[: x.shape[1]]
@@ -185,7 +185,7 @@ CORRECT = {
     return model.head(x[:, 0, :])
 ''',
         "norm on the class token only": '''def vit_forward(model, images):
-    x = model.patch_embed(patches_of(images, model.patch))
+    x = model.patch_embed(patches_of(images, model.cfg.patch))
     x = torch.cat([model.cls_token.expand(len(images), -1, -1), x], 1)
     x = model.positions(x)
     for layer in model.stack.layers:

@@ -199,7 +199,7 @@ REVIEWED = {
     # ex5: the class token's state taken with squeeze(): a batch of one image loses its batch axis,
     # (n_classes,) instead of (1, n_classes).
     "vit_squeeze_batch": ("ex5_vit_forward", '''def vit_forward(model, images):
-    x = model.patch_embed(patches_of(images, model.patch))
+    x = model.patch_embed(patches_of(images, model.cfg.patch))
     x = torch.cat([model.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
     x = model.positions(x)
     for layer in model.stack.layers:
