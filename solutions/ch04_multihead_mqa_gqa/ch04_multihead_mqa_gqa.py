@@ -23,14 +23,15 @@
 #
 # **What you will build**: multi-head attention from weight matrices, equal to PyTorch's
 # `nn.MultiheadAttention`; `repeat_kv`, the one line that turns MHA into GQA or MQA; one step
-# of cached decoding; the size of a KV cache; the mean-pooling conversion of Ainslie et al.
-# The reference versions live in `course_utils.multihead` (`MultiHeadAttention`, `repeat_kv`,
-# `cached_attention`, `mean_pool_kv_heads`) and `course_utils.kvcache` (`KVCache`, `kv_cache_bytes`),
-# so a learner stuck here can still go on to chapter 5.
+# of cached decoding, then the whole cached step of a GQA layer from its weights; the size of a
+# KV cache; the mean-pooling conversion of Ainslie et al. The reference versions live in
+# `course_utils.multihead` (`MultiHeadAttention`, `repeat_kv`, `cached_attention`,
+# `gqa_decode_step`, `mean_pool_kv_heads`) and `course_utils.kvcache` (`KVCache`,
+# `kv_cache_bytes`), so a learner stuck here can still go on to chapter 5.
 #
 # **Exercises** (graded by the test cells below each one): 1 `split_heads`/`merge_heads`
 # (2 points), 2 `multi_head_attention` (4), 3 `repeat_kv` (2), 4 `attend_with_cache` (4),
-# 5 `kv_cache_bytes` (2), 6 `mean_pool_heads` (3); two written questions (4).
+# 4b `gqa_decode_step` (6), 5 `kv_cache_bytes` (2), 6 `mean_pool_heads` (3); two written questions (4).
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
