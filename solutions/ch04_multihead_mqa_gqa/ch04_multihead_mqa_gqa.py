@@ -1175,12 +1175,12 @@ _wants4b = [_whole4b(x, Ws, c[2], c[3]) for (x, Ws), c in zip(_in4b, _cases4b)]
 
 
 def _case4b(r):
-    b, d, h, g, chunks, dt = _cases4b[r]
+    b, d, h, kvh, chunks, dt = _cases4b[r]
     x, Ws = _in4b[r]
-    what = f"case {r}: batch {b}, d_model {d}, {h} heads, {g} kv heads, chunks {chunks}, {str(dt)[6:]}"
+    what = f"case {r}: batch {b}, d_model {d}, {h} heads, {kvh} kv heads, chunks {chunks}, {str(dt)[6:]}"
     cache, t = None, 0
     for n in chunks:
-        out, cache = checks.call(gqa_decode_step, x[:, t:t + n], *Ws, h, g, cache)
+        out, cache = checks.call(gqa_decode_step, x[:, t:t + n], *Ws, h, kvh, cache)
         checks.expect_equal((out.dtype, cache[0].dtype, cache[1].dtype), (dt, dt, dt), f"{what}: dtypes of out, k, v")
         checks.expect_close(out, _wants4b[r][0][:, t:t + n], f"{what}: out of positions {t} to {t + n - 1}")
         t += n
@@ -1189,9 +1189,9 @@ def _case4b(r):
 
 
 def _raises4b_hidden(r):
-    g = torch.Generator().manual_seed(142)
-    x = torch.randn(2, 3, 12, generator=g)
-    W = {c: torch.randn(12, c, generator=g) for c in (2, 4, 6, 8, 12)}   # d_model 12
+    gen = torch.Generator().manual_seed(142)
+    x = torch.randn(2, 3, 12, generator=gen)
+    W = {c: torch.randn(12, c, generator=gen) for c in (2, 4, 6, 8, 12)}   # d_model 12
     ok = [W[12], W[4], W[4], W[12]]                                       # 6 heads of 2, n_kv_heads = 2
     kv = torch.zeros(2, 2, 5, 2)
     bad = [("x_new of 2 axes", (x[0], *ok, 6, 2), ("x_new",)),
