@@ -1044,10 +1044,10 @@ def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
                           ("W_v", W_v, n_kv_heads * d_head), ("W_o", W_o, d_model)):
         if tuple(w.shape) != (d_model, cols):
             raise ValueError(f"{name} must be ({d_model}, {cols}), got {tuple(w.shape)}")
-    # 1. project the new positions and split them into heads
-    q = split_used(x_new @ W_q, n_heads)
-    k = split_used(x_new @ W_k, n_kv_heads)
-    v = split_used(x_new @ W_v, n_kv_heads)
+    # 1. project the new positions and split them into heads: (batch, heads, L_new, d_head)
+    q = (x_new @ W_q).view(batch, L_new, n_heads, d_head).permute(0, 2, 1, 3)
+    k = (x_new @ W_k).view(batch, L_new, n_kv_heads, d_head).permute(0, 2, 1, 3)
+    v = (x_new @ W_v).view(batch, L_new, n_kv_heads, d_head).permute(0, 2, 1, 3)
     # 2. append them to the cache, un-repeated
     if cache is not None:
         k_old, v_old = cache
@@ -1062,8 +1062,9 @@ def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
     scores = q @ repeat_used(k, n_rep).mT / math.sqrt(d_head)
     scores = torch.where(attention.causal_mask(L_new, k.shape[2]), scores, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ repeat_used(v, n_rep)
-    # 4. merge the heads and project
-    return merge_used(out) @ W_o, (k, v)
+    # 4. merge the heads (head i in columns i * d_head onwards) and project
+    out = out.permute(0, 2, 1, 3).reshape(batch, L_new, d_model)
+    return out @ W_o, (k, v)
     ### END SOLUTION
 
 
