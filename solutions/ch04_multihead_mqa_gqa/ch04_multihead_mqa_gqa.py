@@ -1255,6 +1255,10 @@ print(f"the cache holds k and v of shape {tuple(cache[0].shape)}: {2 * cache[0].
       f"where repeated heads would take {2 * cache[0].numel() * 4}")
 assert err < 1e-5 and cache[0].shape == (2, 2, 12, 4), "the cached steps must equal the whole causal pass"
 
+# %% [markdown]
+# Each step reads the keys and values of every earlier position from the cache and appends its own;
+# the outputs are the whole pass's, up to rounding. The cache keeps the 2 key/value heads, not the 8
+# that attention reads: that ratio, $g/h$, is what section 7 turns into bytes and time per token.
 
 # %% [markdown]
 # ## 7. Why MQA and GQA exist: decoding is memory-bound
