@@ -32,7 +32,8 @@ from .positional import apply_rope_half, rope_rotate
 
 __all__ = [
     "MultiHeadAttention", "OneHeadSelfAttention", "cached_attention", "convert_to_gqa", "copy_from_torch",
-    "copy_to_torch", "grouped_sdpa", "mean_pool_kv_heads", "merge_heads", "repeat_kv", "split_heads",
+    "copy_to_torch", "gqa_decode_step", "grouped_sdpa", "mean_pool_kv_heads", "merge_heads", "repeat_kv",
+    "split_heads",
 ]
 
 
@@ -292,6 +293,61 @@ def cached_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     mask = causal_mask(q.shape[2], k_new.shape[2], device=q.device)
     out, _ = scaled_dot_product_attention(q, repeat_kv(k_new, n_rep), repeat_kv(v_new, n_rep), mask)
     return out, (k_new, v_new)
+
+
+def _check_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache) -> None:
+    """The ValueErrors of :func:`gqa_decode_step`, each naming what disagrees."""
+    if not torch.is_tensor(x_new) or x_new.dim() != 3:
+        raise ValueError(f"x_new must be (batch, L_new, d_model), got {_shape(x_new)}")
+    check_int(n_heads, "n_heads", low=1)
+    check_int(n_kv_heads, "n_kv_heads", low=1)
+    d_model = x_new.shape[-1]
+    if n_heads % n_kv_heads or d_model % n_heads:
+        raise ValueError(f"n_kv_heads must divide n_heads and n_heads must divide d_model, got n_heads={n_heads}, "
+                         f"n_kv_heads={n_kv_heads}, d_model={d_model}")
+    d_kv = n_kv_heads * (d_model // n_heads)
+    for name, w, want in (("W_q", W_q, (d_model, d_model)), ("W_k", W_k, (d_model, d_kv)),
+                          ("W_v", W_v, (d_model, d_kv)), ("W_o", W_o, (d_model, d_model))):
+        if not torch.is_tensor(w) or tuple(w.shape) != want:
+            raise ValueError(f"{name} must be {want} (d_model={d_model}, n_kv_heads * d_head={d_kv}), got {_shape(w)}")
+    if cache is None:
+        return
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2 or not all(torch.is_tensor(t) and t.dim() == 4 for t in cache):
+        raise ValueError("cache must be None or a pair (k, v) of (batch, n_kv_heads, T, d_head) tensors")
+    k, v = cache
+    if k.shape[1] != n_kv_heads or v.shape[1] != n_kv_heads:
+        raise ValueError(f"the cache must hold n_kv_heads={n_kv_heads} heads (never the repeated ones), got "
+                         f"k {tuple(k.shape)} and v {tuple(v.shape)}")
+    want = (x_new.shape[0], n_kv_heads, k.shape[2], d_model // n_heads)
+    if tuple(k.shape) != want or tuple(v.shape) != want:
+        raise ValueError(f"the cache's k and v must both be (batch, n_kv_heads, T, d_head) = {want}, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+
+
+def gqa_decode_step(x_new: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, W_v: torch.Tensor, W_o: torch.Tensor,
+                    n_heads: int, n_kv_heads: int, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One cached step of a grouped-query attention layer given by its weight matrices (chapter 4's
+    whole decoding step).
+
+    Args:
+        x_new: ``(batch, L_new, d_model)``, the new positions (a prompt, a chunk or one token).
+        W_q, W_o: ``(d_model, d_model)``; W_k, W_v: ``(d_model, n_kv_heads * d_head)``, with
+            ``d_head = d_model // n_heads``; applied as ``x @ W``, no biases.
+        n_heads, n_kv_heads: query heads and key/value heads (``n_kv_heads`` divides ``n_heads``).
+        cache: None or ``(k, v)``, each ``(batch, n_kv_heads, T, d_head)``, as the previous step returned it.
+    Returns:
+        ``(out (batch, L_new, d_model), (k, v))``, the cache ``(batch, n_kv_heads, T + L_new, d_head)``,
+        un-repeated; the new positions attend causally (mask aligned bottom-right) over the cache and themselves.
+    Raises:
+        ValueError: shapes that disagree, ``n_kv_heads`` not dividing ``n_heads``, a cache of other heads.
+    """
+    _check_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache)
+    q = split_heads(x_new @ W_q, n_heads)
+    k = split_heads(x_new @ W_k, n_kv_heads)
+    v = split_heads(x_new @ W_v, n_kv_heads)
+    out, cache = cached_attention(q, k, v, None if cache is None else tuple(cache))
+    return merge_heads(out) @ W_o, cache
 
 
 def mean_pool_kv_heads(weight: torch.Tensor, n_heads: int, n_groups: int) -> torch.Tensor:

@@ -36,6 +36,31 @@ EXERCISES = (
              (Arg("q", (F32, F64, BATCHED)),
               Arg("cache", (Kind("none", "None (an empty cache)", lambda v: v is None),
                             Kind("pair", "a `(k, v)` pair", lambda v: isinstance(v, tuple) and len(v) == 2))))),
+    Exercise(CH, "ex4b_decode_step", "gqa_decode_step", "course_utils.multihead:gqa_decode_step",
+             (Arg("x_new", (F32, F64, BATCHED, BATCH1)),
+              Arg(CALL, (Kind("mha", "`n_kv_heads` = `n_heads` (MHA)", lambda b: b["n_kv_heads"] == b["n_heads"]),
+                         Kind("gqa", "1 < `n_kv_heads` < `n_heads` (GQA)", lambda b: 1 < b["n_kv_heads"] < b["n_heads"]),
+                         Kind("mqa", "`n_kv_heads` = 1 < `n_heads` (MQA)", lambda b: b["n_kv_heads"] == 1 < b["n_heads"]),
+                         Kind("prompt", "a prompt of several tokens on an empty cache",
+                              lambda b: b["cache"] is None and b["x_new"].shape[1] > 1),
+                         Kind("token", "one new token on a filled cache",
+                              lambda b: b["cache"] is not None and b["x_new"].shape[1] == 1),
+                         Kind("chunk", "a chunk of several tokens on a filled cache (the mask aligned bottom-right)",
+                              lambda b: b["cache"] is not None and b["x_new"].shape[1] > 1))),
+              Arg("cache", (Kind("none", "None (an empty cache)", lambda v: v is None),
+                            Kind("pair", "a `(k, v)` pair", lambda v: isinstance(v, tuple) and len(v) == 2)))),
+             raises=(Kind("not-3d", "`x_new` not 3-D: ValueError", lambda a: a["x_new"].dim() != 3),
+                     Kind("heads", "`n_kv_heads` not dividing `n_heads`, or `n_heads` not dividing `d_model`: ValueError",
+                          lambda a: _x3(a) and (a["n_heads"] % a["n_kv_heads"] != 0
+                                                or a["x_new"].shape[-1] % a["n_heads"] != 0)),
+                     Kind("weights", "a weight of the wrong shape: ValueError",
+                          lambda a: _x3(a) and _heads_ok(a) and not _weights_ok(a)),
+                     Kind("cache-heads", "a cache of other than `n_kv_heads` heads (the repeated ones): ValueError",
+                          lambda a: _x3(a) and _heads_ok(a) and _weights_ok(a) and a["cache"][0].shape[1] != a["n_kv_heads"]),
+                     Kind("cache-shape", "a cache whose batch or `d_head` is not the step's, or whose `k` and `v` "
+                                         "disagree: ValueError",
+                          lambda a: _x3(a) and _heads_ok(a) and _weights_ok(a) and a["cache"][0].shape[1] == a["n_kv_heads"]
+                          and not _cache_ok(a)))),
     Exercise(CH, "ex5_kv_bytes", "kv_cache_bytes", "course_utils.kvcache:kv_cache_bytes",
              (Arg("n_layers", (PY_INT,)), Arg("seq_len", (PY_INT,)),
               Arg("bytes_per_value", (Kind("1", "1", lambda v: v == 1), Kind("2", "2", lambda v: v == 2),
@@ -56,3 +81,23 @@ def _product(b: dict) -> int:
     for k in ("n_layers", "n_kv_heads", "d_head", "seq_len", "batch", "bytes_per_value"):
         p *= int(b[k])
     return p
+
+
+def _x3(a: dict) -> bool:
+    return a["x_new"].dim() == 3
+
+
+def _heads_ok(a: dict) -> bool:
+    return a["n_heads"] % a["n_kv_heads"] == 0 and a["x_new"].shape[-1] % a["n_heads"] == 0
+
+
+def _weights_ok(a: dict) -> bool:
+    d = a["x_new"].shape[-1]
+    d_kv = a["n_kv_heads"] * (d // a["n_heads"])
+    return tuple(a["W_q"].shape) == tuple(a["W_o"].shape) == (d, d) and tuple(a["W_k"].shape) == tuple(a["W_v"].shape) == (d, d_kv)
+
+
+def _cache_ok(a: dict) -> bool:
+    k, v = a["cache"]
+    want = (a["x_new"].shape[0], a["n_kv_heads"], k.shape[2], a["x_new"].shape[-1] // a["n_heads"])
+    return tuple(k.shape) == tuple(v.shape) == want

@@ -23,14 +23,15 @@
 #
 # **What you will build**: multi-head attention from weight matrices, equal to PyTorch's
 # `nn.MultiheadAttention`; `repeat_kv`, the one line that turns MHA into GQA or MQA; one step
-# of cached decoding; the size of a KV cache; the mean-pooling conversion of Ainslie et al.
-# The reference versions live in `course_utils.multihead` (`MultiHeadAttention`, `repeat_kv`,
-# `cached_attention`, `mean_pool_kv_heads`) and `course_utils.kvcache` (`KVCache`, `kv_cache_bytes`),
-# so a learner stuck here can still go on to chapter 5.
+# of cached decoding, then the whole cached step of a GQA layer from its weights; the size of a
+# KV cache; the mean-pooling conversion of Ainslie et al. The reference versions live in
+# `course_utils.multihead` (`MultiHeadAttention`, `repeat_kv`, `cached_attention`,
+# `gqa_decode_step`, `mean_pool_kv_heads`) and `course_utils.kvcache` (`KVCache`,
+# `kv_cache_bytes`), so a learner stuck here can still go on to chapter 5.
 #
 # **Exercises** (graded by the test cells below each one): 1 `split_heads`/`merge_heads`
 # (2 points), 2 `multi_head_attention` (4), 3 `repeat_kv` (2), 4 `attend_with_cache` (4),
-# 5 `kv_cache_bytes` (2), 6 `mean_pool_heads` (3); two written questions (4).
+# 4b `gqa_decode_step` (6), 5 `kv_cache_bytes` (2), 6 `mean_pool_heads` (3); two written questions (4).
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
@@ -970,6 +971,295 @@ for g, name in ((8, "MHA"), (2, "GQA-2"), (1, "MQA")):
           f"chunk with is_causal=True vs full: {(wrong - full).abs().max().item():.2f}")
     assert err < 1e-5 and (mine - full).abs().max() < 1e-5 and (wrong - full).abs().max() > 0.05, 'cached attention must equal the full causal forward; the top-left mask must not'
 
+
+# %% [markdown]
+# ### Exercise 4b: the whole cached GQA step (2 + 4 points)
+#
+# Exercise 4 was handed the queries, keys and values. A decoder's attention layer starts from the
+# new tokens' vectors and its weight matrices, and ends with the output projection: write the
+# whole step, `gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None)`, which
+# returns `(out, cache)`. You may call your own `split_heads`, `repeat_kv`, `merge_heads` and
+# `attend_with_cache` (while the tests run your step, they use the course's versions of those, so a
+# mistake there costs its own exercise only), or write everything out.
+#
+# - `x_new` is `(batch, L_new, d_model)`, float32 or float64: the vectors of the `L_new` new
+#   positions (a prompt, a chunk of several tokens, or one token). `cache` is `None` (nothing seen
+#   yet) or the `(k, v)` that the previous call returned, each `(batch, n_kv_heads, T, d_head)`.
+# - The weights are applied on the right, `x_new @ W_q`, with no biases; `d_head = d_model //
+#   n_heads`; `W_q` and `W_o` are `(d_model, d_model)`, `W_k` and `W_v` are `(d_model, n_kv_heads *
+#   d_head)`. Head $j$ is columns $j \cdot d_\text{head}$ to $(j + 1) \cdot d_\text{head}$ of a
+#   projection, as in `split_heads`: `n_heads` query heads, `n_kv_heads` key and value heads.
+# - Append the new keys and values to the cache's (the old positions first). The cache you return
+#   holds the `n_kv_heads` heads, **never the repeated ones**: `(batch, n_kv_heads, T + L_new,
+#   d_head)`, in `x_new`'s dtype. Do not change the tensors of the cache you were given (a new
+#   tensor, `torch.cat`, is the way).
+# - Query head $i$ reads key/value head $\lfloor i / (n_\text{heads} / n_\text{kv\_heads})
+#   \rfloor$ (`repeat_kv`'s order). The new queries are the last `L_new` of the `T + L_new`
+#   positions: new query $i$ sees positions $0$ to $T + i$ (the bottom-right causal mask). Scores
+#   are scaled by $1/\sqrt{d_\text{head}}$, then a softmax over the keys, the average of the values,
+#   the heads merged (head $i$ in columns $i \cdot d_\text{head}$ onwards) and `W_o` applied.
+# - Return `out (batch, L_new, d_model)` in `x_new`'s dtype, and the new cache `(k, v)`.
+# - Raise `ValueError` before any computing when `x_new` is not 3-D; when `n_kv_heads` does not
+#   divide `n_heads` or `n_heads` does not divide `d_model`; when a weight has another shape than the
+#   ones above; when the cache's keys or values are not `(batch, n_kv_heads, T, d_head)` with this
+#   step's batch and `d_head` (a cache of the repeated heads, say), or the keys and values differ in
+#   shape. The message names what is wrong: `x_new`; `n_heads` or `n_kv_heads`; the weight (`W_q`,
+#   `W_k`, `W_v` or `W_o`); `cache`. (A `ValueError` that Python raises by itself, "not enough
+#   values to unpack", names none of them.)
+#
+# The tests decode sequences chunk by chunk and compare every chunk's output with the whole sequence
+# run at once through causal GQA (in float64), and every cache with the un-repeated keys and values.
+#
+# <!-- domain: ex4b_decode_step gqa_decode_step -->
+#
+# The tests try every kind of input listed here:
+# - `x_new`: float32; float64; a batch of more than 1; a batch of 1.
+# - the arguments together: `n_kv_heads` = `n_heads` (MHA); 1 < `n_kv_heads` < `n_heads` (GQA); `n_kv_heads` = 1 < `n_heads` (MQA); a prompt of several tokens on an empty cache; one new token on a filled cache; a chunk of several tokens on a filled cache (the mask aligned bottom-right).
+# - `cache`: None (an empty cache); a `(k, v)` pair.
+# - must raise: `x_new` not 3-D: ValueError; `n_kv_heads` not dividing `n_heads`, or `n_heads` not dividing `d_model`: ValueError; a weight of the wrong shape: ValueError; a cache of other than `n_kv_heads` heads (the repeated ones): ValueError; a cache whose batch or `d_head` is not the step's, or whose `k` and `v` disagree: ValueError.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+
+# %% nbgrader={"grade": false, "grade_id": "ex4b_decode_step", "locked": false, "schema_version": 3, "solution": true}
+def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    """One cached step of a grouped-query attention layer.
+
+    Args:
+        x_new: ``(batch, L_new, d_model)``, the new positions.
+        W_q, W_o: ``(d_model, d_model)``; W_k, W_v: ``(d_model, n_kv_heads * d_head)``; applied as ``x @ W``.
+        n_heads, n_kv_heads: query heads and key/value heads (``n_kv_heads`` divides ``n_heads``).
+        cache: None or ``(k, v)``, each ``(batch, n_kv_heads, T, d_head)``.
+    Returns:
+        ``(out (batch, L_new, d_model), (k, v))``, the cache ``(batch, n_kv_heads, T + L_new, d_head)``.
+    """
+    ### BEGIN SOLUTION
+    if x_new.dim() != 3:
+        raise ValueError(f"x_new must be (batch, L_new, d_model), got shape {tuple(x_new.shape)}")
+    batch, L_new, d_model = x_new.shape
+    if n_heads % n_kv_heads != 0 or d_model % n_heads != 0:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}, "
+                         f"and n_heads must divide d_model={d_model}")
+    d_head = d_model // n_heads
+    for name, w, cols in (("W_q", W_q, d_model), ("W_k", W_k, n_kv_heads * d_head),
+                          ("W_v", W_v, n_kv_heads * d_head), ("W_o", W_o, d_model)):
+        if tuple(w.shape) != (d_model, cols):
+            raise ValueError(f"{name} must be ({d_model}, {cols}), got {tuple(w.shape)}")
+    # 1. project the new positions and split them into heads: (batch, heads, L_new, d_head)
+    q = (x_new @ W_q).view(batch, L_new, n_heads, d_head).permute(0, 2, 1, 3)
+    k = (x_new @ W_k).view(batch, L_new, n_kv_heads, d_head).permute(0, 2, 1, 3)
+    v = (x_new @ W_v).view(batch, L_new, n_kv_heads, d_head).permute(0, 2, 1, 3)
+    # 2. append them to the cache, un-repeated
+    if cache is not None:
+        k_old, v_old = cache
+        want = (batch, n_kv_heads, k_old.shape[2], d_head)
+        if tuple(k_old.shape) != want or tuple(v_old.shape) != want:
+            raise ValueError(f"the cache's k and v must both be {want} (n_kv_heads={n_kv_heads} heads, never "
+                             f"the repeated ones), got {tuple(k_old.shape)} and {tuple(v_old.shape)}")
+        k = torch.cat([k_old, k], dim=2)
+        v = torch.cat([v_old, v], dim=2)
+    # 3. every query head reads its group's key/value head; the new queries are the last L_new positions
+    n_rep = n_heads // n_kv_heads
+    scores = q @ repeat_used(k, n_rep).mT / math.sqrt(d_head)
+    scores = torch.where(attention.causal_mask(L_new, k.shape[2]), scores, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ repeat_used(v, n_rep)
+    # 4. merge the heads (head i in columns i * d_head onwards) and project
+    out = out.permute(0, 2, 1, 3).reshape(batch, L_new, d_model)
+    return out @ W_o, (k, v)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4b_decode_step-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# a GQA layer: d_model 8, 4 query heads and 2 key/value heads of d_head 2; a batch of 2 sequences of 6
+_g = torch.Generator().manual_seed(41)
+_x4b = torch.randn(2, 6, 8, generator=_g)
+_W4b = [torch.randn(8, cols, generator=_g) / math.sqrt(8) for cols in (8, 4, 4, 8)]   # W_q, W_k, W_v, W_o
+
+
+def _full_gqa(x, W_q, W_k, W_v, W_o, n_heads, n_kv_heads):
+    """What the tests compare with: the whole sequence at once, causal, in float64 (PyTorch's GQA attention)."""
+    x, W_q, W_k, W_v, W_o = (t.double() for t in (x, W_q, W_k, W_v, W_o))
+    q, k, v = (multihead.split_heads(x @ W, n) for W, n in ((W_q, n_heads), (W_k, n_kv_heads), (W_v, n_kv_heads)))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    return multihead.merge_heads(out) @ W_o
+
+
+_want4b = _full_gqa(_x4b, *_W4b, 4, 2)
+
+
+def _decode4b(chunks):
+    outs, cache, t = [], None, 0
+    for n in chunks:
+        out, cache = checks.call(gqa_decode_step, _x4b[:, t:t + n], *_W4b, 4, 2, cache)
+        outs.append(out)
+        t += n
+    return outs, cache
+
+
+def _prompt4b():
+    out, (k, v) = checks.call(gqa_decode_step, _x4b[:, :4], *_W4b, 4, 2)
+    checks.expect_shape(out, (2, 4, 8), "out of a prompt of 4 tokens: (batch, L_new, d_model)")
+    checks.expect_shape(k, (2, 2, 4, 2), "the cached keys: (batch, n_kv_heads, T, d_head), 2 heads, not the 4 repeated")
+    checks.expect_close(k, multihead.split_heads(_x4b[:, :4] @ _W4b[1], 2), "the cached keys: x_new @ W_k in 2 heads")
+    checks.expect_close(v, multihead.split_heads(_x4b[:, :4] @ _W4b[2], 2), "the cached values: x_new @ W_v in 2 heads")
+    checks.expect_close(out, _want4b[:, :4], "out of the prompt vs the whole sequence at once")
+
+
+def _tokens4b():
+    outs, (k, _) = _decode4b([3, 1, 1, 1])
+    checks.expect_shape(k, (2, 2, 6, 2), "the cached keys after 3 + 1 + 1 + 1 positions")
+    checks.expect_close(torch.cat(outs, 1), _want4b, "a prompt of 3, then 3 single tokens, vs the whole sequence at once")
+
+
+def _chunk4b():
+    outs, _ = _decode4b([3, 3])
+    checks.expect_close(outs[1], _want4b[:, 3:], "a chunk of 3 on a cache of 3: new query i sees positions 0 to 3 + i "
+                        "(the bottom-right mask; a top-left one, is_causal=True, hides the cache)")
+
+
+def _raises_naming(args, names, what):
+    """gqa_decode_step(*args) must raise ValueError, its message naming one of ``names``."""
+    try:
+        checks.call(gqa_decode_step, *args)
+    except ValueError as err:
+        if not any(n in str(err) for n in names):
+            checks.expect_equal(str(err), f"a message naming {' or '.join(names)}", f"the ValueError for {what}")
+        return
+    checks.expect_equal("returned", "raised ValueError", f"gqa_decode_step with {what}")
+
+
+def _raises4b():
+    repeated = torch.zeros(2, 4, 3, 2)                     # a cache of the 4 repeated heads
+    _raises_naming((_x4b, _W4b[0], torch.randn(8, 6), torch.randn(8, 6), _W4b[3], 4, 3), ("n_heads", "n_kv_heads"),
+                   "n_heads=4, n_kv_heads=3 (W_k and W_v of 3 heads of 2)")
+    _raises_naming((_x4b[:, 3:4], *_W4b, 4, 2, (repeated, repeated)), ("cache",), "a cache of 4 heads where n_kv_heads=2")
+
+
+checks.run_checks("gqa_decode_step", [
+    ("a prompt on an empty cache: shapes, the un-repeated cache, the output", _prompt4b),
+    ("a prompt, then one token at a time", _tokens4b),
+    ("a chunk of several tokens on a filled cache", _chunk4b),
+    ("ValueError for heads that do not divide, and for a cache of repeated heads", _raises4b),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex4b_decode_step-hidden", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+# Hidden tests: MHA, GQA (2, 3 and 4 query heads per key/value head) and MQA, batch 1 to 3, float32 and
+# float64, d_head 2 to 3; each sequence decoded in chunks (a prompt, single tokens, chunks of several on a
+# filled cache): every chunk's output against the whole sequence through causal GQA (float64), the cache
+# after every chunk against the un-repeated keys and values, the dtypes; every declared bad input raises.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(141)
+# (batch, d_model, n_heads, n_kv_heads, chunks, dtype)
+_cases4b = [(1, 12, 6, 1, (4, 1, 1), torch.float64), (2, 8, 4, 4, (2, 3, 1), torch.float32),
+            (3, 16, 8, 2, (1, 4, 2, 1), torch.float64), (2, 12, 6, 3, (5, 2), torch.float32),
+            (2, 18, 6, 2, (3, 1, 3), torch.float64)]
+_in4b = []
+for _b, _d, _h, _kvh, _chunks, _dt in _cases4b:
+    _cols = (_d, _kvh * (_d // _h), _kvh * (_d // _h), _d)
+    _in4b.append((torch.randn(_b, sum(_chunks), _d, generator=_g, dtype=torch.float64).to(_dt),
+                  [(torch.randn(_d, c, generator=_g, dtype=torch.float64) / math.sqrt(_d)).to(_dt) for c in _cols]))
+
+
+### BEGIN EXPECTED
+def _whole4b(x, Ws, h, g):
+    x, (W_q, W_k, W_v, W_o) = x.double(), [W.double() for W in Ws]
+    b, L, d = x.shape
+    q = (x @ W_q).view(b, L, h, d // h).transpose(1, 2)
+    k, v = ((x @ W).view(b, L, g, d // h).transpose(1, 2) for W in (W_k, W_v))
+    kr, vr = (t[:, :, None].expand(-1, -1, h // g, -1, -1).flatten(1, 2) for t in (k, v))
+    s = (q @ kr.transpose(-2, -1) / math.sqrt(d // h)).masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1),
+                                                                   float("-inf"))
+    return (torch.softmax(s, -1) @ vr).transpose(1, 2).reshape(b, L, d) @ W_o, k, v
+
+
+_wants4b = [_whole4b(x, Ws, c[2], c[3]) for (x, Ws), c in zip(_in4b, _cases4b)]
+### END EXPECTED
+
+
+def _case4b(r):
+    b, d, h, kvh, chunks, dt = _cases4b[r]
+    x, Ws = _in4b[r]
+    what = f"case {r}: batch {b}, d_model {d}, {h} heads, {kvh} kv heads, chunks {chunks}, {str(dt)[6:]}"
+    cache, t = None, 0
+    for n in chunks:
+        out, cache = checks.call(gqa_decode_step, x[:, t:t + n], *Ws, h, kvh, cache)
+        checks.expect_equal((out.dtype, cache[0].dtype, cache[1].dtype), (dt, dt, dt), f"{what}: dtypes of out, k, v")
+        checks.expect_close(out, _wants4b[r][0][:, t:t + n], f"{what}: out of positions {t} to {t + n - 1}")
+        t += n
+        checks.expect_close(cache[0], _wants4b[r][1][:, :, :t], f"{what}: cached keys after {t} positions, un-repeated")
+        checks.expect_close(cache[1], _wants4b[r][2][:, :, :t], f"{what}: cached values after {t} positions, un-repeated")
+
+
+def _raises4b_hidden(r):
+    gen = torch.Generator().manual_seed(142)
+    x = torch.randn(2, 3, 12, generator=gen)
+    W = {c: torch.randn(12, c, generator=gen) for c in (2, 4, 6, 8, 12)}   # d_model 12
+    ok = [W[12], W[4], W[4], W[12]]                                       # 6 heads of 2, n_kv_heads = 2
+    kv = torch.zeros(2, 2, 5, 2)
+    bad = [("x_new of 2 axes", (x[0], *ok, 6, 2), ("x_new",)),
+           ("n_heads=6, n_kv_heads=4 (W_k, W_v of 4 heads of 2)", (x, W[12], W[8], W[8], W[12], 6, 4), ("n_heads", "n_kv_heads")),
+           ("n_heads=5 with d_model 12", (x, W[12], W[2], W[2], W[12], 5, 1), ("n_heads", "n_kv_heads")),
+           ("W_q of 6 columns", (x, W[6], W[4], W[4], W[12], 6, 2), ("W_q",)),
+           ("W_k of MHA's shape", (x, W[12], W[12], W[4], W[12], 6, 2), ("W_k",)),
+           ("W_v of 3 kv heads", (x, W[12], W[4], W[6], W[12], 6, 2), ("W_v",)),
+           ("W_o of 4 columns", (x, W[12], W[4], W[4], W[4], 6, 2), ("W_o",)),
+           ("a cache of the 6 repeated heads", (x, *ok, 6, 2, (torch.zeros(2, 6, 5, 2),) * 2), ("cache",)),
+           ("a cache whose keys have 6 heads", (x, *ok, 6, 2, (torch.zeros(2, 6, 5, 2), kv)), ("cache",)),
+           ("a cache whose values have 1 head", (x, *ok, 6, 2, (kv, torch.zeros(2, 1, 5, 2))), ("cache",)),
+           ("a cache of another batch", (x, *ok, 6, 2, (torch.zeros(1, 2, 5, 2),) * 2), ("cache",)),
+           ("a cache of another d_head", (x, *ok, 6, 2, (torch.zeros(2, 2, 5, 3),) * 2), ("cache",)),
+           ("a cache whose k and v differ in length", (x, *ok, 6, 2, (kv, torch.zeros(2, 2, 4, 2))), ("cache",))]
+    what, args, names = bad[r]
+    _raises_naming(args, names, what)
+
+
+checks.run_checks("gqa_decode_step (hidden)", [
+    *((f"case {r}: {_cases4b[r][2]} heads, {_cases4b[r][3]} kv heads, chunks {_cases4b[r][4]}",
+       lambda r=r: _case4b(r)) for r in range(len(_cases4b))),
+    *((f"bad input {r}", lambda r=r: _raises4b_hidden(r)) for r in range(13)),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The cell below checks your `gqa_decode_step` on a probe (GQA with 4 query heads per key/value head,
+# a prompt, a token and a chunk) and, if it agrees with the course's `multihead.gqa_decode_step`,
+# decodes with it: the weights of a GQA layer `multihead.MultiHeadAttention(32, 8, n_kv_heads=2)`,
+# a prompt of 5 positions and then 7 positions one at a time, against the layer's whole causal pass.
+
+# %%
+def _probe_step(fn):  # float64, 8 query heads over 2 key/value heads: a prompt of 3, one token, a chunk of 2
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(2, 6, 16, generator=g, dtype=torch.float64)
+    Ws = [torch.randn(16, c, generator=g, dtype=torch.float64) / 4 for c in (16, 4, 4, 16)]
+    outs, cache = [], None
+    for a, b in ((0, 3), (3, 4), (4, 6)):
+        out, cache = fn(x[:, a:b], *Ws, 8, 2, cache)
+        outs.append(out)
+    return torch.cat(outs, 1), cache
+
+
+step_fn = checks.learner_or_reference(gqa_decode_step, multihead.gqa_decode_step, _probe_step, "gqa_decode_step")
+torch.manual_seed(6)
+layer = multihead.MultiHeadAttention(32, 8, n_kv_heads=2, bias=False).eval()
+W = [m.weight.T for m in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj)]   # x @ W = m(x)
+x_seq = torch.randn(2, 12, 32)
+with torch.no_grad():
+    full, _ = layer(x_seq, causal=True)
+    out, cache = step_fn(x_seq[:, :5], *W, 8, 2)                      # the prompt: 5 positions at once
+    outs = [out]
+    for t in range(5, 12):                                            # then one position per step
+        out, cache = step_fn(x_seq[:, t:t + 1], *W, 8, 2, cache)
+        outs.append(out)
+err = (torch.cat(outs, 1) - full).abs().max().item()
+print(f"prompt of 5, then 7 single steps vs the layer's whole causal pass: max |difference| = {err:.1e}")
+print(f"the cache holds k and v of shape {tuple(cache[0].shape)}: {2 * cache[0].numel()} numbers, "
+      f"where repeated heads would take {2 * cache[0].numel() * 4}")
+assert err < 1e-5 and cache[0].shape == (2, 2, 12, 4), "the cached steps must equal the whole causal pass"
+
+# %% [markdown]
+# Each step reads the keys and values of every earlier position from the cache and appends its own;
+# the outputs are the whole pass's, up to rounding. The cache keeps the 2 key/value heads, not the 8
+# that attention reads: that ratio, $g/h$, is what section 7 turns into bytes and time per token.
 
 # %% [markdown]
 # ## 7. Why MQA and GQA exist: decoding is memory-bound

@@ -59,6 +59,31 @@ def merge_heads(x):
                                                     multihead.repeat_kv(v_new, n_rep))
     return out, (k_new, v_new)
 ''',
+    # n_rep taken as n_kv_heads (the argument repeat_kv's name suggests): right whenever n_heads is
+    # n_kv_heads squared, as in the visible tests (4 heads, 2 key/value heads), wrong for MHA, MQA and other GQA
+    "ex4b_decode_step": '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k, v)
+''',
     # the batch argument is ignored
     "ex5_kv_bytes": '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
     return 2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_value
@@ -187,5 +212,203 @@ def merge_heads(x):
     q = split_used(x.mul_(1 / math.sqrt(x.shape[-1] // n_heads)) @ W_q, n_heads)
     out, weights = attention.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
     return merge_used(out) @ W_o, weights
+'''),
+    # Issue 52: the whole cached GQA step (exercise 4b).
+    # The cache keeps the repeated heads (n_heads of them, not n_kv_heads): right outputs, the cache as
+    # large as MHA's, against the prompt; the cached keys' shape and the hidden caches catch it.
+    "decode_step_cache_stores_repeated_heads": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    rep = n_heads // n_kv_heads
+    k, v = multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    out, _ = attention.scaled_dot_product_attention(q, k, v, attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''),
+    # The causal mask aligned top-left (is_causal=True's): a single token on a filled cache then sees only
+    # position 0, and a chunk misses the cache.
+    "decode_step_mask_top_left": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    torch.ones(L, T, dtype=torch.bool).tril())
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''),
+    # The key/value heads repeated as a stack (x.repeat): query head i reads head i % n_kv_heads, not i //
+    # (n_heads / n_kv_heads); right for MHA and MQA only.
+    "decode_step_repeat_strided": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1),
+                                                    attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''),
+    # No 1/sqrt(d_head) on the scores.
+    "decode_step_no_scale": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    s = q @ multihead.repeat_kv(k, rep).transpose(-2, -1)
+    s = s.masked_fill(~attention.causal_mask(L, T), float("-inf"))
+    out = s.softmax(-1) @ multihead.repeat_kv(v, rep)
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''),
+    # The scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head).
+    "decode_step_scale_by_d_model": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    s = q @ multihead.repeat_kv(k, rep).transpose(-2, -1) / math.sqrt(d)
+    s = s.masked_fill(~attention.causal_mask(L, T), float("-inf"))
+    out = s.softmax(-1) @ multihead.repeat_kv(v, rep)
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''),
+    # The cache is not updated: it returns the new positions' keys and values only, so the next step
+    # forgets the past.
+    "decode_step_returns_only_the_new_keys": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    k_new, v_new = k, v
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k_new, v_new)
+'''),
+    # The heads merged by a reshape without the transpose: right for one token (L_new = 1), wrong for a
+    # prompt or a chunk.
+    "decode_step_merge_without_transpose": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+    return out.reshape(b, L, d) @ W_o, (k, v)
+'''),
+    # The cache is not checked: a cache of the repeated heads, or of another batch or d_head, fails inside
+    # torch.cat with a RuntimeError (or broadcasts), not the ValueError the prompt asks for.
+    "decode_step_cache_not_checked": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k, v)
 '''),
 }
