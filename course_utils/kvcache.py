@@ -145,13 +145,13 @@ class DecoderCache:
     ``cross=True`` (an encoder-decoder's decoder, caching) adds one cross-attention cache per layer
     (``cross``): filled from the source at the first step, reused after, reordered with the rows.
 
-    ``len(cache)`` is the number of positions fed. :meth:`feed` is the one place where it grows:
-    it first checks that the layers hold exactly ``len(cache)`` positions, then counts the new ones
-    (the model's forward appends their keys and values to the layers). A model's ``decode_step``
-    feeds a :meth:`fork` (a new object sharing the layers) and returns it, so the state passed in
-    stays behind: stepping it again would attend over keys it never fed, and raises (*stepped
-    already*). Beam search branches with :meth:`reorder` (:func:`course_utils.decoding.index_state`
-    calls it), which copies.
+    ``len(cache)`` is the number of positions fed, read from one place: the first layer's
+    :class:`KVCache` (or ``tokens``); no second count can disagree with it. :meth:`feed` returns the
+    offset of the new tokens before the model's forward appends their keys and values to the layers.
+    A model's ``decode_step`` feeds a :meth:`fork` (a new object sharing the layers, which it now
+    owns) and returns it, so the state passed in stays behind: stepping it again would attend over
+    keys it never fed, and raises (*stepped already*). Beam search branches with :meth:`reorder`
+    (:func:`course_utils.decoding.index_state` calls it), which copies.
 
     ``prefix_len``: the positions of a prefix LM's bidirectional prefix (fed first, in one piece).
     ``batch_size`` and ``device`` are known before anything is cached.
@@ -165,54 +165,66 @@ class DecoderCache:
         self.cross = [KVCache() for _ in range(n_layers)] if cache_kv and cross else None
         self.tokens = None if cache_kv else torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         self.prefix_len = 0
-        self._len = 0
+        self._owner = {"state": self}   # shared by the forks of this state: which one may feed the layers
 
     def __len__(self) -> int:
-        return self._len
+        return self.tokens.shape[1] if self.layers is None else len(self.layers[0])
 
     def __getitem__(self, i: int) -> KVCache:
         return self.layers[i]
 
     def __repr__(self) -> str:
         kind = "tokens" if self.layers is None else f"{len(self.layers)} layers" + (" and cross" if self.cross else "")
-        return f"DecoderCache(batch={self.batch_size}, len={self._len}, {kind})"
+        return f"DecoderCache(batch={self.batch_size}, len={len(self)}, {kind})"
 
-    def fork(self) -> DecoderCache:
-        """A new cache object with the same length, sharing the layers: what a step feeds and returns."""
+    def _copy(self) -> DecoderCache:
         new = object.__new__(DecoderCache)
         new.__dict__.update(self.__dict__)
         return new
 
+    def fork(self) -> DecoderCache:
+        """A new cache object sharing the layers, which it now owns: what a step feeds and returns
+        (this one is left behind, and feeding it raises)."""
+        self.check()
+        new = self._copy()
+        self._owner["state"] = new
+        return new
+
     def check(self) -> None:
-        """Raise unless every layer holds the ``len(self)`` positions this cache has fed."""
-        for i, layer in enumerate(self.layers or ()):
-            if len(layer) != self._len:
-                raise ValueError(f"this decoding state has fed {self._len} positions but its cache {i} holds "
-                                 f"{len(layer)}: it was stepped already (its caches advanced in place). Step the "
-                                 "state that decode_step returned, or decoding.index_state copies to branch")
+        """Raise unless this state owns its layers (no later state has been stepped from it) and every
+        layer holds the same positions."""
+        if self.layers is None:
+            return
+        lengths = {len(layer) for layer in self.layers}
+        if self._owner["state"] is not self or len(lengths) > 1:
+            raise ValueError(f"this decoding state was stepped already: a later state shares its caches "
+                             f"(now {len(self)} positions{', per layer ' + str(sorted(lengths)) if len(lengths) > 1 else ''}) "
+                             "and advanced them in place. Step the state that decode_step returned, or "
+                             "decoding.index_state copies to branch")
 
     def feed(self, new_tokens: torch.Tensor, prefix: bool = False) -> int:
-        """Count ``new_tokens (batch, T_new)`` as fed (after :meth:`check`); return the positions fed
-        before them (the new tokens' offset). Without key/value layers the tokens are kept.
-        ``prefix=True``: they are a prefix LM's bidirectional prefix (only as the first thing fed)."""
+        """Check ``new_tokens (batch, T_new)`` can be fed (:meth:`check`); return the positions fed
+        before them (their offset), to which the model's forward appends their keys and values.
+        Without key/value layers the tokens are kept. ``prefix=True``: they are a prefix LM's
+        bidirectional prefix (only as the first thing fed)."""
         batch, n_new = new_tokens.shape
         if batch != self.batch_size:
             raise ValueError(f"{batch} rows fed to a decoding state of batch {self.batch_size}")
-        if prefix and self._len:
+        offset = len(self)
+        if prefix and offset:
             raise ValueError("a bidirectional prefix must be the first thing fed (the state is not empty)")
         self.check()
-        offset = self._len
         if prefix:
             self.prefix_len = n_new
         if self.tokens is not None:
             self.tokens = torch.cat([self.tokens, new_tokens], dim=1)
-        self._len += n_new
         return offset
 
     def reorder(self, index: torch.Tensor) -> DecoderCache:
-        """A new cache holding batch rows ``index`` (copies: beam search reorders its hypotheses)."""
+        """A new cache holding batch rows ``index`` (copies: beam search reorders its hypotheses); it
+        owns its copies, and this state keeps its own."""
         self.check()
-        new = self.fork()
+        new = self._copy()
         new.batch_size = len(index)
         if self.layers is not None:
             new.layers = [layer.reorder(index) for layer in self.layers]
@@ -220,17 +232,18 @@ class DecoderCache:
             new.cross = [layer.reorder(index) for layer in self.cross]
         if self.tokens is not None:
             new.tokens = self.tokens.index_select(0, index.to(self.tokens.device))
+        new._owner = {"state": new}
         return new
 
     def crop(self, length: int) -> DecoderCache:
         """Keep the first ``length`` positions (every layer's :meth:`KVCache.crop`); return the cache."""
         self.check()
-        check_int(length, "crop's length", 0, self._len, f"the cache holds {self._len} positions")
+        check_int(length, "crop's length", 0, len(self), f"the cache holds {len(self)} positions")
         for layer in self.layers or ():
             layer.crop(length)
         if self.tokens is not None:
             self.tokens = self.tokens[:, :length]
-        self._len, self.prefix_len = length, min(self.prefix_len, length)
+        self.prefix_len = min(self.prefix_len, length)
         return self
 
     def nbytes(self) -> int:

@@ -190,7 +190,7 @@ class DecoderLM(CacheSwitch, nn.Module):
         token (a decoding step) sees every cached position: no mask (``None``) to build or check."""
         if new.shape[1] == 1:
             return None
-        T_k = len(cache)
+        T_k = t0 + new.shape[1]
         mask = causal_mask(T_k - t0, T_k, device=new.device)
         if cache.prefix_len:   # a prefix LM's prefix, fed as the first chunk: its keys are seen by every query
             mask = mask | (torch.arange(T_k, device=new.device) < cache.prefix_len)[None, :]

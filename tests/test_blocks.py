@@ -151,7 +151,9 @@ def test_decode_step_advances_the_caches_in_place_and_index_state_copies_them():
         state = model.encode(src, lengths)
         _, after = model.decode_step(torch.tensor([1]), state)
         assert after["cache"].layers[0] is state["cache"].layers[0] and len(state["cache"].layers[0]) == 1
-        assert len(after["cache"]) == 1 and len(state["cache"]) == 0
+        assert len(after["cache"]) == 1
+        with pytest.raises(ValueError, match="stepped already"):
+            model.decode_step(torch.tensor([1]), state)
         copy = decoding.index_state(after, torch.tensor([0]))
         _, stepped = model.decode_step(torch.tensor([5]), copy)
     assert len(stepped["cache"].layers[0]) == 2 and len(after["cache"].layers[0]) == 1

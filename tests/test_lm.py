@@ -118,10 +118,19 @@ def test_the_cache_knows_its_length_and_refuses_a_stale_step(name):
     assert isinstance(cache, kvcache.DecoderCache) and len(cache) == 0 and cache.batch_size == 2
     cache = model.prefill(torch.tensor([[4, 5, 6], [7, 8, 9]]), cache)
     _, after = model.decode_step(torch.tensor([4, 4]), cache)
+    assert len(after) == 4
     _, after2 = model.decode_step(torch.tensor([5, 5]), after)
-    assert (len(cache), len(after), len(after2)) == (3, 4, 5) and after2.layers is cache.layers
-    with pytest.raises(ValueError, match="stepped already"):
-        model.decode_step(torch.tensor([5, 5]), after)
+    assert len(after2) == 5 and after2.layers is cache.layers
+    # One source of the length (issue 51): the layers. A state left behind shares them, so it reads
+    # their length; and it can be neither stepped, fed, cropped nor branched.
+    assert len(cache) == len(after) == 5 == len(after2.layers[0])
+    for stale in (cache, after):
+        with pytest.raises(ValueError, match="stepped already"):
+            model.decode_step(torch.tensor([5, 5]), stale)
+        for use in (lambda s: s.crop(1), lambda s: s.reorder(torch.tensor([0])), lambda s: s.feed(torch.ones(2, 1))):
+            with pytest.raises(ValueError, match="stepped already"):
+                use(stale)
+    assert len(after2) == 5
     branch = decoding.index_state(after2, torch.tensor([1, 1, 0]))
     assert len(branch) == 5 and decoding.state_batch_size(branch) == 3 and branch.layers[0].k.shape[0] == 3
     assert len(after2.crop(2)) == 2 and len(after2.layers[0]) == 2
@@ -179,7 +188,7 @@ def _masked_step(model, prev, state):
     layer) for the one query, ``(1, T_k)``, all True."""
     state = state.fork()
     t0 = state.feed(prev[:, None])
-    mask = attention.causal_mask(1, len(state))
+    mask = attention.causal_mask(1, t0 + 1)
     x = model.stack(model.embed(prev[:, None], offset=t0), mask=mask, caches=state.layers).x
     return torch.log_softmax(model.lm_head(x)[:, -1], dim=-1, dtype=torch.float32), state
 
