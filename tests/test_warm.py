@@ -110,7 +110,7 @@ def test_runs_from_threads_at_once_and_a_script_without_a_main_guard(tmp_path, e
     script.write_text(f"from course_grading import warm\nprint('script ran')\n"
                       f"print(warm.run_module('nbgrader', {ARGS!r}, cwd={str(course)!r}, env={env!r}).returncode)\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(Path(warm.__file__).parents[2])})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in Path(warm.__file__).parents[1:3])})
     assert out.stdout.split() == ["script", "ran", "0"], out.stdout + out.stderr
 
 
