@@ -51,27 +51,36 @@ help:
 	@echo "make site                 build the course site (learner's version, stored outputs) in site/_build/html"
 	@echo "make site-serve           serve the built site on http://127.0.0.1:8000/"
 	@echo "make test-browser         site and JupyterLab tests in headless Chromium (tests_site/)"
-	@echo "make lint                 ruff on course_utils, tests, tools, benchmarks and the chapter sources"
+	@echo "make lint                 ruff on course_utils, the grader, tests, tools, benchmarks and the chapter sources"
 	@echo "make new-chapter NAME=ch09_x TITLE='...'  every file a new chapter needs, with two sample exercises"
 	@echo "make mutants              mutation testing of every exercise's tests (5-10 min on 2 cores; CH=ch03 for one chapter)"
 	@echo "make correct-notebooks    every correct answer of tests/correct_answers/ run inside its whole chapter (3 min on 2 cores; CH=ch08)"
 	@echo "make bench                the performance tables, measured side by side (2-9 min on 2 cores; BENCH_QUICK=1: smaller)"
 	@echo "make clean                remove .venv, caches and the built site (never the gradebook, submissions or grades)"
 
-# Installing also configures nbdime as the diff driver of notebooks in this clone (its .git/config
-# only, by absolute path, so it works without activating .venv; see .gitattributes); outside a
-# git clone that step is skipped. Merges of notebooks stay git's own: regenerate them with
+# Two stamps, two installs. COURSE_STAMP: the teaching package with what the notebooks and JupyterLab
+# need (pyproject.toml's dev extra), all a learner's `make lab` and `make update` install. STAMP: that
+# and the grader, a distribution of its own (grader/pyproject.toml, course_grading, docs/grader.md),
+# for make install, make test and every instructor's target; a learner's `make grade` installs it on
+# first use. Installing also configures nbdime as the diff driver of notebooks in this clone (its
+# .git/config only, by absolute path, so it works without activating .venv; see .gitattributes);
+# outside a git clone that step is skipped. Merges of notebooks stay git's own: regenerate them with
 # `make execute` from the merged text sources instead.
-$(STAMP): pyproject.toml
+COURSE_STAMP := $(VENV)/.course-installed
+$(COURSE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	-git rev-parse --git-dir >/dev/null 2>&1 && \
 	  git config diff.jupyternotebook.command "$(CURDIR)/$(BIN)/git-nbdiffdriver diff"
+	touch $(COURSE_STAMP)
+
+$(STAMP): $(COURSE_STAMP) grader/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ./grader
 	@$(MAKE) --no-print-directory sandbox-tool
 	touch $(STAMP)
 
-# The grader runs every submission in a bubblewrap sandbox (course_utils/grading/sandbox.py).
+# The grader runs every submission in a bubblewrap sandbox (grader/course_grading/sandbox.py).
 # As root with apt-get (CI), install it; otherwise say how.
 sandbox-tool:
 	@if command -v bwrap >/dev/null 2>&1; then :; \
@@ -107,7 +116,7 @@ WORKSPACE ?= workspace$(if $(COURSE_LANG),-$(COURSE_LANG))
 LAB_CONFIG := $(if $(COURSE_LANG),$(CURDIR)/lab/$(COURSE_LANG):)$(CURDIR)/lab/learner:$(CURDIR)/lab
 LAB_ROOT ?= $(WORKSPACE)
 LAB_ARGS ?=
-update: $(STAMP)
+update: $(COURSE_STAMP)
 	$(BIN)/python -m course_utils.workspace update "$(WORKSPACE)" --release $(RELEASE)
 
 # The kernels inherit the server's environment: COURSE_LANG=zh_CN puts course_utils' own messages (the
@@ -126,7 +135,7 @@ instructor-lab: $(STAMP)
 	  --ServerApp.root_dir="$(abspath $(INSTRUCTOR_ROOT))" $(JUPYTER_ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check course_utils tests tools benchmarks conftest.py nbgrader_config.py solutions site tests_site
+	$(BIN)/ruff check course_utils grader tests tools benchmarks conftest.py nbgrader_config.py solutions site tests_site
 
 # Two workers with one thread each: on a 2-core machine that is faster than one worker with
 # two threads (the notebooks' small tensors gain little from a second thread).
@@ -221,14 +230,15 @@ browser-tool:
 test-browser: site browser-tool
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=10 tests_site
 
+# A learner grading their own notebook: the grader (STAMP) is installed on first use, never by make lab.
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=notebooks/ch01_seq2seq_rnn/ch01_seq2seq_rnn.ipynb"; exit 2; }
-	$(BIN)/python -m course_utils.grading grade "$(NB)"
+	$(BIN)/python -m course_grading grade "$(NB)"
 
 # A chapter's text source is what people edit; the release reads the paired notebook: sync it first
 # (the release itself refuses a notebook whose text differs from its source).
 release: $(STAMP) sync
-	$(BIN)/python -m course_utils.grading release $(if $(COURSE_LANG),--lang $(COURSE_LANG))
+	$(BIN)/python -m course_grading release $(if $(COURSE_LANG),--lang $(COURSE_LANG))
 
 # The translation catalogues (locale/zh_CN/LC_MESSAGES/*.po) brought up to date with the English sources:
 # new entries empty, changed ones fuzzy with the old English beside them (docs/translating.md). Then
@@ -245,11 +255,11 @@ test-translations: $(STAMP)
 	$(BIN)/python -m course_utils.i18n check
 
 # Limits per submission: GRADING_NOTEBOOK_S, GRADING_CELL_S, GRADING_MEMORY_MB, GRADING_PROCESSES
-# (defaults in course_utils/grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
+# (defaults in grader/course_grading/sandbox.py, Limits); the gradebook is backed up to gradebook-backups/ first.
 # JOBS=N grades N submissions at a time, each in its own sandbox and its own copy of the gradebook,
-# merged by one writer (course_utils/grading/parallel.py); default: the cores, fewer if memory is short.
+# merged by one writer (grader/course_grading/parallel.py); default: the cores, fewer if memory is short.
 autograde: $(STAMP)
-	$(BIN)/python -m course_utils.grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS)) $(if $(LMS_PENDING),--lms-pending $(LMS_PENDING))
+	$(BIN)/python -m course_grading autograde $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS)) $(if $(LMS_PENDING),--lms-pending $(LMS_PENDING))
 
 # A class on JupyterHub, rehearsed on this machine (docs/jupyterhub.md): JupyterHub (the `hub`
 # extra of pyproject.toml) and its proxy (configurable-http-proxy, pinned in tools/hub, from npm;
@@ -278,7 +288,7 @@ sync: $(STAMP)
 # The stored outputs show every run trained, never one reused from the run cache (course_utils/runcache.py).
 execute: export COURSE_RUN_CACHE = off
 execute: sync
-	$(BIN)/python -m course_utils.grading execute $(or $(NB),solutions)
+	$(BIN)/python -m course_grading execute $(or $(NB),solutions)
 
 # Mutation testing of the exercises' tests (tools/mutants.py): each solution mutated one small change at a
 # time and graded in-process with its visible and hidden tests. Prints mutants / killed / listed

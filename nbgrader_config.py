@@ -2,7 +2,7 @@
 
 solutions/<chapter>/ is the nbgrader *source* (with solutions and hidden tests),
 notebooks/<chapter>/ the *release* that learners open. The gradebook is never committed.
-The grader's steps named here live in course_utils/grading/ (execution.py, feedback.py).
+The grader's steps named here live in grader/course_grading/ (execution.py, feedback.py).
 """
 import os
 
@@ -20,15 +20,15 @@ from nbgrader.preprocessors import (
                                     SaveAutoGrades,
 )
 
-from course_utils.grading.exchange import COURSE_ID, exchange_root
-from course_utils.grading.execution import SandboxedExecute
-from course_utils.grading.feedback import (
+from course_grading.exchange import COURSE_ID, exchange_root
+from course_grading.execution import SandboxedExecute
+from course_grading.feedback import (
                                     FaultNote,
                                     ScrubHidden,
                                     ShortTracebacks,
                                     WithholdAfterHidden,
 )
-from course_utils.grading.overwrite import ReleaseAwareOverwriteCells
+from course_grading.overwrite import ReleaseAwareOverwriteCells
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
@@ -45,14 +45,14 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 # nbgrader's exchange: $COURSE_EXCHANGE, else <TMPDIR>/attention-course-exchange (docs/jupyterhub.md).
 c.Exchange.root = exchange_root()
 # Collect checks who submitted (the folder's owner is the student it names), refuses links, hard
-# links, special files and oversize trees, and copies without following links (course_utils/grading/
+# links, special files and oversize trees, and copies without following links (grader/course_grading/
 # collect.py). Where every student is one Unix account, see docs/jupyterhub.md (trust_names, ngshare).
-c.ExchangeFactory.collect = "course_utils.grading.collect.CourseCollect"
+c.ExchangeFactory.collect = "course_grading.collect.CourseCollect"
 # All students: a student configuration read system-wide on a hub sets the student id to the hub
-# user (course_utils/grading/exchange.py); in the course root the instructor's commands see everyone.
+# user (grader/course_grading/exchange.py); in the course root the instructor's commands see everyone.
 c.CourseDirectory.student_id = "*"
 
-# Each submission runs in its own sandbox (course_utils/grading/sandbox.py: bubblewrap, cgroups,
+# Each submission runs in its own sandbox (grader/course_grading/sandbox.py: bubblewrap, cgroups,
 # limits in Limits / GRADING_* variables), the course's own Python whatever kernelspec the notebook
 # names, output caps, the tamper guard, and test results decided by the grader (execution.py).
 # nbgrader's first step, with its tampering warning ("checksum has changed") only for a read-only cell
@@ -64,7 +64,7 @@ c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMet
 
 # The late policy (docs: the instructor's guide): a due date per chapter in the gradebook
 # (`nbgrader db assignment add chNN --duedate "..."`), and 10 % of the earned score per started day late.
-c.AssignLatePenalties.plugin_class = "course_utils.grading.late.PerDayPenalty"
+c.AssignLatePenalties.plugin_class = "course_grading.late.PerDayPenalty"
 c.PerDayPenalty.percent_per_day = 10.0
 
 c.GenerateFeedback.preprocessors = [

@@ -539,12 +539,12 @@ def training_table(cfg: Config, ctx: Context) -> Table:
 
 def parallel_grading_jobs() -> bool:
     """Whether the grader can grade a chapter's submissions in parallel: ``grade_chapter`` takes a
-    ``jobs`` argument (the ``--jobs`` option of ``python -m course_utils.grading autograde``).
+    ``jobs`` argument (the ``--jobs`` option of ``python -m course_grading autograde``).
 
     The hook for the parallel row of :func:`grading_table`: when the grader gains ``jobs=``, the
     row appears without further change here.
     """
-    from course_utils.grading import autograde
+    from course_grading import autograde
     return "jobs" in inspect.signature(autograde.grade_chapter).parameters
 
 
@@ -559,8 +559,8 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
     """Seconds per submission to grade one chapter's solution notebook (``grade_chapter`` in a
     throwaway course, as ``make grade`` and ``make autograde`` do), serial, and in parallel when
     the grader offers it; the floor is the start of a Python process that imports torch."""
-    from course_utils import grading
-    from course_utils.grading import sandbox
+    import course_grading as grading
+    from course_grading import sandbox
 
     ch = cfg.grading_chapter
     t = Table("grading", f"Grading: seconds per submission ({ch}, the solution notebook, one thread per kernel)",
@@ -578,7 +578,7 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
     try:
         # the solution's reference run, made once per chapter and cached, is timed on its own row:
         # left inside the first submission it would make serial grading look slower than parallel
-        from course_utils.grading import reference
+        from course_grading import reference
         t0 = time.perf_counter()
         reference.ensure(course, ch, sandbox.Limits.from_env())
         ref_s = time.perf_counter() - t0
@@ -595,7 +595,7 @@ def grading_table(cfg: Config, ctx: Context) -> Table:
         serial = statistics.median(per_sub)
         floor = statistics.median(floors)
         t.notes.append(f"reference run: the grader runs the solution once per chapter and caches what its "
-                       f"checks give (course_utils.grading.reference); that run took {ref_s:.1f} s before the "
+                       f"checks give (course_grading.reference); that run took {ref_s:.1f} s before the "
                        f"timed submissions ({'made now' if ref_s > 1 else 'already cached by an earlier run'}), "
                        "so no row below includes it.")
         t.rows.append({"mode": "serial", "threads": "1", "submissions": n, "jobs": 1, "s_per_sub": serial,

@@ -30,8 +30,9 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.flash` -- the online softmax and tiled attention (chapter 8)
 - :mod:`course_utils.textlm` -- the standard library's source as a byte corpus, the LM training of chapter 8
 
-The instructor's grader is a separate subpackage, :mod:`course_utils.grading` (grade, release,
-autograde and execute notebooks with nbgrader, in a sandbox); no teaching module imports it.
+The grader is a package of its own, ``course_grading`` in ``grader/`` (grade, release, autograde
+and execute notebooks with nbgrader, in a sandbox; docs/grader.md); no teaching module imports it,
+and a learner's ``make lab`` does not install it.
 """
 
 __version__ = "0.1.0"

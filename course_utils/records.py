@@ -4,13 +4,13 @@ While a notebook is autograded, every value check of :mod:`course_utils.checks` 
 compared (its kind and name, the learner's value, the expected value, the tolerance) out of the
 kernel as plain data: a display message of the MIME type :data:`RECORD_MIME`, tensors as float64
 bytes (never pickle). The grader, outside the learner's kernel, compares them again and against
-its own run of the solution (``course_utils/grading/verdict.py``); a test passes only if both
+its own run of the solution (``grader/course_grading/verdict.py``); a test passes only if both
 agree. Nothing is sent unless the grader set :data:`RECORD_FLAG` in the kernel's environment.
 
 Two things the grader changes in the kernel, both through this module:
 
 - a hidden test's expected values are replaced by :data:`WITHHELD` before the cell reaches the
-  kernel (``course_utils/grading/withhold.py``): a check given one sends the learner's value alone;
+  kernel (``grader/course_grading/withhold.py``): a check given one sends the learner's value alone;
 - :func:`record_only` switches the checks to recording without judging, which the grader's
   reference run does while it probes which expected values depend on the answer.
 

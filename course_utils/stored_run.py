@@ -3,7 +3,7 @@
 The chapters' text quotes "the stored run", the run ``make execute`` stored in
 ``solutions/chNN_*/chNN_*.ipynb``. The learner sees that run in two places: on the course site
 (``site/prepare.py``) and in their own notebook before they run a cell (the release,
-``course_utils.grading.course.new_course``, copies these outputs into ``notebooks/``). Both use
+``course_grading.course.new_course``, copies these outputs into ``notebooks/``). Both use
 :func:`learner_version`: nbgrader's own ``ClearSolutions`` and ``ClearHiddenTests`` (the steps that
 make the student release), with the outputs kept except those the exercise stub could not have
 produced: the outputs of cells that held a solution or hidden tests, and of every test cell (its "all

@@ -114,7 +114,7 @@ def test_results_are_saved_with_the_machine(tmp_path, capsys):
 
 
 def test_parallel_grading_hook_reads_the_grader():
-    from course_utils.grading import autograde
+    from course_grading import autograde
     assert suites.parallel_grading_jobs() == ("jobs" in inspect.signature(autograde.grade_chapter).parameters)
 
 
@@ -166,8 +166,8 @@ def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(mo
     ``jobs`` argument (the hook for the grader's coming --jobs option) a parallel row too."""
     from types import SimpleNamespace
 
-    from course_utils import grading
-    from course_utils.grading import autograde, reference
+    import course_grading as grading
+    from course_grading import autograde, reference
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""Whole-box limits on cgroup v1 and v2 (course_utils/grading/cgroups.py).
+"""Whole-box limits on cgroup v1 and v2 (grader/course_grading/cgroups.py).
 
 The v2 path is tested on a folder laid out as the kernel lays out a delegated cgroup (the files the
 grader reads and writes); the v1 path, where this machine has it as root, on the real hierarchy. A
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading import cgroups
+from course_grading import cgroups
 
 
 def _v2(tmp_path: Path, offered: str = "cpu memory pids", procs: str = "101\n102\n") -> tuple[Path, Path]:
@@ -91,7 +91,7 @@ def test_v1_here_as_root_limits_a_box_and_reads_the_limits_back():
 def test_the_grader_says_when_boxes_are_limited_per_process_only(tmp_path, monkeypatch):
     """The fallback: a WARNING with the reason (make autograde prints isolation's warnings), boxes
     reported "per process"; a box whose cgroup was expected and could not be set says which."""
-    from course_utils.grading import sandbox
+    from course_grading import sandbox
     monkeypatch.setattr(cgroups, "find", lambda: cgroups.Place(2, why_not="cgroup v2: /x is not delegated"))
     sandbox.isolation.cache_clear()
     try:

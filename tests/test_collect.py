@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import grading
-from course_utils.grading import exchange
-from course_utils.grading.collect import Refused, check_tree
+import course_grading as grading
+from course_grading import exchange
+from course_grading.collect import Refused, check_tree
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTER = "ch03_scaled_dot_product"
@@ -195,7 +195,7 @@ def _latest_ctime(folder: Path) -> float:
 def test_the_time_of_submission_is_the_servers_not_the_students(accounts, class_course, tmp_path, monkeypatch):
     """A late submission whose name and timestamp.txt say 2020: submitted/ records the last change of
     the folder by the server's clock (nbgrader copied the student's timestamp.txt: no late penalty)."""
-    from course_utils.grading.inbound import server_time
+    from course_grading.inbound import server_time
     inbound = _inbound(tmp_path, monkeypatch)
     folder = _folder(inbound, f"ctest3+{CHAPTER}+2020-01-01 00:00:00.000000 UTC+old", accounts["ctest3"],
                      "late work", timestamp="2020-01-01 00:00:00.000000 UTC")
@@ -215,7 +215,7 @@ def test_a_file_grown_while_it_is_copied_is_cut_at_its_size_when_opened(accounts
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    from course_utils.grading import collect
+    from course_grading import collect
     inbound = _inbound(tmp_path, monkeypatch)
     folder = _folder(inbound, f"ctest4+{CHAPTER}+2026-11-20 10:00:00.000000 UTC+g", accounts["ctest4"], "x" * 2**20)
     nb = folder / f"{CHAPTER}.ipynb"
@@ -245,7 +245,7 @@ def test_a_file_grown_while_it_is_copied_is_cut_at_its_size_when_opened(accounts
 
 def test_a_copy_stops_at_its_byte_budget(tmp_path):
     """copy_tree refuses a file that would take the copy over what is left of its budget."""
-    from course_utils.grading.collect import Budget, copy_tree
+    from course_grading.collect import Budget, copy_tree
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_bytes(b"a" * 1000)
@@ -260,7 +260,7 @@ def test_a_copy_stops_at_its_byte_budget(tmp_path):
 def test_a_copy_never_follows_a_link_it_finds(tmp_path):
     """copy_tree on its own (as after a check, had the folder changed since): a link to a folder or
     a file is refused, not followed."""
-    from course_utils.grading.collect import Budget, copy_tree
+    from course_grading.collect import Budget, copy_tree
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "key").write_text("k")
@@ -274,7 +274,7 @@ def test_a_copy_never_follows_a_link_it_finds(tmp_path):
 
 
 def test_names_that_give_no_student_are_ignored_even_when_names_are_trusted(tmp_path):
-    from course_utils.grading.inbound import Accounts, submissions
+    from course_grading.inbound import Accounts, submissions
     for name in (f"..+{CHAPTER}+2026-11-20 10:00:00 UTC+r", f".hidden+{CHAPTER}+2026-11-20 10:00:00 UTC+r",
                  f"<img src=x onerror=alert(1)>+{CHAPTER}+2026-11-20 10:00:00 UTC+r",
                  f"ok+{CHAPTER}+2026-11-20 10:00:00 UTC+r"):

@@ -26,10 +26,10 @@ import pytest
 import torch
 from babel.messages.pofile import read_po
 
+from course_grading import feedback, sandbox
+from course_grading.execution import SandboxedExecute
+from course_grading.results import CellGrade, NotebookGrades
 from course_utils import checks, messages, stored_run, workspace
-from course_utils.grading import feedback, sandbox
-from course_utils.grading.execution import SandboxedExecute
-from course_utils.grading.results import CellGrade, NotebookGrades
 from course_utils.i18n import terms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,11 +60,12 @@ def _labels(tree: ast.Module) -> list[str]:
 
 
 def source_messages() -> dict[str, str]:
-    """``{message: where}`` of every ``tr(...)`` call of the package: a string literal, or a module
-    constant (``tr(TO_BE_MARKED)``); and every string of a module's ``LABELS``, whose ``tr(label)``
-    looks them up by value. Any other argument is reported as ``where`` with no message."""
+    """``{message: where}`` of every ``tr(...)`` call of the package and of the grader (its own package,
+    grader/course_grading/, whose messages are course_utils' catalogue's too): a string literal, or a
+    module constant (``tr(TO_BE_MARKED)``); and every string of a module's ``LABELS``, whose
+    ``tr(label)`` looks them up by value. Any other argument is reported as ``where`` with no message."""
     found: dict[str, str] = {}
-    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+    for path in [*sorted((ROOT / "course_utils").rglob("*.py")), *sorted((ROOT / "grader").rglob("*.py"))]:
         tree = ast.parse(path.read_text())
         labels = _labels(tree)
         for label in labels:
@@ -346,7 +347,7 @@ def test_the_grader_reads_a_chinese_submission_in_its_language(tmp_path):
     answer the release's placeholder back, so that nbgrader sees no response (0, nothing to mark by hand)."""
     from nbgrader import utils
 
-    from course_utils.grading.intake import intake
+    from course_grading.intake import intake
 
     chapter = "ch01_seq2seq_rnn"
     en, zh = (ROOT / d / chapter / f"{chapter}.ipynb" for d in ("notebooks", "notebooks-zh_CN"))

@@ -71,7 +71,7 @@ def chapter_facts() -> dict[str, dict[str, int]]:
 @cache
 def values() -> dict[str, int]:
     """Every number a ``<!-- n:NAME -->`` marker may state, computed from the course itself."""
-    from course_utils.grading import course, execution, gradebook, intake, sandbox
+    from course_grading import course, execution, gradebook, intake, sandbox
     per = chapter_facts().values()
     mib = 2 ** 20
     return {
@@ -95,7 +95,16 @@ def values() -> dict[str, int]:
         "records_mib": execution.RECORD_BYTES // mib,
         "grader_memory_mib": course.GRADER_MEMORY_MB,
         "backups_kept": gradebook.BACKUPS_KEPT,
+        **grader_size(),
     }
+
+
+def grader_size() -> dict[str, int]:
+    """The grader's size (docs/grader.md, per release): its modules (``__init__`` and ``__main__`` not
+    counted) and the lines of all its files."""
+    files = sorted((ROOT / "grader" / "course_grading").glob("*.py"))
+    return {"grader_modules": sum(p.stem not in ("__init__", "__main__") for p in files),
+            "grader_lines": sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)}
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=_name)
@@ -145,7 +154,7 @@ def test_performance_md_dates_its_measurements():
 
 
 def test_the_grading_limits_table_is_the_code_s():
-    from course_utils.grading.sandbox import Limits
+    from course_grading.sandbox import Limits
     text = (ROOT / "docs" / "grading.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\|[^|]+\|\s*([\d.]+)(?:\s*\w+)?\s*\|\s*`GRADING_(\w+)`\s*\|$", text, flags=re.M)
     defaults = Limits()

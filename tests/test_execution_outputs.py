@@ -1,4 +1,4 @@
-"""What the grader's client takes from a kernel, and when (course_utils/grading/execution.py), without a kernel.
+"""What the grader's client takes from a kernel, and when (grader/course_grading/execution.py), without a kernel.
 
 nbclient, left to itself, applies an ``update_display_data`` (or any output carrying a transient
 ``display_id``) in place to every earlier output with that id, outside ``SandboxedExecute.output``
@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from course_utils.grading import execution, sandbox, verdict
+from course_grading import execution, sandbox, verdict
 
 
 def _client(cells: int = 3):

@@ -14,25 +14,26 @@ from collections import defaultdict
 
 import pytest
 
+import course_grading
 import course_utils
 
 #: Names exported by two modules that are allowed, with why. Each entry: name -> (modules, reason).
 ALLOWED = {
-    # Different things under one name (not re-exports): the grader's go with course_utils.grading
-    # when it becomes its own package (issue 51); until then each module is its own namespace.
-    "chapters": ({"course_utils.domains", "course_utils.grading"},
+    # Different things under one name (not re-exports), in the teaching package and the grader's own
+    # (course_grading, grader/): each module is its own namespace.
+    "chapters": ({"course_utils.domains", "course_grading"},
                  "domains.chapters(): the declarations per chapter; grading.chapters(root): the chapter folders"),
-    "exercise_of": ({"course_utils.domains", "course_utils.grading"},
+    "exercise_of": ({"course_utils.domains", "course_grading"},
                     "domains.exercise_of(fn): a learner's function's declaration; grading.exercise_of(grade_id)"),
-    "chapter_notebook": ({"course_utils.grading", "course_utils.i18n.sources"},
+    "chapter_notebook": ({"course_grading", "course_utils.i18n.sources"},
                          "grading's path of a chapter's notebook; i18n.sources' notebook read from a root"),
-    "decode": ({"course_utils.grading.verdict", "course_utils.textlm"},
+    "decode": ({"course_grading.verdict", "course_utils.textlm"},
                "textlm.decode(ids): bytes to text; verdict.decode(record): a check's record to text"),
     # The command verbs of command-line modules (python -m course_utils.i18n update|write, make update).
     "update": ({"course_utils.i18n.catalogue", "course_utils.workspace"}, "a command of each module's CLI"),
     "write": ({"course_utils.i18n.catalogue", "course_utils.i18n.readme", "course_utils.i18n.answers"},
               "a command of each module's CLI (answers and readme write their generated file)"),
-    "ENV": ({"course_utils.grading.reference", "course_utils.messages"},
+    "ENV": ({"course_grading.reference", "course_utils.messages"},
             "each module's own environment variable (the grader's reference run; COURSE_LANG)"),
     "LOCALE_DIR": ({"course_utils.i18n.catalogue", "course_utils.messages"},
                    "two catalogues' folders: the chapters' (locale/) and the package's own (course_utils/locale/)"),
@@ -52,7 +53,7 @@ COMPATIBILITY = {
         name: ("course_utils.records", "hidden tests and older code find the record format in checks")
         for name in ("RECORD_FLAG", "RECORD_MAX_VALUES", "RECORD_MIME", "WITHHELD", "Withheld", "encode_value")
     },
-    "course_utils.grading.verdict": {
+    "course_grading.verdict": {
         "RECORD_MIME": ("course_utils.records", "the grader's execution reads verdict.RECORD_MIME"),
     },
     "course_utils.train": {
@@ -62,11 +63,14 @@ COMPATIBILITY = {
 
 
 def _modules():
-    out = {}
-    for info in pkgutil.walk_packages(course_utils.__path__, "course_utils."):
-        if info.name.endswith("__main__"):
-            continue
-        out[info.name] = importlib.import_module(info.name)
+    """Every module of the teaching package's and the grader's (its own package, course_grading, whose
+    ``__init__`` exports its names as course_utils' subpackages' do)."""
+    out = {"course_grading": course_grading}
+    for package in (course_utils, course_grading):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            out[info.name] = importlib.import_module(info.name)
     return out
 
 

@@ -1,6 +1,6 @@
-"""Feedback pages name each graded cell by its exercise and wrap long messages (course_utils/grading/feedback.py)."""
+"""Feedback pages name each graded cell by its exercise and wrap long messages (grader/course_grading/feedback.py)."""
 
-from course_utils.grading.feedback import name_exercises
+from course_grading.feedback import name_exercises
 
 TOC = ('<html><head></head><body><ol>'
        '<li><a href="#ex3_attention-visible">Test cell</a> (Score: 2.0 / 2.0)</li>'
@@ -27,7 +27,7 @@ def test_math_travels_inside_the_page_under_a_strict_policy():
     import hashlib
     import re
 
-    from course_utils.grading.feedback import offline_math
+    from course_grading.feedback import offline_math
 
     page = ('<html><head><script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=x">'
             '</script>\n<script type="text/x-mathjax-config">MathJax.Hub.Config({});</script>'
@@ -48,8 +48,8 @@ def test_math_travels_inside_the_page_under_a_strict_policy():
 def test_from_the_first_hidden_test_on_only_the_graders_words_reach_feedback():
     import nbformat
 
-    from course_utils.grading import feedback
-    from course_utils.grading.results import NOT_CONFIRMED
+    from course_grading import feedback
+    from course_grading.results import NOT_CONFIRMED
 
     def test_cell(src, outputs):
         c = nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": "t"}})
@@ -77,7 +77,7 @@ def test_learner_text_cannot_turn_the_policy_off(tmp_path, monkeypatch):
     a machine without the MathJax package (then no script may run) and a page without a head."""
     import re
 
-    from course_utils.grading import feedback
+    from course_grading import feedback
 
     page = ("<html><head><title>x</title></head><body><p>my notes on Content-Security-Policy and "
             '&lt;meta http-equiv="Content-Security-Policy"&gt;</p><img src="https://example.org/x.png"></body></html>')

@@ -17,7 +17,7 @@ from nbconvert.exporters import HTMLExporter
 from nbgrader.server_extensions.formgrader import handlers
 from traitlets.config import Config
 
-from course_utils.grading import formgrader_guard
+from course_grading import formgrader_guard
 
 REPO = Path(__file__).resolve().parent.parent
 INSTRUCTOR_CONFIG = REPO / "lab" / "instructor" / "jupyter_server_config.json"

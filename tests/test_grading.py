@@ -37,7 +37,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import grading
+import course_grading as grading
 
 CHAPTERS = grading.chapters(Path(__file__).resolve().parent.parent)
 WRONG = Path(__file__).parent / "wrong_answers"

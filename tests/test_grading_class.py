@@ -2,7 +2,7 @@
 
 * ``test_the_exchange_loop``: an instructor and two students through nbgrader's exchange with
   nbgrader's own command line, in a throwaway course and a temporary exchange: release, fetch,
-  submit, collect, ``python -m course_utils.grading autograde --jobs 2`` (the course's grader:
+  submit, collect, ``python -m course_grading autograde --jobs 2`` (the course's grader:
   sandbox, limits), release feedback, and each student fetches their feedback, *only their own*.
   Both students run as the same Unix account (as under a local spawner) with their hub name in
   ``JUPYTERHUB_USER`` and their own home: the exchange must name submissions after the hub
@@ -38,8 +38,8 @@ from nbgrader.api import Gradebook
 from notebook_helpers import lean as _lean
 from notebook_helpers import meta as _meta
 
-from course_utils import grading
-from course_utils.grading import exchange, parallel, sandbox
+import course_grading as grading
+from course_grading import exchange, parallel, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -185,7 +185,7 @@ def _collect(course: Path, inbound: Path, teacher: dict) -> None:
     """Collect both submissions, named after the hub's users.
 
     Collect takes a submission only from the account of the student it names
-    (course_utils/grading/collect.py). Here every student is this one account: as root, give each
+    (grader/course_grading/collect.py). Here every student is this one account: as root, give each
     student's inbound folder an account of its own and tell collect whose it is; otherwise trust
     the names, as a hub with an authenticated exchange would.
     """
@@ -205,7 +205,7 @@ def _collect(course: Path, inbound: Path, teacher: dict) -> None:
 def _autograde_the_class(course: Path, teacher: dict, paths: list[str]) -> dict[str, list[str]]:
     """The course's grader, two at a time: alice above bob, bob's box without the paths he looked
     for, bob's late penalty as the course sets it. Returns ``grades.csv``'s rows by student."""
-    out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", "--jobs", "2",
+    out = _run(sys.executable, "-m", "course_grading", "--root", str(course), "autograde", "--jobs", "2",
                cwd=course, env=teacher).stdout
     assert "2 at a time" in out, out
     grades = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
@@ -276,7 +276,7 @@ def _a_new_due_date_reaches_every_grade(course: Path, teacher: dict) -> None:
     `make autograde`, nothing resubmitted and no FORCE, takes his penalty away everywhere."""
     later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
     _nbgrader("db", "assignment", "add", CHAPTER, f"--duedate={later:%Y-%m-%d %H:%M:%S} UTC", cwd=course, env=teacher)
-    out = _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde",
+    out = _run(sys.executable, "-m", "course_grading", "--root", str(course), "autograde",
                cwd=course, env=teacher).stdout
     assert f"late penalty of bob in {CHAPTER}" in out, out
     _exports_are_nbgraders_grades(course, teacher, late={"alice": False, "bob": False}, pending={"bob"})
@@ -304,7 +304,7 @@ def _written_marks_reach_feedback_and_exports(course: Path, teacher: dict, grade
         written = [(g.name, g.max_score) for g in answers]
         gb.db.commit()
     marked = sum(mx / 2 for _, mx in written)
-    _run(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde", cwd=course, env=teacher)
+    _run(sys.executable, "-m", "course_grading", "--root", str(course), "autograde", cwd=course, env=teacher)
     regraded = {row.split(",")[1]: row.split(",") for row in (course / "grades.csv").read_text().splitlines()[1:]}
     assert float(regraded["alice"][2]) == pytest.approx(float(grades["alice"][2]) + marked), regraded
     feedback = (course / "feedback" / "alice" / CHAPTER / f"{CHAPTER}.html").read_text()

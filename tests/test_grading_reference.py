@@ -1,4 +1,4 @@
-"""The grader's reference run (course_utils/grading/reference.py): a run of the real grader, so it is
+"""The grader's reference run (grader/course_grading/reference.py): a run of the real grader, so it is
 part of ``make test``, not of ``make unit``."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ def test_a_solution_that_fails_its_own_tests_cannot_be_the_reference(tmp_path):
     """No submission is held to a wrong answer: the reference run stops the chapter with the reason."""
     import nbformat
 
-    from course_utils import grading
-    from course_utils.grading import reference, sandbox
+    import course_grading as grading
+    from course_grading import reference, sandbox
 
     repo = Path(__file__).resolve().parent.parent
     chapter = "ch03_scaled_dot_product"

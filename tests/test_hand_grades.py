@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from course_utils.grading.parallel import hand_grade_stands
+from course_grading.parallel import hand_grade_stands
 
 BEFORE = {"ex1_scores": "def f(): return 1", "ex1_scores-visible": "check()", "ex1_scores-hidden": "check()",
           "ex2_softmax": "def g(): return 2", "q1_scale": "Because $\\sqrt{d_k}$.", "q1_scale-prompt": "Why?"}

@@ -1,8 +1,8 @@
-"""What the grader takes from a submission is bounded (course_utils/grading/intake.py)."""
+"""What the grader takes from a submission is bounded (grader/course_grading/intake.py)."""
 
 import nbformat
 
-from course_utils.grading import intake
+from course_grading import intake
 
 
 def _release():

@@ -1,4 +1,4 @@
-"""The course's late policy (course_utils/grading/late.py): 10 % of the earned score per started day."""
+"""The course's late policy (grader/course_grading/late.py): 10 % of the earned score per started day."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 from nbgrader.preprocessors import AssignLatePenalties
 from traitlets.config import Config
 
-from course_utils.grading.late import DAY_S, PerDayPenalty, penalty
+from course_grading.late import DAY_S, PerDayPenalty, penalty
 
 
 @pytest.mark.parametrize("seconds, expected", [(-5, 0.0), (0, 0.0), (1, 2.0), (DAY_S, 2.0), (DAY_S + 1, 4.0),
@@ -34,7 +34,7 @@ def test_the_lms_file_leaves_a_chapter_awaiting_marks_empty_or_marks_it_provisio
     # Issue 49: an early upload of grades_lms.csv must not pass a chapter awaiting hand marks for a grade.
     import csv
 
-    from course_utils.grading import gradebook
+    from course_grading import gradebook
     maxima = {"ch01": 20.0, "ch02": 25.0}
     provisional = {"ann": ["ch02: 4 points to be marked"]}
     for lms, total in (({"ann": {"ch01": 18.0, "ch02": 20.0}, "ben": {"ch01": 10.0, "ch02": 0.0}}, "38"),

@@ -42,7 +42,9 @@ def test_a_scaffolded_chapter_passes_the_chapter_tests_but_the_size_of_a_finishe
     _copy_of_the_repository(repo)
     number = max(int(p.name[2:4]) for p in (ROOT / "solutions").glob("ch*")) + 1
     name = f"ch{number:02d}_sample_chapter"
-    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # The copy's teaching package and the copy's grader (its own package, in grader/), not the installed ones.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "grader")]), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     made = subprocess.run([sys.executable, "tools/new_chapter.py", name, "A sample chapter"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=900)

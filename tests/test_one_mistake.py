@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils import grading
+import course_grading as grading
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTER = "ch05_attention_as_convolution"

@@ -10,8 +10,8 @@ import nbformat
 import pytest
 from nbgrader.preprocessors import OverwriteCells
 
-from course_utils import grading
-from course_utils.grading.overwrite import ReleaseAwareOverwriteCells, release_source
+import course_grading as grading
+from course_grading.overwrite import ReleaseAwareOverwriteCells, release_source
 
 CHAPTER = "ch03_scaled_dot_product"
 

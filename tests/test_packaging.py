@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from notebook_helpers import chapter_slugs
 
-from course_utils import grading
+import course_grading as grading
 
 ROOT = Path(__file__).resolve().parent.parent
+GRADER_FILES = sorted((ROOT / "grader" / "course_grading").rglob("*.py"))   # the grader's own package
 
 
 def _pyproject_pins() -> dict[str, str]:
@@ -120,7 +121,7 @@ def test_make_lab_ships_its_jupyterlab_defaults():
     # the instructor's Lab reads lab/instructor first: formgrader safe to open (formgrader_guard.py)
     assert 'JUPYTER_CONFIG_PATH="$(CURDIR)/lab/instructor:$(CURDIR)/lab"' in _makefile_rule("instructor-lab")
     instructor = json.loads((ROOT / "lab/instructor/jupyter_server_config.json").read_text())
-    assert instructor["ServerApp"]["jpserver_extensions"] == {"course_utils.grading.formgrader_guard": True}
+    assert instructor["ServerApp"]["jpserver_extensions"] == {"course_grading.formgrader_guard": True}
     overrides = json.loads((ROOT / "lab/labconfig/default_setting_overrides.json").read_text())
     news = overrides["@jupyterlab/apputils-extension:notification"]
     assert news["fetchNews"] == "false" and news["checkForUpdates"] is False
@@ -162,8 +163,7 @@ def test_every_public_module_declares_all_and_the_names_exist():
     import pkgutil
 
     import course_utils
-    names = [info.name for info in pkgutil.walk_packages(course_utils.__path__, "course_utils.")
-             if not info.name.startswith("course_utils.grading")]         # the grader is not a teaching module
+    names = [info.name for info in pkgutil.walk_packages(course_utils.__path__, "course_utils.")]
     assert "course_utils.data.vocab" in names
     for name in names:
         if name.rsplit(".", 1)[-1].startswith("_"):
@@ -189,8 +189,9 @@ def test_one_block_one_stack_and_no_hidden_hooks():
 
 
 def _module_name(path: Path) -> str:
-    """The dotted name of a module of the package (a package's ``__init__.py`` is the package)."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    """The dotted name of a module of the package or the grader's (a package's ``__init__.py`` is the
+    package; the grader's package lives in grader/)."""
+    parts = path.relative_to(ROOT / "grader" if path.is_relative_to(ROOT / "grader") else ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -212,9 +213,10 @@ def _imported(node, importer: str, is_package: bool, modules) -> set[str]:
 
 def _import_graph() -> dict[str, set[str]]:
     """``{module: the package's modules it imports}`` for every module of ``course_utils`` and its
-    subpackages; an import inside a function counts as much as one at the top."""
+    subpackages, and of the grader's package ``course_grading``; an import inside a function counts as
+    much as one at the top."""
     import ast
-    modules = {_module_name(p): p for p in sorted((ROOT / "course_utils").rglob("*.py"))}
+    modules = {_module_name(p): p for p in [*sorted((ROOT / "course_utils").rglob("*.py")), *GRADER_FILES]}
     return {name: {m for node in ast.walk(ast.parse(path.read_text()))
                    for m in _imported(node, name, path.name == "__init__.py", modules)} - {name}
             for name, path in modules.items()}
@@ -240,25 +242,28 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_import_graph_of_the_package_has_no_cycle():
-    """No module of the package, subpackages included (``grading``, ``data``, ``i18n``), imports one
-    that imports it back, even from inside a function."""
+    """No module of the package, subpackages included (``data``, ``i18n``), or of the grader's package
+    imports one that imports it back, even from inside a function; no teaching module imports the grader."""
     graph = _import_graph()
-    assert {"course_utils.checks", "course_utils.grading.execution", "course_utils.data.vocab",
+    assert {"course_utils.checks", "course_grading.execution", "course_utils.data.vocab",
             "course_utils.i18n"} <= set(graph)
-    assert "course_utils.i18n.notebooks" in graph["course_utils.grading.course"]   # imported inside a function
-    assert "course_utils.grading.sandbox" in graph["course_utils.grading.execution"]
+    teaching_to_grader = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("course_utils")
+                                for d in deps if d.startswith("course_grading"))
+    assert not teaching_to_grader, f"the teaching package imports the grader: {teaching_to_grader}"
+    assert "course_utils.i18n.notebooks" in graph["course_grading.course"]   # imported inside a function
+    assert "course_grading.sandbox" in graph["course_grading.execution"]
     cycle = _cycle(graph)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
 def test_no_function_of_the_package_is_longer_than_60_lines():
-    """Issue 34: a function of ``course_utils`` (subpackages, methods and nested functions included)
-    is at most 60 lines from its ``def`` to its last line, docstring included; a longer one is split
-    into helpers with one idea each (ruff's C901 bounds how much one of them branches)."""
+    """Issue 34: a function of ``course_utils`` or of the grader (subpackages, methods and nested
+    functions included) is at most 60 lines from its ``def`` to its last line, docstring included; a
+    longer one is split into helpers with one idea each (ruff's C901 bounds how much one of them branches)."""
     import ast
     long = []
-    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+    for path in [*sorted((ROOT / "course_utils").rglob("*.py")), *GRADER_FILES]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
@@ -281,7 +286,7 @@ def test_one_training_loop():
 
 
 def _layout_entry(layout: str, folder: str) -> str:
-    """The entry of ``folder`` (``course_utils/grading/``) in docs/layout.md's tree: its line and the
+    """The entry of ``folder`` (``course_utils/i18n/``) in docs/layout.md's tree: its line and the
     indented lines after it."""
     lines = layout.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith(folder + " ")), None)

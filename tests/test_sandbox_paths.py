@@ -1,7 +1,7 @@
 """The sandbox's view of the file system wherever the course is cloned (CI may clone it in /tmp)."""
 import sys
 
-from course_utils.grading import sandbox
+from course_grading import sandbox
 
 
 def test_tmp_is_the_box_unless_the_course_python_lives_under_tmp(monkeypatch):
@@ -18,7 +18,7 @@ def test_tmp_is_the_box_unless_the_course_python_lives_under_tmp(monkeypatch):
 def test_the_seccomp_filter_is_a_valid_program_for_known_machines():
     import struct
 
-    from course_utils.grading import seccomp
+    from course_grading import seccomp
 
     for machine in ("x86_64", "aarch64"):
         prog = seccomp.program(machine)
@@ -113,8 +113,8 @@ def test_the_box_writes_to_a_pipe_never_to_the_graders_capture_files(tmp_path):
     what it writes reaches the grader's log marked, and bounded; last_error never quotes it."""
     import subprocess
 
-    from course_utils.grading import parallel
-    code = ("import os\nfrom course_utils.grading import sandbox\nsandbox.pipe_output()\n"
+    from course_grading import parallel
+    code = ("import os\nfrom course_grading import sandbox\nsandbox.pipe_output()\n"
             "print('fd1', os.readlink('/proc/self/fd/1'), flush=True)\n"
             "os.write(2, b'[ERROR] forged by the box\\n' * 10_000)\n")
     log = tmp_path / "stderr"

@@ -175,7 +175,7 @@ def test_the_thread_count_is_measured_and_every_claim_holds_under_it():
 def test_a_release_cannot_ship_a_notebook_older_than_its_text_source(tmp_path):
     # Issue 49: the release reads the paired notebook; a chapter whose .py was edited alone would ship
     # its old text. Every committed pair is in step, and a release of an edited copy refuses, naming the fix.
-    from course_utils.grading import course
+    from course_grading import course
     names = course.chapters(ROOT)
     assert course.stale_pairs(ROOT, names) == [], "a chapter's notebook differs from its .py: run `make sync`"
     ch = names[0]

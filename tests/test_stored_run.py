@@ -9,8 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_grading import course
 from course_utils import stored_run
-from course_utils.grading import course
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = course.chapters(ROOT)

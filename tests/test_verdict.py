@@ -1,4 +1,4 @@
-"""The grader's own comparison (course_utils/grading/verdict.py), on records made by the checks."""
+"""The grader's own comparison (grader/course_grading/verdict.py), on records made by the checks."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from course_grading import execution, sandbox, verdict
 from course_utils import checks, records
-from course_utils.grading import execution, sandbox, verdict
 
 
 def _records(monkeypatch, fn) -> list[dict]:

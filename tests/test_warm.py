@@ -1,4 +1,4 @@
-"""nbgrader forked from a warm process (``course_utils.grading.warm``) runs as a new process would.
+"""nbgrader forked from a warm process (``course_grading.warm``) runs as a new process would.
 
 Each run here is ``nbgrader db student list`` in a folder whose ``nbgrader_config.py`` reports what
 the run sees (its directory, environment, stdin, memory cap, parent) or misbehaves (sleeps, takes
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading import warm
+from course_grading import warm
 
 ARGS = ["db", "student", "list", "--log-level=WARN"]
 REPORT = """
@@ -107,10 +107,10 @@ def test_runs_from_threads_at_once_and_a_script_without_a_main_guard(tmp_path, e
     course = courses[0]
     # multiprocessing's fork server would import this script again in every child (it has no guard)
     script = tmp_path / "unguarded.py"
-    script.write_text(f"from course_utils.grading import warm\nprint('script ran')\n"
+    script.write_text(f"from course_grading import warm\nprint('script ran')\n"
                       f"print(warm.run_module('nbgrader', {ARGS!r}, cwd={str(course)!r}, env={env!r}).returncode)\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(Path(warm.__file__).parents[2])})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in Path(warm.__file__).parents[1:3])})
     assert out.stdout.split() == ["script", "ran", "0"], out.stdout + out.stderr
 
 

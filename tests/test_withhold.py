@@ -1,4 +1,4 @@
-"""Hidden tests reach a submission's kernel without their expected values (course_utils/grading/withhold.py)."""
+"""Hidden tests reach a submission's kernel without their expected values (grader/course_grading/withhold.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading import withhold
-from course_utils.grading.withhold import BLOCK, bound_names, strip_expected
+from course_grading import withhold
+from course_grading.withhold import BLOCK, bound_names, strip_expected
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = sorted((REPO / "solutions").glob("ch*/ch*.py"))

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from notebook_helpers import lean, meta  # noqa: E402
 
-from course_utils import grading  # noqa: E402
+import course_grading as grading  # noqa: E402
 
 CHAPTER = "ch03_scaled_dot_product"
 MATH = r"The scale is $1/\sqrt{d_k}$, so that $q \cdot k$ keeps unit variance."

@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from notebook_helpers import lean, meta  # noqa: E402
 from servers import server_settings, wait_for_jupyter  # noqa: E402
 
-from course_utils import grading  # noqa: E402
-from course_utils.grading.exchange import COURSE_ID  # noqa: E402
-from course_utils.grading.results import RECORD  # noqa: E402
+import course_grading as grading  # noqa: E402
+from course_grading.exchange import COURSE_ID  # noqa: E402
+from course_grading.results import RECORD  # noqa: E402
 
 CHAPTER = "ch03_scaled_dot_product"
 STUDENT = "mallory"
@@ -232,9 +232,9 @@ def _class_notebook(kind: str, solution, release):
 def class_of_three(tmp_path_factory, chromium_path):
     """A course with the class of three submitted and graded by ``make autograde`` (the course's
     ``instructor_autograde``), names imported with ``nbgrader db student import``: (course, exchange)."""
-    from course_utils.grading import sandbox
-    from course_utils.grading.autograde import instructor_autograde
-    from course_utils.grading.course import nbgrader
+    from course_grading import sandbox
+    from course_grading.autograde import instructor_autograde
+    from course_grading.course import nbgrader
 
     tmp = tmp_path_factory.mktemp("formgrader-class")
     exchange = tmp / "exchange"
@@ -306,7 +306,7 @@ def test_formgraders_buttons_do_what_make_autograde_does(class_of_three, watch, 
 
     from nbgrader.utils import notebook_hash
 
-    from course_utils.grading.autograde import instructor_autograde
+    from course_grading.autograde import instructor_autograde
 
     course, exchange, env = class_of_three
     page = watch.page

@@ -10,7 +10,7 @@ then runs the solution's own cell and goes on. Each answer thus meets the very s
 at that point, and no answer can disturb the next (a fork shares nothing that it writes).
 
 A test cell fails as nbgrader counts it: it raises. The grader's own re-judging of the records
-(``course_utils/grading/verdict.py``) is stricter still, so an answer that passes here can still fail
+(``grader/course_grading/verdict.py``) is stricter still, so an answer that passes here can still fail
 there, never the other way round; ``tests/test_grading.py`` grades the correct answers through the
 real grader too.
 """

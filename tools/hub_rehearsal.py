@@ -11,7 +11,7 @@ Unix account), and two students, ``alice`` and ``bob``. Then, through the hub:
 2. each student's server is started through the hub's REST API; each student lists the course's
    assignments, fetches chapter 3, answers it (alice right, bob one exercise wrong) through the
    Contents API and submits it, all through the proxy at ``/user/<name>/``;
-3. the instructor collects, grades with the course's grader (``python -m course_utils.grading
+3. the instructor collects, grades with the course's grader (``python -m course_grading
    autograde --jobs 2``: sandbox, limits, parallel) and releases the feedback;
 4. each student fetches their feedback through their server: exactly one feedback file, their own.
 
@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from course_utils import grading  # noqa: E402
-from course_utils.grading import exchange  # noqa: E402
+import course_grading as grading  # noqa: E402
+from course_grading import exchange  # noqa: E402
 
 CHAPTER = "ch03_scaled_dot_product"
 PROXY = REPO / "tools" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -326,7 +326,7 @@ def rehearse(folder: Path, jobs: int = 2, log=print) -> dict:
         step("instructor: collect", t0)
 
         t0 = time.monotonic()
-        out = instructor(sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde",
+        out = instructor(sys.executable, "-m", "course_grading", "--root", str(course), "autograde",
                          "--jobs", str(jobs))
         log("    " + "\n    ".join(out.strip().splitlines()))
         step(f"instructor: autograde --jobs {jobs} (sandboxed)", t0)

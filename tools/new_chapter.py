@@ -301,11 +301,11 @@ def scaffold(name: str, title: str) -> None:
     _run(python, "-m", "course_utils.domains", "--write")
     _run(python, "-m", "jupytext", "--quiet", "--to", "ipynb", str(folder / f"{name}.py"))
     _source_as_jupytext_writes(folder / f"{name}.py")
-    _run(python, "-m", "course_utils.grading", "execute", str(folder / f"{name}.ipynb"))
+    _run(python, "-m", "course_grading", "execute", str(folder / f"{name}.ipynb"))
     _refresh_counts()
     _run(python, "-m", "course_utils.i18n", "update")
-    _run(python, "-m", "course_utils.grading", "release")
-    _run(python, "-m", "course_utils.grading", "release", "--lang", "zh_CN")
+    _run(python, "-m", "course_grading", "release")
+    _run(python, "-m", "course_grading", "release", "--lang", "zh_CN")
     _run(python, str(ROOT / "tools" / "mutants.py"), short)
 
 

@@ -3,7 +3,7 @@
     .venv/bin/python tools/time_class.py --students 30 --jobs 1 2
 
 builds a throwaway course (never the instructor's gradebook) with ``--students`` copies of the
-chapter's solution notebook in ``submitted/``, runs ``python -m course_utils.grading autograde
+chapter's solution notebook in ``submitted/``, runs ``python -m course_grading autograde
 --force --jobs J`` once for each ``J`` in the order given, and prints the seconds, the load average
 before and after (the machine may be shared), and the distinct autograded scores (every copy of
 the solution must get full marks, whatever ``J``). Run the orders ``1 2`` and ``2 1`` on a shared
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from course_utils import grading  # noqa: E402
+import course_grading as grading  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for jobs, mode in [(j, m) for j in args.jobs for m in args.modes]:
             load = os.getloadavg()
             start = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "course_utils.grading", "--root", str(course), "autograde",
+            proc = subprocess.run([sys.executable, "-m", "course_grading", "--root", str(course), "autograde",
                                    "--force", "--jobs", str(jobs)], cwd=course, capture_output=True, text=True,
                                   env={**env, "COURSE_GRADING_COLD": "1" if mode == "cold" else ""})
             seconds = time.monotonic() - start

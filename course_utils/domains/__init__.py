@@ -102,7 +102,7 @@ def chapters() -> dict[str, tuple[Exercise, ...]]:
 
 
 # Module state is only ever changed in place, never rebound: the grader's tamper guard
-# (course_utils/grading/tamper_guard.py) fails a submission when a course module's global is replaced.
+# (grader/course_grading/tamper_guard.py) fails a submission when a course module's global is replaced.
 _BY_FUNCTION: dict[str, list[Exercise]] = {}     # filled on first use
 
 

@@ -1,6 +1,6 @@
 """Executing notebooks: nbgrader's execute step in the sandbox, and ``make execute``.
 
-:class:`SandboxedExecute` runs one submission in its own :class:`~course_utils.grading.sandbox.Box`
+:class:`SandboxedExecute` runs one submission in its own :class:`~course_grading.sandbox.Box`
 (bubblewrap; see ``sandbox.py``), with a wall-clock limit per notebook and per cell, a cap on
 what the kernel may send back (per message, per cell, per notebook), and the tamper guard
 before and after every test cell. A fault (hang, dead kernel, fork bomb, memory) stays with its
@@ -34,9 +34,9 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
-from course_utils.grading import feedback, reference, sandbox, verdict, withhold
-from course_utils.grading.course import origin
-from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
+from course_grading import feedback, reference, sandbox, verdict, withhold
+from course_grading.course import origin
+from course_grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
 from course_utils.messages import ENV as LANG_ENV
 from course_utils.messages import notebook_language, speaking, tr
 from course_utils.records import RECORD_FLAG
@@ -393,7 +393,7 @@ class SandboxedExecute(Execute):
 
     def _unanswered(self, index: int) -> bool:
         """Whether the exercise of test cell ``index`` still has nbgrader's stub as its answer."""
-        from course_utils.grading.course import exercise_of
+        from course_grading.course import exercise_of
         grade_id = self.nb.cells[index].metadata.get("nbgrader", {}).get("grade_id", "")
         answer = next((c for c in self.nb.cells if c.metadata.get("nbgrader", {}).get("solution")
                        and c.metadata.get("nbgrader", {}).get("grade_id") == exercise_of(grade_id)), None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode
 
-from course_utils.grading.course import exercise_of
+from course_grading.course import exercise_of
 from course_utils.messages import tr
 
 META = "course_grading"          # notebook metadata key: the faults and tampering found in a submission

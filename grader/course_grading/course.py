@@ -18,8 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_grading import warm
 from course_utils import stored_run
-from course_utils.grading import warm
 
 ORIGIN = ".grading-origin"   # in a throwaway course: the course root it was made from
 

@@ -39,7 +39,7 @@ def exchange_root() -> str:
     return os.environ.get(EXCHANGE_VARIABLE) or os.path.join(tempfile.gettempdir(), "attention-course-exchange")
 
 
-STUDENT_CONFIG = '''"""nbgrader configuration of a student of {course_id} (written by course_utils.grading.exchange)."""
+STUDENT_CONFIG = '''"""nbgrader configuration of a student of {course_id} (written by course_grading.exchange)."""
 import os
 
 c = get_config()  # noqa: F821

@@ -1,8 +1,8 @@
 """The reference run itself: a chapter's solution executed by the grader, its checks written out.
 
-``python -m course_utils.grading.reference_run CHAPTER OUT.json``, started in the course folder
-by :func:`course_utils.grading.reference.ensure` (which caches the result and says where it is):
-the solution notebook runs under :class:`~course_utils.grading.execution.SandboxedExecute` in
+``python -m course_grading.reference_run CHAPTER OUT.json``, started in the course folder
+by :func:`course_grading.reference.ensure` (which caches the result and says where it is):
+the solution notebook runs under :class:`~course_grading.execution.SandboxedExecute` in
 reference mode (each test cell twice, the second time with the answers nudged and every global
 seed shifted), and ``OUT.json`` gets, for every test cell, the checks it made (kind, name,
 tolerance, expected value, whether that value is *fixed*). A solution whose own tests fail is no
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.grading.course import chapter_notebook
-from course_utils.grading.execution import SandboxedExecute
-from course_utils.grading.results import META
-from course_utils.grading.verdict import same_bytes
+from course_grading.course import chapter_notebook
+from course_grading.execution import SandboxedExecute
+from course_grading.results import META
+from course_grading.verdict import same_bytes
 
 __all__ = ["ReferenceExecute", "main"]
 
@@ -67,7 +67,7 @@ def _run(chapter: str, out: Path) -> None:
 def main(argv: list[str]) -> int:
     """The command line: ``CHAPTER OUT.json``."""
     if len(argv) != 2:
-        raise SystemExit("usage: python -m course_utils.grading.reference_run CHAPTER OUT.json")
+        raise SystemExit("usage: python -m course_grading.reference_run CHAPTER OUT.json")
     _run(argv[0], Path(argv[1]))
     return 0
 

@@ -3,7 +3,7 @@
 An answer cell runs in the same interpreter as the tests after it, so it can replace what the
 tests rely on: ``checks.expect_close = lambda *a, **k: None``, ``torch.allclose``,
 ``builtins.all``, the name ``checks`` itself, or IPython's machinery that turns an exception
-into an error output. The grader (``course_utils.grading.execution.SandboxedExecute``) calls
+into an error output. The grader (``course_grading.execution.SandboxedExecute``) calls
 :func:`install` before the first cell, which imports the modules the tests use and takes a
 snapshot of them, and :func:`check` before and after every test cell, which compares the
 kernel with the snapshot, puts every replaced object back (so the tests run against the
@@ -19,9 +19,9 @@ handlers, pre-run hooks and the methods that report errors, and ``sys.settrace``
 Limits (docs/grading.md): this is a flagging aid against the obvious ways, not a proof. Code that
 runs in the kernel can reach the guard itself (a look-alike class under its name answers for it).
 No grade rests on it: the verdict is the grader's, from the learner's values alone, against
-expected values the kernel never holds (``course_utils.grading.verdict``,
-``course_utils.grading.withhold``); the isolation around the kernel
-(``course_utils.grading.sandbox``) protects the course and the other submissions.
+expected values the kernel never holds (``course_grading.verdict``,
+``course_grading.withhold``); the isolation around the kernel
+(``course_grading.sandbox``) protects the course and the other submissions.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import nh3
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
-from course_utils.grading.course import exercise_of
-from course_utils.grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
+from course_grading.course import exercise_of
+from course_grading.results import FAULT, META, NOT_CONFIRMED, TAMPERING
 from course_utils.messages import language, notebook_language, speaking, tr
 
 _ATTRIBUTES = {"*": {"class", "id", "title"}, "img": {"src", "alt", "width", "height"}, "a": {"href"},

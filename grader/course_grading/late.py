@@ -4,7 +4,7 @@ nbgrader compares each submission's ``timestamp.txt`` (written by ``nbgrader sub
 chapter's due date (``nbgrader db assignment add chNN --duedate "2026-12-04 17:00:00 UTC"``) and asks
 the configured plugin for the penalty in points. ``nbgrader_config.py`` sets this one::
 
-    c.AssignLatePenalties.plugin_class = "course_utils.grading.late.PerDayPenalty"
+    c.AssignLatePenalties.plugin_class = "course_grading.late.PerDayPenalty"
     c.PerDayPenalty.percent_per_day = 10      # 10 % of the earned score per started day, at most all of it
 
 A chapter without a due date is never late. ``percent_per_day = 0`` switches the penalty off.

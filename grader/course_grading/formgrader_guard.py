@@ -10,10 +10,10 @@ jupyter_server_config.json``; formgrader builds its ``HTMLExporter`` from the se
 
 * :func:`markdown2html` replaces nbconvert's filter of that name: the Markdown of every cell (and
   every ``text/markdown`` output) is rendered as nbconvert renders it, then cleaned with ``nh3``
-  (:func:`~course_utils.grading.feedback.clean_html`: no ``<script>``, no ``on*`` attribute, no
+  (:func:`~course_grading.feedback.clean_html`: no ``<script>``, no ``on*`` attribute, no
   ``javascript:`` URL, no ``<iframe>``, ``<form>`` or ``<style>``);
 * :class:`SanitiseOutputs` cleans every output of the notebook before the template sees it
-  (:func:`~course_utils.grading.feedback.sanitise_output`, the grader's own output handling), and
+  (:func:`~course_grading.feedback.sanitise_output`, the grader's own output handling), and
   ``sanitize_html`` has nbconvert clean HTML outputs once more and leave JavaScript outputs out;
 * :func:`_load_jupyter_server_extension` gives formgrader's pages a Content-Security-Policy
   (:data:`FORMGRADER_CSP`): scripts, styles, images, fonts and connections from the server itself
@@ -32,7 +32,7 @@ The extension also makes formgrader's pages work offline and do what the course 
   package (the version the site and the feedback use), served by this server under
   :data:`MATHJAX_PATH`, instead of MathJax 2 from cdnjs (:func:`local_mathjax`; formgrader's own
   script, written for MathJax 2, is told when typesetting is done);
-* formgrader's API is :class:`~course_utils.grading.formgrader_api.CourseAPI`: its Autograde and
+* formgrader's API is :class:`~course_grading.formgrader_api.CourseAPI`: its Autograde and
   Generate Feedback buttons run the course's grader and feedback, as ``make autograde`` does.
 
 The policy is set on formgrader's handlers, not in the server's ``headers`` setting: a
@@ -51,7 +51,7 @@ from jinja2 import pass_context
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 
-from course_utils.grading.feedback import clean_html, sanitise_output
+from course_grading.feedback import clean_html, sanitise_output
 
 __all__ = ["FILES_CSP", "FORMGRADER_CSP", "MATHJAX_PATH", "SanitiseOutputs", "local_mathjax", "markdown2html",
            "mathjax_folder", "with_ancestors"]
@@ -157,7 +157,7 @@ class _LocalMathExporter:
 
 def _course_api(handler):
     """formgrader's API object (its ``BaseHandler.api``), the course's (``formgrader_api.CourseAPI``)."""
-    from course_utils.grading.formgrader_api import CourseAPI
+    from course_grading.formgrader_api import CourseAPI
 
     handler.coursedir.parent.load_config_file()
     api = CourseAPI(handler.coursedir, handler.authenticator, parent=handler.coursedir.parent)
@@ -189,4 +189,4 @@ def _load_jupyter_server_extension(serverapp) -> None:
         pattern = url_path_join(web_app.settings.get("base_url", "/"), MATHJAX_PATH, "(.*)")
         web_app.add_handlers(".*$", [(pattern, web.StaticFileHandler, {"path": str(mathjax_folder())})])
     serverapp.log.info("formgrader: the course's Content-Security-Policy, MathJax and grader "
-                       "(course_utils.grading.formgrader_guard)")
+                       "(course_grading.formgrader_guard)")

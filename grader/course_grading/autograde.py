@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from html import escape as html_escape
 from pathlib import Path
 
-from course_utils.grading import gradebook, late, parallel, reference, sandbox, withhold
-from course_utils.grading.course import (
+from course_grading import gradebook, late, parallel, reference, sandbox, withhold
+from course_grading.course import (
     chapter_notebook,
     chapters,
     course_root,
@@ -30,15 +30,15 @@ from course_utils.grading.course import (
     new_course,
     origin,
 )
-from course_utils.grading.feedback import mark_pending, sanitise_html_file
-from course_utils.grading.gradebook import (
+from course_grading.feedback import mark_pending, sanitise_html_file
+from course_grading.gradebook import (
     backup_gradebook,
     read_grades,
     update_gradebook_tests,
     write_grades_csv,
 )
-from course_utils.grading.intake import fingerprint, submitted_notebook
-from course_utils.grading.results import RECORD, NotebookGrades
+from course_grading.intake import fingerprint, submitted_notebook
+from course_grading.results import RECORD, NotebookGrades
 from course_utils.messages import notebook_language
 
 UNSANDBOXED = "GRADING_UNSANDBOXED"   # =1: let `make autograde` grade without bubblewrap (trusted work only)
@@ -236,8 +236,8 @@ def instructor_autograde(root: Path | None = None, force: bool = False, jobs: in
     """Autograde ``submitted/<student>/<chapter>/``, write feedback, ``grades.csv`` and a fault summary.
 
     ``jobs``: submissions graded at a time (``None`` or ``"auto"``: from the cores and memory,
-    :func:`~course_utils.grading.parallel.default_jobs`). ``lms_pending``: what ``grades_lms.csv`` holds for
-    a chapter awaiting hand marks (:data:`~course_utils.grading.gradebook.LMS_PENDING`).
+    :func:`~course_grading.parallel.default_jobs`). ``lms_pending``: what ``grades_lms.csv`` holds for
+    a chapter awaiting hand marks (:data:`~course_grading.gradebook.LMS_PENDING`).
     """
     root = course_root(root)
     submitted = root / "submitted"

@@ -42,8 +42,8 @@ from pathlib import Path
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from course_utils.grading.course import chapter_notebook, chapters, origin
-from course_utils.grading.results import GRADER_VERSION, META
+from course_grading.course import chapter_notebook, chapters, origin
+from course_grading.results import GRADER_VERSION, META
 from course_utils.messages import everywhere, notebook_language
 
 # The largest notebook of the course (solutions/ch06_transformer, with its outputs) is 0.93 MiB and

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.grading.course import chapter_notebook, nbgrader
-from course_utils.grading.results import META, RECORD, CellGrade, NotebookGrades, _errors_by_cell
+from course_grading.course import chapter_notebook, nbgrader
+from course_grading.results import META, RECORD, CellGrade, NotebookGrades, _errors_by_cell
 
 BACKUPS_KEPT = 20
 
@@ -219,7 +219,7 @@ def _write_lms(path: Path, lms: dict[str, dict[str, float | None]], maxima: dict
 
 def _exercise_rows(sub, chapter: str, student: str) -> list[list[str]]:
     """A submission's grades summed per exercise (``ex3_attention-visible`` + ``-hidden``)."""
-    from course_utils.grading.course import exercise_of
+    from course_grading.course import exercise_of
 
     totals: dict[str, list] = {}
     for nb in sub.notebooks:

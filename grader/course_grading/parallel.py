@@ -44,9 +44,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_utils.grading import sandbox
-from course_utils.grading.course import exercise_of, grader_memory_mb, nbgrader
-from course_utils.grading.intake import Refused, intake, one_line, read_submission
+from course_grading import sandbox
+from course_grading.course import exercise_of, grader_memory_mb, nbgrader
+from course_grading.intake import Refused, intake, one_line, read_submission
 
 # What nbgrader's exchange puts beside a submitted notebook and later steps need: ``collect``
 # writes the time of submission, ``submit`` the secret that ``release_feedback`` names the

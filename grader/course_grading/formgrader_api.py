@@ -9,11 +9,11 @@ Content-Security-Policy, contents named "Test cell"). :class:`CourseAPI` keeps n
 answers in its form (``success``, ``log``, ``error``), but:
 
 * **Autograde** regrades that one submission through the course's grader
-  (:func:`~course_utils.grading.autograde.autograde_submission`, what ``make autograde FORCE=1``
+  (:func:`~course_grading.autograde.autograde_submission`, what ``make autograde FORCE=1``
   does for it: sandbox, intake, grading record, hand marks kept where the answer is unchanged,
   feedback); the log names its score and every fault;
 * **Generate Feedback** writes the course's feedback
-  (:func:`~course_utils.grading.autograde.make_feedback`, ``make autograde``'s own);
+  (:func:`~course_grading.autograde.make_feedback`, ``make autograde``'s own);
 * **Release Feedback** stays nbgrader's: it copies ``feedback/`` into the exchange, and what is
   there is now always the course's page.
 
@@ -57,7 +57,7 @@ class CourseAPI(NbGraderAPI):
         return Path(self.coursedir.root)
 
     def autograde(self, assignment_id, student_id, force=True, create=True):
-        from course_utils.grading.autograde import autograde_submission
+        from course_grading.autograde import autograde_submission
 
         def step():
             result = autograde_submission(self._root, assignment_id, student_id)
@@ -69,7 +69,7 @@ class CourseAPI(NbGraderAPI):
         return run_logged(step)
 
     def generate_feedback(self, assignment_id, student_id=None, force=True):
-        from course_utils.grading.autograde import make_feedback
+        from course_grading.autograde import make_feedback
 
         def step():
             for page in make_feedback(self._root, assignment_id, student_id):

@@ -26,9 +26,9 @@ import json
 import os
 from pathlib import Path
 
-from course_utils.grading import sandbox, warm, withhold
-from course_utils.grading.course import chapter_notebook, origin
-from course_utils.grading.results import GRADER_VERSION
+from course_grading import sandbox, warm, withhold
+from course_grading.course import chapter_notebook, origin
+from course_grading.results import GRADER_VERSION
 
 __all__ = ["ENV", "ensure", "reference_path"]
 
@@ -41,8 +41,9 @@ def reference_path(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
     import torch
 
     h = hashlib.sha256(chapter_notebook(chapter, course).read_bytes())
-    for code in sorted(sandbox.PACKAGE.rglob("*.py")):
-        h.update(code.read_bytes())   # the teaching modules (subpackages too), the checks and the grader
+    grader = Path(__file__).resolve().parent
+    for code in [*sorted(sandbox.PACKAGE.rglob("*.py")), *sorted(grader.rglob("*.py"))]:
+        h.update(code.read_bytes())   # the teaching modules (subpackages too), the checks, and the grader
     key = withhold.probe_key(origin(course), chapter)   # secret probes: their own reference
     h.update(hashlib.sha256(key).digest() if key else b"public probes")
     for part in (GRADER_VERSION, torch.__version__, os.environ.get("ATEN_CPU_CAPABILITY", ""),
@@ -62,7 +63,7 @@ def ensure(course: Path, chapter: str, limits: sandbox.Limits) -> Path:
             return path
         env = {**os.environ, **limits.to_env(), "NBGRADER_EXECUTION": "autograde"}
         tmp = path.with_suffix(".part")
-        proc = warm.run_module("course_utils.grading.reference_run", [chapter, str(tmp)], cwd=course, env=env,
+        proc = warm.run_module("course_grading.reference_run", [chapter, str(tmp)], cwd=course, env=env,
                                timeout=limits.notebook_s * 2 + 300)
         if proc.returncode != 0 or not tmp.exists():
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -7,7 +7,7 @@ student's own ``timestamp.txt`` (the time the late penalty is computed from) and
 ``shutil.copytree``, which follows links with the instructor's rights. :class:`CourseCollect`
 (``nbgrader_config.py`` names it) instead:
 
-* lists ``inbound/`` itself (:mod:`~course_utils.grading.inbound`): each folder's owner first
+* lists ``inbound/`` itself (:mod:`~course_grading.inbound`): each folder's owner first
   (``lstat``), grouped by owner. A folder not owned by the Unix account of the student it names
   (``alice`` or, as The Littlest JupyterHub names them, ``jupyter-alice``: ``account_prefixes``;
   ``owner_map`` maps other accounts to student ids), a folder whose name does not parse, and
@@ -44,7 +44,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from traitlets import Bool, Dict, Integer, List
 
-from course_utils.grading.inbound import Accounts, Inbound, server_time, submissions
+from course_grading.inbound import Accounts, Inbound, server_time, submissions
 
 __all__ = ["Budget", "CourseCollect", "Refused", "check_tree", "copy_tree"]
 

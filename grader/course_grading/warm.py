@@ -39,8 +39,8 @@ COLD = "COURSE_GRADING_COLD"
 # What the runs import; a module left out here is imported by the run itself, as before.
 PRELOAD = ("nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generateassignmentapp",
            "nbgrader.apps.generatefeedbackapp", "nbgrader.api", "nbclient", "nbconvert.exporters",
-           "jupyter_client.manager", "course_utils.grading.execution", "course_utils.grading.feedback",
-           "course_utils.grading.late", "course_utils.grading.reference_run")
+           "jupyter_client.manager", "course_grading.execution", "course_grading.feedback",
+           "course_grading.late", "course_grading.reference_run")
 
 
 def run_module(module: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float | None = None,
@@ -81,7 +81,7 @@ def _cap(memory_mb: int) -> None:
 # --- the caller's side ----------------------------------------------------------------------------
 
 # The fork server's program: the caller's import path, then the loop.
-_START = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from course_utils.grading import warm; warm._serve()"
+_START = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from course_grading import warm; warm._serve()"
 
 
 class _Server:

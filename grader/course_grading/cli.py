@@ -1,4 +1,4 @@
-"""The grader's command line: ``python -m course_utils.grading {grade,release,autograde,execute}``.
+"""The grader's command line: ``python -m course_grading {grade,release,autograde,execute}``.
 
 Every command works on an explicit course root: ``--root DIR``, else ``$COURSE_ROOT``, else the
 current directory (the Makefile runs from the course root).
@@ -10,11 +10,11 @@ import argparse
 import os
 from pathlib import Path
 
+from course_grading import sandbox
+from course_grading.autograde import grade, instructor_autograde
+from course_grading.course import course_root, release
+from course_grading.execution import execute
 from course_utils import messages
-from course_utils.grading import sandbox
-from course_utils.grading.autograde import grade, instructor_autograde
-from course_utils.grading.course import course_root, release
-from course_utils.grading.execution import execute
 from course_utils.messages import tr
 
 
@@ -43,7 +43,7 @@ def _speak_notebook_language(notebook: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.grading",
+    parser = argparse.ArgumentParser(prog="python -m course_grading",
                                      description="Grade, release, autograde and execute the course's notebooks.")
     parser.add_argument("--root", type=Path, default=None,
                         help="the course root (default: $COURSE_ROOT, else the current directory)")

@@ -1,7 +1,7 @@
 """The box a submitted notebook runs in: bubblewrap, cgroups, limits.
 
 Every submission gets its own throwaway *box* and its kernel is started by
-``python -m course_utils.grading.sandbox kernel BOX CONNECTION_FILE`` (the *launcher*, on the
+``python -m course_grading.sandbox kernel BOX CONNECTION_FILE`` (the *launcher*, on the
 grader's side), which
 
 * puts itself in the box's cgroup for memory and processes (``cgroups.py``: cgroup v1 as root, or
@@ -46,9 +46,10 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from course_utils.grading import cgroups, seccomp
+import course_utils
+from course_grading import cgroups, seccomp
 
-PACKAGE = Path(__file__).resolve().parent.parent     # course_utils (its teaching modules go in the box)
+PACKAGE = Path(course_utils.__file__).resolve().parent   # the teaching package (a copy goes in the box)
 GUARD = "_course_tamper_guard"                       # the tamper guard's module name inside the box
 KERNEL_NAME = "attention-course-sandbox"
 SANDBOX_UID = 1000
@@ -217,8 +218,7 @@ class Box:
         self.root = Path(tempfile.mkdtemp(prefix="grading-box-"))
         os.chmod(self.root, 0o700)
         lib = self.root / "lib"
-        shutil.copytree(PACKAGE, lib / "course_utils",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "grading"))
+        shutil.copytree(PACKAGE, lib / "course_utils", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copy(Path(__file__).with_name("tamper_guard.py"), lib / f"{GUARD}.py")
         for name in ("work", "ipc"):
             (self.root / name).mkdir(mode=0o700)
@@ -250,7 +250,7 @@ class Box:
 
     def kernel_manager(self, max_message_bytes: int | None = None):
         """A kernel manager that starts this box's sandboxed kernel."""
-        argv = [sys.executable, "-m", "course_utils.grading.sandbox", "kernel", str(self.root), "{connection_file}"]
+        argv = [sys.executable, "-m", "course_grading.sandbox", "kernel", str(self.root), "{connection_file}"]
         return kernel_manager(argv, transport="ipc", ip=str(self.root / "ipc" / "k"),
                               connection_file=str(self.connection_file), max_message_bytes=max_message_bytes)
 
@@ -498,7 +498,7 @@ def names_read(source: str) -> list[str]:
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "kernel":
         _kernel_main(Path(argv[1]), argv[2])
-    raise SystemExit("usage: python -m course_utils.grading.sandbox kernel BOX CONNECTION_FILE")
+    raise SystemExit("usage: python -m course_grading.sandbox kernel BOX CONNECTION_FILE")
 
 
 if __name__ == "__main__":

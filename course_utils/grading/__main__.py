@@ -1,5 +1,0 @@
-import sys
-
-from course_utils.grading.cli import main
-
-sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from course_grading.cli import main
+
+sys.exit(main())
