@@ -21,7 +21,7 @@ from torch import nn
 from .budget import grading
 from .data import PAD_ID, Pair, Vocab, make_batch
 from .runcache import reuse_or_train
-from .train import History, Scores, TrainConfig, set_seed, train_seq2seq
+from .train import History, PerStep, Scores, TrainConfig, set_seed, train_seq2seq
 
 __all__ = [
     "LENGTH_TASK_BUDGET", "error_by_position", "length_task_config", "mean_exact_match", "teacher_forced_accuracy",
@@ -53,7 +53,8 @@ def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, config
     Every model of the length comparison starts from the same seed and sees the same batches.
     ``device``, ``progress`` and ``desc`` go to :func:`course_utils.train.train_seq2seq`.
     A run another chapter made before on this machine, the same to the last bit, is reused
-    (:func:`course_utils.runcache.reuse_or_train`; not with an ``lr_at`` function or a time budget).
+    (:func:`course_utils.runcache.reuse_or_train`; not with a :class:`~course_utils.train.PerStep` function,
+    whose code the cache cannot compare, or a time budget).
     Returns ``(model, history)``.
     """
     config = length_task_config() if config is None else config
@@ -61,7 +62,7 @@ def train_on_length_task(make_model, pairs: Sequence[Pair], vocab: Vocab, config
         raise TypeError(f"config must be a train.TrainConfig (lengthtask.length_task_config(...)), got {type(config).__name__}")
     set_seed(seed)
     model = make_model()
-    inputs = None if config.lr_at or config.max_seconds else (list(pairs), vocab.itos, seed, batch_size, asdict(config))
+    inputs = None if isinstance(config.schedule, PerStep) or config.max_seconds else (list(pairs), vocab.itos, seed, batch_size, asdict(config))
     history = reuse_or_train(model, lambda: train_seq2seq(model, pairs, vocab, vocab, config, batch_size=batch_size,
                                                           seed=seed, device=device, progress=progress, desc=desc),
                              inputs, device=device, label=desc)

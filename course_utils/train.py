@@ -40,7 +40,7 @@ from .decoding import greedy_decode, tokens_to_lists
 from .progress import progress_file
 
 __all__ = [
-    "IGNORE_INDEX", "History", "Noam", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
+    "IGNORE_INDEX", "History", "Noam", "PerStep", "Scores", "TrainConfig", "WarmupCosine", "classification_loss",
     "count_parameters", "epochs", "evaluate", "fit", "get_device", "next_token_loss", "noam_lr", "param_groups",
     "predict", "score_predictions", "seq2seq_loss", "sequence_loss", "set_seed", "train_seq2seq", "warmup_cosine",
 ]
@@ -134,7 +134,7 @@ class History:
 
 
 # ----------------------------------------------------------------------------------------
-# Learning-rate schedules (for fit's lr_at; steps counted from 1)
+# Learning-rate schedules (a TrainConfig's schedule; steps counted from 1)
 # ----------------------------------------------------------------------------------------
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -202,6 +202,22 @@ class Noam:
         return noam_lr(step, self.d_model, self.warmup, self.factor)
 
 
+@dataclass(frozen=True)
+class PerStep:
+    """The schedule ``fn(step)``: a learning rate that depends on the step alone (chapter 6 wraps the
+    learner's ``noam_lr`` in it). A schedule that depends on the number of steps reads it from the
+    config instead (:class:`WarmupCosine`), so that it follows ``replace(config, steps=...)``."""
+
+    fn: Callable[[int], float]
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise TypeError(f"PerStep takes a function of the step, got {type(self.fn).__name__}")
+
+    def __call__(self, step: int, config: TrainConfig) -> float:
+        return self.fn(step)
+
+
 # ----------------------------------------------------------------------------------------
 # The training loop
 # ----------------------------------------------------------------------------------------
@@ -258,11 +274,9 @@ class TrainConfig:
         steps: the number of updates.
         lr: the learning rate (the peak of a schedule that scales it).
         schedule: ``schedule(step, config) -> learning rate`` for steps counted from 1, set before each
-            step (:meth:`lr_of`): :class:`WarmupCosine`, :class:`Noam`; a function of the config, so it
-            follows ``replace(config, steps=...)``.
-        lr_at: ``lr_at(step) -> learning rate``, a function of the step alone (e.g. a learner's
-            ``noam_lr``); one of ``schedule`` and ``lr_at`` at most. A schedule that depends on the
-            number of steps goes in ``schedule``.
+            step (:meth:`lr_of`): :class:`WarmupCosine`, :class:`Noam`, or :class:`PerStep` for a
+            function of the step alone; a function of the config, so it follows
+            ``replace(config, steps=...)``. ``None``: the constant ``lr``.
         weight_decay: AdamW's decoupled decay, on the weight matrices only (:func:`param_groups`).
         betas, eps: Adam's moment decays and epsilon (Vaswani et al. use ``(0.9, 0.98)``, ``1e-9``).
         clip: the largest gradient norm (``None``: no clipping; the norm is recorded anyway).
@@ -275,7 +289,6 @@ class TrainConfig:
 
     steps: int
     lr: float = 3e-3
-    lr_at: Callable[[int], float] | None = None
     schedule: Callable[[int, TrainConfig], float] | None = None
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
@@ -291,22 +304,17 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.clip is not None and not self.clip > 0:
             raise ValueError(f"clip must be None (no clipping) or > 0, got {self.clip!r}")
-        if self.schedule is not None and self.lr_at is not None:
-            raise ValueError("give a schedule or lr_at, not both")
-        for name in ("schedule", "lr_at"):
-            if getattr(self, name) is not None and not callable(getattr(self, name)):
-                raise TypeError(f"{name} must be callable, got {type(getattr(self, name)).__name__}")
+        if self.schedule is not None and not callable(self.schedule):
+            raise TypeError(f"schedule must be callable as schedule(step, config), got {type(self.schedule).__name__}")
 
     @property
     def scheduled(self) -> bool:
-        """Whether the learning rate changes from step to step (a ``schedule`` or an ``lr_at``)."""
-        return self.schedule is not None or self.lr_at is not None
+        """Whether the learning rate changes from step to step (a ``schedule``)."""
+        return self.schedule is not None
 
     def lr_of(self, step: int) -> float:
-        """The learning rate of ``step`` (counted from 1): ``schedule(step, self)``, ``lr_at(step)`` or ``lr``."""
-        if self.schedule is not None:
-            return self.schedule(step, self)
-        return self.lr_at(step) if self.lr_at is not None else self.lr
+        """The learning rate of ``step`` (counted from 1): ``schedule(step, self)``, or ``lr``."""
+        return self.lr if self.schedule is None else self.schedule(step, self)
 
 
 def fit(model: nn.Module, batches: Iterable, loss_fn: Callable[[nn.Module, object], torch.Tensor],

@@ -110,7 +110,7 @@ def test_schedule_and_label_smoothing():
     v = data.sequence_vocab(4)
     train.set_seed(0)
     model = rnn.Seq2Seq(len(v), len(v), emb_dim=8, hidden=12)
-    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(5, lr_at=lambda step: 0.01 * step),
+    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(5, schedule=train.PerStep(lambda step: 0.01 * step)),
                                device="cpu", progress=False, label_smoothing=0.1)
     assert hist.lr == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
     # label smoothing by hand: (1 - eps) * NLL of the target + eps * mean over the vocabulary of -log p
@@ -251,7 +251,7 @@ def test_fit_equals_a_plain_adam_loop_and_records_its_schedule():
 
     torch.manual_seed(0)
     ours = _Tiny()
-    hist = train.fit(ours, _batches(6), loss_fn, train.TrainConfig(6, lr_at=lambda s: 0.01 * s, betas=(0.9, 0.98),
+    hist = train.fit(ours, _batches(6), loss_fn, train.TrainConfig(6, schedule=train.PerStep(lambda s: 0.01 * s), betas=(0.9, 0.98),
                                                                  eps=1e-9))
     torch.manual_seed(0)
     ref = _Tiny()
@@ -293,8 +293,9 @@ def test_train_config_says_what_is_wrong_and_replace_keeps_the_rest():
 
 
 def test_a_schedule_is_a_function_of_the_config_and_follows_replace():
-    """Issue 51: a schedule made for 100 steps, replaced to 20, decays over 20 (a closure ``lr_at``
-    made for 100 would have kept 100); fit sets exactly ``config.lr_of(step)`` before each step."""
+    """Issue 51: a schedule made for 100 steps, replaced to 20, decays over 20 (a closure made for 100
+    would have kept 100); fit sets exactly ``config.lr_of(step)`` before each step. One field sets the
+    learning rate: ``schedule`` (a function of the step alone is a ``PerStep``); ``lr_at`` is gone."""
     cfg = train.TrainConfig(100, lr=0.01, schedule=train.WarmupCosine(5, floor=0.1))
     short = dataclasses.replace(cfg, steps=20)
     assert [short.lr_of(s) for s in range(1, 21)] == [0.01 * train.warmup_cosine(s, 20, 5, 0.1) for s in range(1, 21)]
@@ -305,9 +306,12 @@ def test_a_schedule_is_a_function_of_the_config_and_follows_replace():
     assert [noam.lr_of(s) for s in range(1, 11)] == [train.noam_lr(s, 64, 4, 2.0) for s in range(1, 11)]
     hist = train.fit(_Tiny(), _batches(6), train.next_token_loss, dataclasses.replace(cfg, steps=6))
     assert hist.lr == [dataclasses.replace(cfg, steps=6).lr_of(s) for s in range(1, 7)]
-    assert train.TrainConfig(3, lr=0.5).lr_of(2) == 0.5 and train.TrainConfig(3, lr_at=lambda s: s / 10).lr_of(2) == 0.2
-    with pytest.raises(ValueError, match="not both"):
-        train.TrainConfig(3, lr_at=lambda s: 0.1, schedule=train.WarmupCosine())
+    per_step = train.TrainConfig(3, schedule=train.PerStep(lambda s: s / 10))
+    assert train.TrainConfig(3, lr=0.5).lr_of(2) == 0.5 and per_step.lr_of(2) == 0.2
+    assert dataclasses.replace(per_step, steps=30).lr_of(20) == 2.0 and per_step.scheduled
+    assert "lr_at" not in {f.name for f in dataclasses.fields(train.TrainConfig)}
+    with pytest.raises(TypeError, match="PerStep takes a function of the step"):
+        train.PerStep(0.1)
     with pytest.raises(TypeError, match="schedule must be callable"):
         train.TrainConfig(3, schedule=0.1)
 

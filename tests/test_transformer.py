@@ -212,7 +212,7 @@ def test_trains_with_the_course_loop_on_any_token_pairs():
     v = data.sequence_vocab(5)
     train.set_seed(0)
     model = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(v), tgt_vocab=len(v), d_model=32, n_heads=4, n_layers=1, d_ff=64))
-    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(250, lr_at=lambda s: T.noam_lr(s, 32, 50), clip=1.0),
+    hist = train.train_seq2seq(model, pairs, v, v, train.TrainConfig(250, schedule=train.PerStep(lambda s: T.noam_lr(s, 32, 50)), clip=1.0),
                                batch_size=64, device="cpu", progress=False, label_smoothing=0.1)
     assert hist.lr[49] == pytest.approx(T.noam_lr(50, 32, 50))
     scores = train.evaluate(model, pairs[:200], v, v)

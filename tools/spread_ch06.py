@@ -56,7 +56,7 @@ for peak in (0.03, 0.01, 0.003):
     for norm_first, ln in ((False, "Post-LN"), (True, "Pre-LN")):
         for sched in scheds:
             model = small_transformer(norm_first=norm_first)
-            config = train.TrainConfig(ABL_STEPS, lr_at=scheds[sched], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+            config = train.TrainConfig(ABL_STEPS, schedule=train.PerStep(scheds[sched]), betas=(0.9, 0.98), eps=1e-9, clip=1.0)
             hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64,
                                        device="cpu", progress=False)
             sc = train.evaluate(model, small_test, small_vocab, small_vocab)
@@ -73,7 +73,7 @@ for i, (steps, label, kw) in enumerate(arms):
     if ARM is not None and i != ARM:
         continue
     model = small_transformer(**kw)
-    config = train.TrainConfig(steps, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+    config = train.TrainConfig(steps, schedule=train.PerStep(schedules["warmup"]), betas=(0.9, 0.98), eps=1e-9, clip=1.0)
     hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device="cpu",
                                progress=False)
     sc = train.evaluate(model, small_test, small_vocab, small_vocab)
@@ -85,7 +85,7 @@ import numpy as np
 rows = []
 for eps_ls in (0.0, 0.1):
     model = small_transformer()
-    config = train.TrainConfig(ABL_STEPS, lr_at=schedules["warmup"], betas=(0.9, 0.98), eps=1e-9, clip=1.0)
+    config = train.TrainConfig(ABL_STEPS, schedule=train.PerStep(schedules["warmup"]), betas=(0.9, 0.98), eps=1e-9, clip=1.0)
     hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device="cpu",
                                progress=False, label_smoothing=eps_ls)
     sc = train.evaluate(model, small_test, small_vocab, small_vocab)
@@ -101,7 +101,7 @@ result = rows
 len_train, len_test, len_vocab = data.length_task()
 LV = len(len_vocab)
 model, hist = lengthtask.train_on_length_task(lambda: T.Seq2SeqTransformer(LV, LV, d_model=64, n_heads=4, n_layers=2, d_ff=128),
-                                         len_train, len_vocab, lengthtask.length_task_config(lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100)),
+                                         len_train, len_vocab, lengthtask.length_task_config(schedule=train.PerStep(lambda s: 0.5 * T.noam_lr(s, 64, 100))),
                                          device="cpu", progress=False)
 sc = train.evaluate(model, len_test, len_vocab, len_vocab, max_len=20)
 longer = data.make_sequence_pairs(400, 15, 18, task="reverse", n_symbols=8, seed=11)
@@ -116,7 +116,7 @@ rows = []
 for steps in DATE_STEPS_LIST:
     train.set_seed(0)
     model = T.Seq2SeqTransformer(len(sv), len(tv), d_model=64, n_heads=4, n_layers=1, d_ff=256)
-    hist = train.train_seq2seq(model, date_train, sv, tv, train.TrainConfig(steps, lr_at=lambda s: 0.5 * T.noam_lr(s, 64, 100),
+    hist = train.train_seq2seq(model, date_train, sv, tv, train.TrainConfig(steps, schedule=train.PerStep(lambda s: 0.5 * T.noam_lr(s, 64, 100)),
                                                                            clip=1.0),
                                batch_size=64, device="cpu", progress=False)
     rows.append(dict(steps=steps, em=train.evaluate(model, date_test, sv, tv).exact_match, seconds=hist.seconds))

@@ -375,7 +375,7 @@ def small_transformer(**kw):
 
 def train_small(model, schedule="warmup", **kw):
     """Train one of the small models of sections 3.4, 10 and 11 (``kw``: e.g. label_smoothing); evaluate it."""
-    config = train.TrainConfig(steps=budget.pick(ABL_STEPS, grading=5), lr_at=schedules[schedule], betas=(0.9, 0.98),
+    config = train.TrainConfig(steps=budget.pick(ABL_STEPS, grading=5), schedule=train.PerStep(schedules[schedule]), betas=(0.9, 0.98),
                                eps=1e-9, clip=1.0)
     hist = train.train_seq2seq(model, small_train, small_vocab, small_vocab, config, batch_size=64, device=device,
                                progress=False, **kw)
@@ -1179,7 +1179,7 @@ len_train, len_test, len_vocab = data.length_task()
 len_config = lengthtask.length_task_config()          # chapters 1-2's steps and lr (a few steps while grading)
 LV = len(len_vocab)
 TF_SIZE = dict(d_model=64, n_heads=4, n_layers=2, d_ff=128)
-TF_OPT = dict(lr_at=lambda step: 0.5 * lr_schedule(step, 64, 100))
+TF_OPT = dict(schedule=train.PerStep(lambda step: 0.5 * lr_schedule(step, 64, 100)))
 families = {
     "ch1: GRU encoder-decoder": (lambda: rnn.Seq2Seq(LV, LV, emb_dim=32, hidden=64), {}),
     "ch2: Bahdanau attention": (lambda: ra.AttentionSeq2Seq(LV, LV, emb_dim=32, hidden=64, score="additive"), {}),
