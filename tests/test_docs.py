@@ -164,7 +164,7 @@ def test_the_grading_limits_table_is_the_code_s():
 
 
 def test_the_readme_chapter_table_counts_exercises_and_points():
-    rows = re.findall(r"^\| (\d+) \| \[`(ch\d\d_\w+)`\]\(notebooks/\2/\2\.ipynb\) \|.*\| ([^|]+) \|$",
+    rows = re.findall(r"^\| (\d+) \| \[`(ch\d\d_\w+)`\]\(notebooks/\2/\2\.ipynb\) \|.*\| ([^|]+) \| [^|]+ \|$",
                       README.read_text(encoding="utf-8"), flags=re.M)
     assert [ch for _, ch, _ in rows] == list(chapter_facts()), "the README's table lacks a chapter or its order"
     for number, ch, cell in rows:
@@ -174,6 +174,20 @@ def test_the_readme_chapter_table_counts_exercises_and_points():
         if f["written"]:
             want += f" + {f['written']} written ({f['written_points']})"
         assert cell.strip() == want, f"README, {ch}: the table says {cell.strip()!r}, the notebook {want!r}"
+
+
+def test_the_readme_states_each_chapter_s_estimated_time_from_tools_learner_time():
+    """Issue 52: the learner's time per chapter, an estimate from the chapter's own counts
+    (tools/learner_time.py); the README quotes it and tools/learner_time.md shows the counts and rates,
+    both current: a chapter that grows moves its estimate, and this fails until both are rewritten."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import learner_time
+    table = (ROOT / "tools" / "learner_time.md").read_text(encoding="utf-8")
+    assert table == learner_time.table(), "tools/learner_time.md is stale: python tools/learner_time.py"
+    rows = dict(re.findall(r"^\| \d+ \| \[`(ch\d\d_\w+)`\].*\| ([^|]+) \|$", README.read_text(encoding="utf-8"), flags=re.M))
+    estimates = {name: learner_time.hours(c) for name, c in learner_time.chapters().items()}
+    assert {k: v.strip() for k, v in rows.items()} == estimates, "the README's time column is not tools/learner_time.py's"
+    assert learner_time.hours(dict(prose_words=0, code_lines=0, exercises=1, solution_lines=40, written=0)) == "≈ 2 h"
 
 
 def _slugs(path: Path) -> set[str]:
