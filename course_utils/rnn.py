@@ -5,7 +5,8 @@ Reference implementations: :func:`rnn_forward` is the vanilla recurrence written
 step of the gated cells written out (equal to ``nn.GRUCell`` and ``nn.LSTMCell``;
 :func:`lstm_forward` runs :func:`lstm_step` over a sequence and equals ``nn.LSTM``),
 :class:`Encoder`, :class:`Decoder` and :class:`Seq2Seq` are the chapter-1 model that later
-chapters compare against.
+chapters compare against; :func:`encode_padded` and :func:`decoder_step` are its two parts as chapter 1's
+exercises 3 and 4 write them, and :class:`Seq2SeqFromParts` the model computed by such parts.
 
 Every model here exposes the decoding protocol of :mod:`course_utils.decoding`:
 ``encode(src, src_lengths) -> state`` and ``decode_step(prev_tokens, state) -> (log_probs, state)``,
@@ -21,7 +22,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .data import PAD_ID
 
 __all__ = [
-    "Decoder", "Encoder", "gru_step", "lstm_forward", "lstm_step", "rnn_forward", "Seq2Seq"
+    "Decoder", "Encoder", "Seq2Seq", "Seq2SeqFromParts", "decoder_step", "encode_padded", "gru_step", "lstm_forward",
+    "lstm_step", "rnn_forward",
 ]
 
 
@@ -220,3 +222,52 @@ class Seq2Seq(nn.Module):
         """One autoregressive step: ``prev_tokens (batch,)`` -> log-probabilities ``(batch, tgt_vocab)``."""
         logits, hidden = self.decoder(prev_tokens.unsqueeze(1), state["hidden"], state["context"])
         return torch.log_softmax(logits[:, 0], dim=-1), {**state, "hidden": hidden}
+
+
+# --- the model from other parts (chapter 1 trains the learner's) -------------------------------
+
+def encode_padded(encoder: Encoder, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chapter 1's exercise 3 (the reference): ``encoder``'s ``(states, context)`` of a padded batch,
+    ``src (batch, src_len)`` and ``src_lengths (batch,)`` -> ``(batch, src_len, directions * H)``,
+    ``(batch, H)``."""
+    return encoder(src, src_lengths)
+
+
+def decoder_step(decoder: Decoder, prev_tokens: torch.Tensor, hidden: torch.Tensor, context: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chapter 1's exercise 4 (the reference): one step of ``decoder``, ``prev_tokens (batch,)``,
+    ``hidden`` and ``context (batch, H)`` -> ``(log_probs (batch, vocab), hidden (batch, H))``."""
+    logits, hidden = decoder(prev_tokens[:, None], hidden, context)
+    return torch.log_softmax(logits[:, 0], dim=-1), hidden
+
+
+class Seq2SeqFromParts(Seq2Seq):
+    """``model`` (a :class:`Seq2Seq`; its encoder and decoder are shared, not copied) computed by
+    other parts, with the signatures of :func:`encode_padded` and :func:`decoder_step` (chapter 1 passes the
+    learner's once they pass a probe). Teacher forcing feeds the target one position at a time
+    through ``step``, so ``forward`` returns log-probabilities ``(batch, T, vocab)``, which
+    :func:`course_utils.train.sequence_loss` scores as it scores logits (a log-softmax leaves
+    log-probabilities as they are); decoding follows the same protocol as :class:`Seq2Seq`."""
+
+    def __init__(self, model: Seq2Seq, encode=encode_padded, step=decoder_step):
+        nn.Module.__init__(self)
+        if not isinstance(model, Seq2Seq):
+            raise TypeError(f"model must be an rnn.Seq2Seq, got {type(model).__name__}")
+        self.encoder, self.decoder, self.encode_fn, self.step_fn = model.encoder, model.decoder, encode, step
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        state = self.encode(src, src_lengths)
+        steps = []
+        for t in range(tgt_in.shape[1]):
+            log_probs, state = self.decode_step(tgt_in[:, t], state)
+            steps.append(log_probs)
+        return torch.stack(steps, dim=1)                                     # (batch, T, vocab)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        _, context = self.encode_fn(self.encoder, src, src_lengths)
+        return {"hidden": context, "context": context}
+
+    def decode_step(self, prev_tokens: torch.Tensor, state: dict[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        log_probs, hidden = self.step_fn(self.decoder, prev_tokens, state["hidden"], state["context"])
+        return log_probs, {**state, "hidden": hidden}

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch import nn
 
@@ -98,3 +99,35 @@ def test_lstm_rejects_bad_shapes():
         rnn.lstm_forward(torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(4, 2), *[torch.zeros(1)] * 4)
     with pytest.raises(ValueError, match="one shape"):
         rnn.lstm_step(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 5), *[torch.zeros(1)] * 4)
+
+
+def test_the_model_from_its_parts_is_the_model():
+    """``Seq2SeqFromParts`` with the reference parts (chapter 1 passes the learner's): the same
+    log-probabilities as ``Seq2Seq`` in teacher forcing and in decoding, the same training losses
+    from the same seed, sharing the model's weights; a wrong part shows, and a wrong model is refused."""
+    from course_utils import data, decoding, train
+
+    torch.manual_seed(0)
+    model = rnn.Seq2Seq(11, 9, emb_dim=6, hidden=8).eval()
+    parts = rnn.Seq2SeqFromParts(model)
+    src, lengths = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(parts(src, lengths, tgt_in), torch.log_softmax(model(src, lengths, tgt_in), -1))
+        want, _ = decoding.greedy_decode(model, model.encode(src, lengths), 6)
+        got, _ = decoding.greedy_decode(parts, parts.encode(src, lengths), 6)
+    assert torch.equal(want, got) and parts.decoder is model.decoder
+    pairs = data.make_sequence_pairs(64, 2, 5, task="reverse", n_symbols=6, seed=1)
+    vocab = data.sequence_vocab(6)
+    losses = []
+    for wrap in (lambda m: m, rnn.Seq2SeqFromParts):
+        train.set_seed(3)
+        fresh = rnn.Seq2Seq(len(vocab), len(vocab), emb_dim=6, hidden=8)
+        losses.append(train.train_seq2seq(wrap(fresh), pairs, vocab, vocab, train.TrainConfig(4, clip=1.0),
+                                          batch_size=16, progress=False).loss)
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    wrong = rnn.Seq2SeqFromParts(model, step=lambda d, p, h, c: rnn.decoder_step(d, p, h, torch.zeros_like(c)))
+    with torch.no_grad():
+        assert not torch.allclose(wrong(src, lengths, tgt_in), parts(src, lengths, tgt_in))
+    with pytest.raises(TypeError, match="rnn.Seq2Seq"):
+        rnn.Seq2SeqFromParts(nn.GRU(3, 3))

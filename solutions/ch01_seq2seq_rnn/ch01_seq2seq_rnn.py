@@ -925,8 +925,59 @@ if not GRADING:
 # Look at which characters the model gets wrong: usually a digit of the day or of the year, the
 # parts it must copy rather than look up. 300 steps is a short budget, chosen so that the chapter
 # runs in a minute, and the loss is still falling: this model shows an encoder-decoder
-# translating, not how well one can learn dates (chapter 2 trains the same task with attention). Now the
-# length-graded task, twice: once with the context only as the decoder's initial state, once fed
+# translating, not how well one can learn dates (chapter 2 trains the same task with attention).
+#
+# **Your encoder and your decoder step, trained.** That model computed its teacher-forced pass with
+# `rnn.Seq2Seq`'s own code, which runs the decoder's GRU over the whole target at once. The same
+# model can be computed by your `encode` (exercise 3) and `decoder_step` (exercise 4), once each
+# passes a probe: `rnn.Seq2SeqFromParts` feeds the target one position at a time through your step,
+# and decodes with it. Two measurements, printed below. First, a fresh model with the date model's
+# seed, batches and learning rate trains for its first steps through your parts: its losses follow
+# the date model's step for step (the largest difference is printed; only float rounding
+# separates them). Second, the trained date model's weights, run through your parts, translate
+# the test dates: the translations are the date model's own.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def _probe_encode(fn):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        probe_encoder = rnn.Encoder(9, 4, 5, bidirectional=True).eval()
+        with torch.no_grad():
+            return fn(probe_encoder, torch.tensor([[4, 5, 6, 7], [8, 3, 0, 0]]), torch.tensor([4, 2]))
+
+
+def _probe_step(fn):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        probe_decoder = rnn.Decoder(9, 4, 5).eval()
+        with torch.no_grad():
+            return fn(probe_decoder, torch.tensor([1, 6]), torch.randn(2, 5), torch.randn(2, 5))
+
+
+encode_used = checks.learner_or_reference(encode, rnn.encode_padded, _probe_encode, "encode")
+decoder_step_used = checks.learner_or_reference(decoder_step, rnn.decoder_step, _probe_step, "decoder_step")
+PARTS_STEPS = budget.pick(20, grading=2)
+with torch.random.fork_rng():
+    torch.manual_seed(0)                      # the date model's initial weights (train.set_seed(0) above)
+    yours = rnn.Seq2SeqFromParts(rnn.Seq2Seq(len(date_src_vocab), len(date_tgt_vocab), emb_dim=32, hidden=64),
+                                 encode_used, decoder_step_used)
+    yours_hist = train.train_seq2seq(yours, date_train, date_src_vocab, date_tgt_vocab,
+                                     train.TrainConfig(steps=PARTS_STEPS, lr=3e-3, clip=1.0),
+                                     batch_size=64, device=device, progress=False)
+loss_gap = max(abs(a - b) for a, b in zip(yours_hist.loss, date_hist.loss))
+date_model.eval()
+trained_parts = rnn.Seq2SeqFromParts(date_model, encode_used, decoder_step_used)
+test_sources = [s for s, _ in date_test]
+same = sum(a == b for a, b in zip(train.predict(trained_parts, test_sources, date_src_vocab, date_tgt_vocab, max_len=12),
+                                  train.predict(date_model, test_sources, date_src_vocab, date_tgt_vocab, max_len=12)))
+print(f"first {PARTS_STEPS} training steps through your parts: largest loss difference from the date model {loss_gap:.1e}")
+print(f"the trained weights through your parts: {same} of {len(test_sources)} test dates translated as the date model does")
+assert loss_gap < 1e-3, "ch01: training through the learner's encode and decoder_step must follow the date model's losses"
+assert same >= 0.99 * len(test_sources), "ch01: the trained model through the learner's parts must translate as the date model"
+
+# %% [markdown]
+# Now the length-graded task, twice: once with the context only as the decoder's initial state, once fed
 # at every step — same data, same seed, same budget (`lengthtask.train_on_length_task`).
 
 # %%
