@@ -40,7 +40,8 @@ from .positional import positional_embedding
 from .train import noam_lr  # noqa: F401  (train's; chapter 6 calls it T.noam_lr)
 
 __all__ = [
-    "SEQ2SEQ_POSITIONS", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "copy_torch_layer",
+    "SEQ2SEQ_POSITIONS", "Seq2SeqAttention", "Seq2SeqConfig", "Seq2SeqTransformer", "TransformerFromParts",
+    "copy_torch_layer",
     "decoder_self_mask", "from_torch",
 ]
 
@@ -264,3 +265,33 @@ def from_torch(reference: nn.Transformer, src_vocab: int = 1, tgt_vocab: int = 1
     model.encoder.norm.load_state_dict(reference.encoder.norm.state_dict())
     model.decoder.norm.load_state_dict(reference.decoder.norm.state_dict())
     return model
+
+
+class TransformerFromParts(nn.Module):
+    """The teacher-forced pass of ``model`` (a :class:`Seq2SeqTransformer`, whose weights are shared,
+    not copied) computed by other layer functions: ``encoder_layer(layer, x, mask)`` for every encoder
+    block and ``decoder_layer(layer, y, memory, memory_mask)`` (causal) for every decoder block,
+    chapter 6's exercises 2 and 4 (the chapter passes the learner's once they pass a probe).
+
+    ``forward(src, src_lengths, tgt_in)`` -> logits ``(batch, T, tgt_vocab)``, as the model's at every
+    real target position (a right-padded target's padding is after every real query, so the causal
+    mask alone keeps it out; the padded positions' logits are not scored). Training through it
+    trains ``model``; decode with ``model`` itself."""
+
+    def __init__(self, model: Seq2SeqTransformer, encoder_layer, decoder_layer):
+        super().__init__()
+        if not isinstance(model, Seq2SeqTransformer):
+            raise TypeError(f"model must be a Seq2SeqTransformer, got {type(model).__name__}")
+        self.model, self.encoder_layer, self.decoder_layer = model, encoder_layer, decoder_layer
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        mask = key_padding_mask(src_lengths.to(src.device), src.shape[1])     # (batch, 1, 1, S)
+        memory = m.embed_src(src)
+        for layer in m.encoder.layers:
+            memory = self.encoder_layer(layer, memory, mask)
+        memory = m.encoder.norm(memory)
+        y = m.embed_tgt(tgt_in)
+        for layer in m.decoder.layers:
+            y = self.decoder_layer(layer, y, memory, mask)
+        return m.out(m.decoder.norm(y))

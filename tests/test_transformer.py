@@ -217,3 +217,31 @@ def test_trains_with_the_course_loop_on_any_token_pairs():
     assert hist.lr[49] == pytest.approx(T.noam_lr(50, 32, 50))
     scores = train.evaluate(model, pairs[:200], v, v)
     assert scores.exact_match > 0.9, scores
+
+
+def test_the_transformer_from_its_layer_functions_is_the_model():
+    """``TransformerFromParts`` with the reference layer functions (chapter 6 passes the learner's):
+    the model's logits at every real target position, the same training losses from the same seed,
+    the model's own weights trained; a wrong layer function shows, and a wrong model is refused."""
+    enc = lambda layer, x, mask: layer(x, mask=mask)[0]
+    dec = lambda layer, y, memory, memory_mask: layer(y, causal=True, memory=memory, memory_mask=memory_mask).x
+    model = _model(norm_first=True)
+    parts = T.TransformerFromParts(model, enc, dec)
+    src, lengths = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    with torch.no_grad():
+        real = tgt_in != 0
+        torch.testing.assert_close(parts(src, lengths, tgt_in)[real], model(src, lengths, tgt_in)[real])
+        wrong = T.TransformerFromParts(model, lambda layer, x, mask: x, dec)
+        assert not torch.allclose(wrong(src, lengths, tgt_in)[real], model(src, lengths, tgt_in)[real])
+    v = data.sequence_vocab(6)
+    pairs = data.make_sequence_pairs(64, 2, 5, task="reverse", n_symbols=6, seed=1)
+    losses = []
+    for wrap in (lambda m: m, lambda m: T.TransformerFromParts(m, enc, dec)):
+        torch.manual_seed(2)
+        fresh = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(v), tgt_vocab=len(v), d_model=16, n_heads=4))
+        losses.append(train.train_seq2seq(wrap(fresh), pairs, v, v, train.TrainConfig(4, clip=1.0), batch_size=16,
+                                          progress=False).loss)
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    with pytest.raises(TypeError, match="Seq2SeqTransformer"):
+        T.TransformerFromParts(torch.nn.GRU(3, 3), enc, dec)

@@ -1357,6 +1357,41 @@ for (src, tgt), pred in zip(date_test[:6], date_preds):
     print(f"{''.join(src):>30} -> {''.join(pred)}  {'ok' if pred == tgt else 'expected ' + ''.join(tgt)}")
 
 # %% [markdown]
+# **The Transformer built from your layers, trained.** Section 6 ran `nn.Transformer`'s weights
+# through your `encoder_layer_forward` and `decoder_layer_forward` (exercises 2 and 4). The same
+# functions can carry the training: `T.TransformerFromParts` computes the date model's teacher-forced
+# pass with your layer functions in place of the blocks' own (the embeddings, final norms and output
+# layer stay the course's), so each optimiser step goes through your code. From the date model's
+# seed, with its batches and schedule, its first training steps follow the date model's losses step
+# for step (the largest difference is printed below; float rounding is all that separates them),
+# and the trained date model, run through your layers, scores the test dates' teacher-forced
+# targets as the model itself does. Without a probe your functions passed, the reference layers run
+# instead (their names print above, in section 6).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+PARTS_STEPS = budget.pick(20, grading=2)
+with torch.random.fork_rng():
+    torch.manual_seed(0)                     # the date model's initial weights (train.set_seed(0) above)
+    yours = T.Seq2SeqTransformer(T.Seq2SeqConfig(src_vocab=len(date_src_vocab), tgt_vocab=len(date_tgt_vocab),
+                                                 **DATE_SIZE))
+    yours_hist = train.train_seq2seq(T.TransformerFromParts(yours, encoder_forward, decoder_forward), date_train,
+                                     date_src_vocab, date_tgt_vocab,
+                                     train.TrainConfig(steps=PARTS_STEPS, clip=1.0, **DATE_OPT),
+                                     batch_size=64, device=device, progress=False)
+loss_gap = max(abs(a - b) for a, b in zip(yours_hist.loss, date_hist.loss))
+test_batch = data.make_batch(date_test, date_src_vocab, date_tgt_vocab).to(device)
+date_model.eval()
+with torch.no_grad():
+    through_yours = T.TransformerFromParts(date_model, encoder_forward, decoder_forward)
+    test_losses = [train.sequence_loss(m(test_batch.src, test_batch.src_lengths, test_batch.tgt_in), test_batch.tgt_out).item()
+                   for m in (through_yours, date_model)]
+print(f"first {PARTS_STEPS} training steps through your layers: largest loss difference from the date model {loss_gap:.1e}")
+print(f"the trained date model's test loss through your layers {test_losses[0]:.4f}, through its own blocks {test_losses[1]:.4f}")
+assert loss_gap < 1e-3, "ch06: training through the learner's layer functions must follow the date model's losses"
+assert abs(test_losses[0] - test_losses[1]) < 1e-4, "ch06: the trained model through the learner's layers must score as the model"
+
+# %% [markdown]
 # ## 9. Decoding with a key-value cache
 #
 # `decoding.greedy_decode` and `decoding.beam_search` (chapter 1) call `decode_step(prev_tokens,
