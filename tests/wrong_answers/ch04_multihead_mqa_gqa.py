@@ -113,6 +113,49 @@ MORE_WRONG = {
 
 # Wrong answers that the earlier tests gave full marks, found while widening the hidden tests to the
 # documented domain (issue 30). ``{name: (exercise, source)}``.
+# Exercise 4b's reviewed wrong answers are one edit each of this right answer.
+_DECODE = '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
+    if x_new.dim() != 3:
+        raise ValueError("x_new must be (batch, L_new, d_model)")
+    b, L, d = x_new.shape
+    if n_heads % n_kv_heads or d % n_heads:
+        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
+    dh = d // n_heads
+    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
+        if w.shape != (d, cols):
+            raise ValueError(f"{name} has the wrong shape")
+    q = multihead.split_heads(x_new @ W_q, n_heads)
+    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
+    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
+    if cache is not None:
+        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    T = k.shape[2]
+    rep = n_heads // n_kv_heads
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+    return multihead.merge_heads(out) @ W_o, (k, v)
+'''
+_CACHE_CHECK = '''        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
+            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
+'''
+_ATTEND = '''    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
+                                                    attention.causal_mask(L, T))
+'''
+_BY_HAND = '''    s = q @ multihead.repeat_kv(k, rep).transpose(-2, -1){scale}
+    s = s.masked_fill(~attention.causal_mask(L, T), float("-inf"))
+    out = s.softmax(-1) @ multihead.repeat_kv(v, rep)
+'''
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
+    if source.count(old) != 1:
+        raise ValueError(f"{old!r} occurs {source.count(old)} times")
+    return source.replace(old, new)
+
+
 REVIEWED = {
     # merge_heads fills a new tensor made with torch.zeros: float32 whatever the input (float64 heads
     # come back rounded to float32); the old tests only used float32.
@@ -239,176 +282,21 @@ def merge_heads(x):
 '''),
     # The causal mask aligned top-left (is_causal=True's): a single token on a filled cache then sees only
     # position 0, and a chunk misses the cache.
-    "decode_step_mask_top_left": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
-                                                    torch.ones(L, T, dtype=torch.bool).tril())
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_mask_top_left": ("ex4b_decode_step", _edit(_DECODE, "attention.causal_mask(L, T))", "torch.ones(L, T, dtype=torch.bool).tril())")),
     # The key/value heads repeated as a stack (x.repeat): query head i reads head i % n_kv_heads, not i //
     # (n_heads / n_kv_heads); right for MHA and MQA only.
-    "decode_step_repeat_strided": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1),
-                                                    attention.causal_mask(L, T))
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_repeat_strided": ("ex4b_decode_step", _edit(_DECODE, "multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),", "k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1),")),
     # No 1/sqrt(d_head) on the scores.
-    "decode_step_no_scale": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    s = q @ multihead.repeat_kv(k, rep).transpose(-2, -1)
-    s = s.masked_fill(~attention.causal_mask(L, T), float("-inf"))
-    out = s.softmax(-1) @ multihead.repeat_kv(v, rep)
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_no_scale": ("ex4b_decode_step", _edit(_DECODE, _ATTEND, _BY_HAND.format(scale=""))),
     # The scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head).
-    "decode_step_scale_by_d_model": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    s = q @ multihead.repeat_kv(k, rep).transpose(-2, -1) / math.sqrt(d)
-    s = s.masked_fill(~attention.causal_mask(L, T), float("-inf"))
-    out = s.softmax(-1) @ multihead.repeat_kv(v, rep)
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_scale_by_d_model": ("ex4b_decode_step", _edit(_DECODE, _ATTEND, _BY_HAND.format(scale=" / math.sqrt(d)"))),
     # The cache is not updated: it returns the new positions' keys and values only, so the next step
     # forgets the past.
-    "decode_step_returns_only_the_new_keys": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    k_new, v_new = k, v
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
-                                                    attention.causal_mask(L, T))
-    return multihead.merge_heads(out) @ W_o, (k_new, v_new)
-'''),
+    "decode_step_returns_only_the_new_keys": ("ex4b_decode_step", _edit(_edit(_DECODE, "@ W_o, (k, v)", "@ W_o, (k_new, v_new)"), "    if cache is not None:\n", "    k_new, v_new = k, v\n    if cache is not None:\n")),
     # The heads merged by a reshape without the transpose: right for one token (L_new = 1), wrong for a
     # prompt or a chunk.
-    "decode_step_merge_without_transpose": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
-                                                    attention.causal_mask(L, T))
-    return out.reshape(b, L, d) @ W_o, (k, v)
-'''),
+    "decode_step_merge_without_transpose": ("ex4b_decode_step", _edit(_DECODE, "return multihead.merge_heads(out) @ W_o", "return out.reshape(b, L, d) @ W_o")),
     # The cache is not checked: a cache of the repeated heads, or of another batch or d_head, fails inside
     # torch.cat with a RuntimeError (or broadcasts), not the ValueError the prompt asks for.
-    "decode_step_cache_not_checked": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_heads // n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
-                                                    attention.causal_mask(L, T))
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_cache_not_checked": ("ex4b_decode_step", _edit(_DECODE, _CACHE_CHECK, "")),
 }
