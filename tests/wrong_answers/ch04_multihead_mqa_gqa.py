@@ -26,93 +26,6 @@ SOURCE = '''def attend_with_cache(q, k_new, v_new, cache=None):
     return out, (k_new, v_new)
 '''
 
-HIDDEN_ONLY = {
-    # merge_heads unpacks the shape in the wrong order; right only when L == n_heads
-    "ex1_split": '''def split_heads(x, n_heads):
-    b, L, d = x.shape
-    return x.view(b, L, n_heads, d // n_heads).transpose(1, 2)
-
-
-def merge_heads(x):
-    b, h, L, d = x.shape
-    return x.transpose(1, 2).reshape(b, h, L * d)
-''',
-    # keys and values taken from x instead of context: right for self-attention only
-    "ex2_mha": '''def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
-    q = split_used(x @ W_q, n_heads)
-    k = split_used(x @ W_k, n_heads)
-    v = split_used(x @ W_v, n_heads)
-    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
-    return merge_used(out) @ W_o, weights
-''',
-    # the batch size written as 1 in expand: right for one sequence only (the visible test's batch)
-    "ex3_repeat_kv": '''def repeat_kv(x, n_rep):
-    return torch.cat([x[:, i:i + 1].expand(1, n_rep, x.shape[2], x.shape[3]) for i in range(x.shape[1])], dim=1)
-''',
-    # no causal mask: right for one new token at a time, wrong for a prompt or a chunk
-    "ex4_cache": '''def attend_with_cache(q, k_new, v_new, cache=None):
-    if cache is not None:
-        k_new = torch.cat([cache[0], k_new], dim=2)
-        v_new = torch.cat([cache[1], v_new], dim=2)
-    n_rep = q.shape[1] // k_new.shape[1]
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k_new, n_rep),
-                                                    multihead.repeat_kv(v_new, n_rep))
-    return out, (k_new, v_new)
-''',
-    # n_rep taken as n_kv_heads (the argument repeat_kv's name suggests): right whenever n_heads is
-    # n_kv_heads squared, as in the visible tests (4 heads, 2 key/value heads), wrong for MHA, MQA and other GQA
-    "ex4b_decode_step": '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    if cache is not None:
-        if cache[0].shape != (b, n_kv_heads, cache[0].shape[2], dh) or cache[1].shape != cache[0].shape:
-            raise ValueError("the cache must be (batch, n_kv_heads, T, d_head)")
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    rep = n_kv_heads
-    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep),
-                                                    attention.causal_mask(L, T))
-    return multihead.merge_heads(out) @ W_o, (k, v)
-''',
-    # the batch argument is ignored
-    "ex5_kv_bytes": '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
-    return 2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_value
-''',
-    # works for a 2-D weight only, not for a bias
-    "ex6_mean_pool": '''def mean_pool_heads(weight, n_heads, n_groups):
-    d_head = weight.shape[0] // n_heads
-    grouped = weight.reshape(n_groups, n_heads // n_groups, d_head, weight.shape[1])
-    return grouped.mean(dim=1).reshape(n_groups * d_head, weight.shape[1])
-''',
-}
-
-MORE_WRONG = {
-    # T and d_head swapped in the final reshape: right only when T == d_head (the HIDDEN_ONLY answer until
-    # issue 54; the visible test's heads now vary within a head, with T != d_head, and catch it).
-    "repeat_t_d_swapped": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
-    b, g, T, d = x.shape
-    return x[:, :, None].expand(b, g, n_rep, T, d).reshape(b, g * n_rep, d, T)
-'''),
-    # The "natural repair" of the notes' GQA code (section 5): the whole stack of key/value heads
-    # repeated n_rep times, so query head i reads key/value head i % g instead of i // (h/g).
-    # Right shape, wrong pairing: the visible test's head order and the hidden values catch it.
-    "repeat_strided": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
-    return x.repeat(1, n_rep, 1, 1)
-'''),
-}
-
-# Wrong answers that the earlier tests gave full marks, found while widening the hidden tests to the
-# documented domain (issue 30). ``{name: (exercise, source)}``.
 # Exercise 4b's reviewed wrong answers are one edit each of this right answer.
 _DECODE = '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
     if x_new.dim() != 3:
@@ -156,6 +69,71 @@ def _edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+HIDDEN_ONLY = {
+    # merge_heads unpacks the shape in the wrong order; right only when L == n_heads
+    "ex1_split": '''def split_heads(x, n_heads):
+    b, L, d = x.shape
+    return x.view(b, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    b, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(b, h, L * d)
+''',
+    # keys and values taken from x instead of context: right for self-attention only
+    "ex2_mha": '''def multi_head_attention(x, context, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q = split_used(x @ W_q, n_heads)
+    k = split_used(x @ W_k, n_heads)
+    v = split_used(x @ W_v, n_heads)
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    return merge_used(out) @ W_o, weights
+''',
+    # the batch size written as 1 in expand: right for one sequence only (the visible test's batch)
+    "ex3_repeat_kv": '''def repeat_kv(x, n_rep):
+    return torch.cat([x[:, i:i + 1].expand(1, n_rep, x.shape[2], x.shape[3]) for i in range(x.shape[1])], dim=1)
+''',
+    # no causal mask: right for one new token at a time, wrong for a prompt or a chunk
+    "ex4_cache": '''def attend_with_cache(q, k_new, v_new, cache=None):
+    if cache is not None:
+        k_new = torch.cat([cache[0], k_new], dim=2)
+        v_new = torch.cat([cache[1], v_new], dim=2)
+    n_rep = q.shape[1] // k_new.shape[1]
+    out, _ = attention.scaled_dot_product_attention(q, multihead.repeat_kv(k_new, n_rep),
+                                                    multihead.repeat_kv(v_new, n_rep))
+    return out, (k_new, v_new)
+''',
+    # n_rep taken as n_kv_heads (the argument repeat_kv's name suggests): right whenever n_heads is
+    # n_kv_heads squared, as in the visible tests (4 heads, 2 key/value heads), wrong for MHA, MQA and other GQA
+    "ex4b_decode_step": _edit(_DECODE, "rep = n_heads // n_kv_heads", "rep = n_kv_heads"),
+    # the batch argument is ignored
+    "ex5_kv_bytes": '''def kv_cache_bytes(n_layers, n_kv_heads, d_head, seq_len, batch=1, bytes_per_value=2):
+    return 2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_value
+''',
+    # works for a 2-D weight only, not for a bias
+    "ex6_mean_pool": '''def mean_pool_heads(weight, n_heads, n_groups):
+    d_head = weight.shape[0] // n_heads
+    grouped = weight.reshape(n_groups, n_heads // n_groups, d_head, weight.shape[1])
+    return grouped.mean(dim=1).reshape(n_groups * d_head, weight.shape[1])
+''',
+}
+
+MORE_WRONG = {
+    # T and d_head swapped in the final reshape: right only when T == d_head (the HIDDEN_ONLY answer until
+    # issue 54; the visible test's heads now vary within a head, with T != d_head, and catch it).
+    "repeat_t_d_swapped": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
+    b, g, T, d = x.shape
+    return x[:, :, None].expand(b, g, n_rep, T, d).reshape(b, g * n_rep, d, T)
+'''),
+    # The "natural repair" of the notes' GQA code (section 5): the whole stack of key/value heads
+    # repeated n_rep times, so query head i reads key/value head i % g instead of i // (h/g).
+    # Right shape, wrong pairing: the visible test's head order and the hidden values catch it.
+    "repeat_strided": ("ex3_repeat_kv", '''def repeat_kv(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)
+'''),
+}
+
+# Wrong answers that the earlier tests gave full marks, found while widening the hidden tests to the
+# documented domain (issue 30). ``{name: (exercise, source)}``.
 REVIEWED = {
     # merge_heads fills a new tensor made with torch.zeros: float32 whatever the input (float64 heads
     # come back rounded to float32); the old tests only used float32.
