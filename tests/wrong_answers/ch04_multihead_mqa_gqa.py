@@ -237,27 +237,11 @@ def merge_heads(x):
     # Issue 52: the whole cached GQA step (exercise 4b).
     # The cache keeps the repeated heads (n_heads of them, not n_kv_heads): right outputs, the cache as
     # large as MHA's, against the prompt; the cached keys' shape and the hidden caches catch it.
-    "decode_step_cache_stores_repeated_heads": ("ex4b_decode_step", '''def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
-    if x_new.dim() != 3:
-        raise ValueError("x_new must be (batch, L_new, d_model)")
-    b, L, d = x_new.shape
-    if n_heads % n_kv_heads or d % n_heads:
-        raise ValueError("n_kv_heads must divide n_heads, and n_heads must divide d_model")
-    dh = d // n_heads
-    for name, w, cols in (("W_q", W_q, d), ("W_k", W_k, n_kv_heads * dh), ("W_v", W_v, n_kv_heads * dh), ("W_o", W_o, d)):
-        if w.shape != (d, cols):
-            raise ValueError(f"{name} has the wrong shape")
-    q = multihead.split_heads(x_new @ W_q, n_heads)
-    k = multihead.split_heads(x_new @ W_k, n_kv_heads)
-    v = multihead.split_heads(x_new @ W_v, n_kv_heads)
-    rep = n_heads // n_kv_heads
-    k, v = multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep)
-    if cache is not None:
-        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-    T = k.shape[2]
-    out, _ = attention.scaled_dot_product_attention(q, k, v, attention.causal_mask(L, T))
-    return multihead.merge_heads(out) @ W_o, (k, v)
-'''),
+    "decode_step_cache_stores_repeated_heads": ("ex4b_decode_step", _edit(_edit(_edit(_DECODE, "    rep = n_heads // n_kv_heads\n" + _ATTEND,
+                                                       "    out, _ = attention.scaled_dot_product_attention(q, k, v, attention.causal_mask(L, T))\n"),
+                                                 _CACHE_CHECK, ""),
+                                           "    if cache is not None:\n",
+                                           "    rep = n_heads // n_kv_heads\n    k, v = multihead.repeat_kv(k, rep), multihead.repeat_kv(v, rep)\n    if cache is not None:\n")),
     # The causal mask aligned top-left (is_causal=True's): a single token on a filled cache then sees only
     # position 0, and a chunk misses the cache.
     "decode_step_mask_top_left": ("ex4b_decode_step", _edit(_DECODE, "attention.causal_mask(L, T))", "torch.ones(L, T, dtype=torch.bool).tril())")),
