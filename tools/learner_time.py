@@ -2,8 +2,8 @@
 
 Not a measurement of learners: an estimate from counts taken in each solution notebook, with the
 rates below as its stated basis. ``python tools/learner_time.py`` writes ``tools/learner_time.md``
-(the counts, the rates and the estimate per chapter); the README's chapter table quotes the
-estimate, and ``tests/test_docs.py`` fails when either is stale. A class that times its own
+(the counts, the rates and the estimate per chapter) and the estimates into the last column of the
+README's chapter table; ``tests/test_docs.py`` fails when either is stale. A class that times its own
 walk-through should replace the rates with what it measured.
 
 What is counted, per chapter:
@@ -125,7 +125,15 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_with_estimates(text: str) -> str:
+    """The README's text with each chapter row's last cell set to its estimate (:func:`hours`)."""
+    estimates = {name: hours(c) for name, c in chapters().items()}
+    row = re.compile(r"^(\| \d+ \| \[`(ch\d\d_\w+)`\].*\| )[^|]+( \|)$", flags=re.M)
+    return row.sub(lambda m: m.group(1) + estimates[m.group(2)] + m.group(3), text)
+
+
 if __name__ == "__main__":
     OUT.write_text(table(), encoding="utf-8")
-    print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
-    print(table())
+    readme = ROOT / "README.md"
+    readme.write_text(readme_with_estimates(readme.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"wrote {OUT.relative_to(ROOT)} and the README's time column", file=sys.stderr)

@@ -293,7 +293,7 @@ def scaffold(name: str, title: str) -> None:
     (ROOT / "tools" / "mutants" / f"{name}.toml").write_text(MUTANTS.format(**fields), encoding="utf-8")
     link = f"notebooks/{name}/{name}.ipynb"
     _insert_after_last(ROOT / "README.md", r"\| \d+ \| \[`ch\d\d_",
-                       f"| {number} | [`{name}`]({link}) | {title.lower()} | 2 autograded (6) |")
+                       f"| {number} | [`{name}`]({link}) | {title.lower()} | 2 autograded (6) | (tools/learner_time.py) |")
     _insert_after_last(ROOT / "site" / "index.md", r"\| \d+ \| \[.*\]\(chapters/ch\d\d_",
                        f"| {number} | [{title}](chapters/{name}.ipynb) | {title.lower()} |")
     _insert_after_last(ROOT / "site" / "index.md", r"chapters/ch\d\d_", f"chapters/{name}")
@@ -303,6 +303,7 @@ def scaffold(name: str, title: str) -> None:
     _source_as_jupytext_writes(folder / f"{name}.py")
     _run(python, "-m", "course_grading", "execute", str(folder / f"{name}.ipynb"))
     _refresh_counts()
+    _run(python, str(ROOT / "tools" / "learner_time.py"))
     _run(python, "-m", "course_utils.i18n", "update")
     _run(python, "-m", "course_grading", "release")
     _run(python, "-m", "course_grading", "release", "--lang", "zh_CN")
