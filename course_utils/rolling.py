@@ -3,8 +3,8 @@
 Mistral 7B (Jiang et al., "Mistral 7B", 2023) attends to a window of W = 4096 tokens and keeps a
 cache of a fixed W slots: "the keys and values for the timestep i are stored in position i mod W of
 the cache", so positions older than the window are overwritten and the cache's memory stays flat in
-the sequence length. Stacking layers widens what a token sees: "after k attention layers,
-information can move forward by up to k × W tokens".
+the sequence length. Stacking layers widens what a token sees: through k layers a token reaches
+input tokens up to about k × W positions back (32 layers × 4096: about 131K in the paper).
 
 **Convention.** Here a window of ``W`` means that query ``i`` attends to the ``W`` keys
 ``i - W + 1, ..., i`` (itself and the ``W - 1`` before it): exactly what a cache of ``W`` slots holds
@@ -13,7 +13,7 @@ after position ``i`` is written, and what Mistral's reference implementation and
 banded causal mask is chapter 3's :func:`course_utils.attention.sliding_window_mask` with
 ``radius = W - 1`` combined with :func:`course_utils.attention.causal_mask`. With this convention the
 receptive field after ``n`` layers is ``n * (W - 1) + 1`` tokens (:func:`receptive_field`): each
-layer reaches ``W - 1`` further back, "k × W" in the paper's round words.
+layer reaches ``W - 1`` further back, k × W in the paper's round words.
 
 Shapes: queries, keys and values of one step are ``(n_heads, 1, d_head)``; the buffers are
 ``(n_heads, W, d_head)``.

@@ -9,8 +9,8 @@ the residual ``normalize(max(0, p_i - q_i))`` and the step ends; when all ``gamm
 bonus token is drawn from ``p_{gamma+1}``. The tokens emitted are distributed exactly as the target's
 own samples (Leviathan et al., Theorem 3.5 / Appendix A.1). With ``alpha`` the expected acceptance
 rate, a step emits ``(1 - alpha**(gamma + 1)) / (1 - alpha)`` tokens on average (their Eq. 1,
-:func:`expected_tokens_per_step`) for one target pass. The paper's experiments use gamma from 1 to 10
-(T5-XXL with T5-small: gamma = 7, 3.4x; Chen et al. use K = 4 with Chinchilla).
+:func:`expected_tokens_per_step`) for one target pass (Leviathan et al. choose gamma per pair of
+models from alpha and the cost ratio; Chen et al. call it the lookahead K).
 
 Greedy decoding is the special case where ``p`` and ``q`` are one-hot on their argmax: a draft
 token is accepted exactly when it is the target's argmax, and the correction is the target's
