@@ -32,6 +32,7 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.rolling` -- sliding-window attention with a rolling-buffer cache, the banded causal mask, the receptive field (chapter 9)
 - :mod:`course_utils.speculative` -- speculative decoding: the acceptance step, the expected tokens per step, a draft verified by the target (chapter 9)
 - :mod:`course_utils.mla` -- multi-head latent attention: the latent cache, the absorbed form, KV bytes per token (chapter 9)
+- :mod:`course_utils.kvquant` -- an int8 key/value cache with per-channel scales (chapter 9)
 - :mod:`course_utils.textlm` -- the standard library's source as a byte corpus, the LM training of chapter 8
 
 The instructor's grader is a separate subpackage, :mod:`course_utils.grading` (grade, release,
