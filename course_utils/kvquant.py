@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from course_utils._validate import check_int
+
 __all__ = ["dequantize_int8", "int8_cache_bytes", "quantize_int8"]
 
 
@@ -45,6 +47,5 @@ def int8_cache_bytes(seq_len: int, n_heads: int, d_head: int, scale_bytes: int =
     """Bytes of one layer's int8 K and V for ``seq_len`` tokens, with their per-channel scales:
     ``2 * (seq_len * n_heads * d_head + n_heads * d_head * scale_bytes)``."""
     for v, name in ((seq_len, "seq_len"), (n_heads, "n_heads"), (d_head, "d_head"), (scale_bytes, "scale_bytes")):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        check_int(v, name)
     return 2 * (seq_len * n_heads * d_head + n_heads * d_head * scale_bytes)
