@@ -3,6 +3,7 @@ vocabulary of 4, gamma = 1 and 2, float64, tolerance 1e-15: sums of products in 
 and by sampling through `accept` (5 standard errors); greedy speculative decoding equals greedy
 decoding token for token (bitwise: the same ids) with two small random course decoders."""
 
+import copy
 import itertools
 import math
 
@@ -134,3 +135,23 @@ def test_bad_inputs():
     other = DecoderLM(LMConfig.llama(30, d_model=16, n_heads=2, n_layers=1))
     with pytest.raises(ValueError, match="vocabulary"):
         speculative_generate(target, other, torch.tensor([[1]]), 2, 5)
+
+
+@pytest.mark.parametrize("gamma", [2, 4])
+def test_greedy_speculative_partial_acceptance(gamma):
+    """A draft close to the target (its weights plus noise): some drafts kept, some rejected, the
+    caches cropped mid-draft; still the target's greedy tokens."""
+    target, _ = _models()
+    with torch.no_grad():
+        for w in target.parameters():
+            w.mul_(8)                                         # a peaked target: not one token repeated
+    draft = copy.deepcopy(target)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(0.05 * torch.randn(w.shape, generator=g, dtype=w.dtype))
+    prompt = torch.tensor([[3, 7, 1, 12]])
+    want, _ = greedy_decode(target, target.init_state(1), 40, eos_id=-1, prompt=prompt)
+    got, stats = speculative_generate(target, draft, prompt, gamma, 40)
+    assert torch.equal(got, want)
+    assert 0 < stats["accepted"] < stats["drafted"], stats
