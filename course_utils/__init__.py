@@ -28,6 +28,11 @@ Modules are organised by idea, so that a later chapter reuses what an earlier on
 - :mod:`course_utils.classify` -- image classification: a CNN baseline, training with augmentation, accuracy (chapter 7)
 - :mod:`course_utils.llama` -- the LLaMA-style preset of ``lm`` and Hugging Face's Llama weights (chapter 8)
 - :mod:`course_utils.flash` -- the online softmax and tiled attention (chapter 8)
+- :mod:`course_utils.paged` -- a paged KV cache: block table, copy-on-write forks, memory of pages vs contiguous (chapter 9)
+- :mod:`course_utils.rolling` -- sliding-window attention with a rolling-buffer cache, the banded causal mask, the receptive field (chapter 9)
+- :mod:`course_utils.speculative` -- speculative decoding: the acceptance step, the expected tokens per step, a draft verified by the target (chapter 9)
+- :mod:`course_utils.mla` -- multi-head latent attention: the latent cache, the absorbed form, KV bytes per token (chapter 9)
+- :mod:`course_utils.kvquant` -- an int8 key/value cache with per-channel scales (chapter 9)
 - :mod:`course_utils.textlm` -- the standard library's source as a byte corpus, the LM training of chapter 8
 
 The grader is a package of its own, ``course_grading`` in ``grader/`` (grade, release, autograde

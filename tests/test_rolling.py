@@ -1,0 +1,56 @@
+"""The rolling-buffer cache: decoding token by token equals the banded causal mask over the full
+sequence. Not bitwise: the buffer holds the keys in slot order (i mod W), not position order, so the
+softmax sums in another order; float64, tolerance 1e-12."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.rolling import RollingKVCache, banded_causal_mask, receptive_field
+
+
+@pytest.mark.parametrize("window", [1, 3, 5, 40])
+def test_rolling_equals_banded(window):
+    g = torch.Generator().manual_seed(window)
+    H, L, D = 2, 17, 4
+    q, k, v = (torch.randn(H, L, D, generator=g, dtype=torch.float64) for _ in range(3))
+    full = F.scaled_dot_product_attention(q, k, v, attn_mask=banded_causal_mask(L, window))
+    ours, _ = scaled_dot_product_attention(q, k, v, banded_causal_mask(L, window))
+    torch.testing.assert_close(ours, full, rtol=0, atol=1e-12)
+    cache = RollingKVCache(window, H, D, dtype=torch.float64)
+    nbytes = cache.nbytes()
+    steps = [cache.step(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1]) for i in range(L)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
+    assert cache.nbytes() == nbytes == 2 * H * window * D * 8      # flat in the length
+
+
+def test_banded_mask_and_receptive_field():
+    m = banded_causal_mask(6, 3)
+    assert m.sum(1).tolist() == [1, 2, 3, 3, 3, 3]
+    assert m[5].tolist() == [False, False, False, True, True, True]
+    assert torch.equal(banded_causal_mask(6, 6), torch.ones(6, 6).tril().bool())
+    assert receptive_field(0, 4096) == 1 and receptive_field(1, 4096) == 4096
+    assert receptive_field(32, 4096) == 32 * 4095 + 1              # Mistral 7B: 32 layers, W = 4096
+
+
+def test_receptive_field_measured():
+    """The receptive field by composing masks: n layers of the window reach n * (W - 1) back."""
+    L, W = 30, 4
+    m = banded_causal_mask(L, W).double()
+    reach = torch.eye(L, dtype=torch.float64)
+    for n in range(1, 5):
+        reach = (m @ reach).clamp(max=1)
+        assert int(reach[L - 1].sum()) == receptive_field(n, W)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="window"):
+        RollingKVCache(0, 2, 4)
+    with pytest.raises(ValueError, match="window"):
+        banded_causal_mask(4, 0)
+    cache = RollingKVCache(3, 2, 4)
+    with pytest.raises(ValueError, match=r"\(n_heads, 1, d_head\)"):
+        cache.step(torch.zeros(2, 2, 4), torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        cache.step(torch.zeros(2, 1, 4), None, torch.zeros(2, 1, 4))
