@@ -1110,11 +1110,11 @@ def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
     if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
         raise ValueError(f"tgt_in must be a 2-d integer tensor (batch, T), got {tuple(tgt_in.shape)} {tgt_in.dtype}")
     if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError(f"src must be 2-d with as many rows as tgt_in ({tgt_in.shape[0]}), "
-                         f"got {tuple(src.shape)}")
+        raise ValueError(f"src must be 2-d with as many rows as tgt_in, got {tuple(src.shape)} "
+                         f"and {tuple(tgt_in.shape)}")
     if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
-        raise ValueError(f"src_lengths must be 1-d with one length per row of src ({src.shape[0]}), "
-                         f"got {tuple(src_lengths.shape)}")
+        raise ValueError(f"src_lengths must be 1-d with one length per row of src, got {tuple(src_lengths.shape)} "
+                         f"for src {tuple(src.shape)}")
     states, s = model.encoder(src, src_lengths)                     # (B, S, 2h), the first state (B, h)
     memory = model.memory_proj(states)                              # keys and values (B, S, h)
     UH = model.U_a(memory)                                          # U_a h_j, once for the sentence
@@ -1201,6 +1201,7 @@ for _case_i, (_V, _E, _H, _lengths, _T) in enumerate(((11, 5, 7, [5, 2, 3], 4), 
         f"padding must get weight exactly 0 ({_case})"
 for _what, _args in (("tgt_in", (_src, _len, _tgt[:, 0])), ("tgt_in", (_src, _len, _tgt[:, :, None])),
                      ("tgt_in", (_src, _len, _tgt > 2)), ("src_lengths", (_src, _len[:, None], _tgt)),
+                     ("src", (_src[:, 0], _len, _tgt)),
                      ("src", (_src[:1], _len[:1], _tgt))):
     try:
         bahdanau_teacher_forced(_m, *_args)
