@@ -54,6 +54,25 @@ def general_score(query, keys, W_a):
     s = model.cell(torch.cat([model.embedding(prev_tokens), context], dim=1), s_prev)
     return model.out(torch.cat([s, context], dim=1)), s, weights
 ''',
+    # Checks only the cases the visible test tries (a float tgt_in, a batch mismatch, src_lengths of another
+    # length): a 1-d, 3-d or bool tgt_in and a 2-d src_lengths or 1-d src are let through (the hidden tests).
+    "ex7_teacher_forced": '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.is_floating_point():
+        raise ValueError("tgt_in must hold token ids")
+    if len(src) != len(tgt_in):
+        raise ValueError("src and tgt_in: different batches")
+    if len(src_lengths) != len(src):
+        raise ValueError("src_lengths: one length per sentence")
+    st = model.encode(src, src_lengths.reshape(-1))
+    s, logits, weights = st["hidden"], [], []
+    for i in range(tgt_in.shape[-1]):
+        w = attention.masked_softmax(ra.additive_score(s, st["keys"], model.W_a.weight, model.v_a), st["mask"])
+        c = ra.context_vector(w, st["memory"])
+        s = model.cell(torch.cat([model.embedding(tgt_in[..., i].reshape(-1)), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+''',
 }
 
 # Reviewers' plausible wrong answers (issue 30) that the old hidden tests gave full marks (or nearly
