@@ -40,4 +40,8 @@ EXERCISES = (
                               lambda b: b["src_len"] > int(b["lengths"].max())))))),
     Exercise(CH, "ex6_decoder_step", "attention_decoder_step", None,
              (Arg("prev_tokens", (BATCHED, BATCH1)),)),
+    Exercise(CH, "ex7_teacher_forced", "bahdanau_teacher_forced", None,
+             (Arg("src", (BATCHED, BATCH1)),
+              Arg("tgt_in", (tensor_kind("T=1", "one position", lambda t: t.dim() == 2 and t.shape[1] == 1),
+                             tensor_kind("T>1", "several positions", lambda t: t.dim() == 2 and t.shape[1] > 1))))),
 )

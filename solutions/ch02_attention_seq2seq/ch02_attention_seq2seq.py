@@ -1075,6 +1075,169 @@ if not GRADING:  # step_fn may be yours
     assert gap < 1e-4, "your decoder step must reproduce the trained model's teacher-forced outputs"
 
 # %% [markdown]
+# ### Exercise 7: the whole teacher-forced pass (4 points)
+#
+# Write `bahdanau_teacher_forced(model, src, src_lengths, tgt_in)` for a
+# `model = ra.AttentionSeq2Seq(..., score="additive")`: the model's whole teacher-forced pass,
+# built from its parts. Encode the source once (`model.encode(src, src_lengths)` gives the first
+# state `"hidden"`, the encoder states `"memory"`, the keys $U_a h_j$ `"keys"` and the real
+# positions `"mask"`; or build them from `model.encoder`, `model.memory_proj` and `model.U_a`),
+# then for every target position $i$ run one decoder step on the token `tgt_in[:, i]` (your
+# `attention_decoder_step` of exercise 6, or the step written out), feeding each new state into
+# the next step. Return `(logits (B, T, V), weights (B, T, S))`: row $i$ holds step $i$'s logits
+# and the attention weights it used. The rules the tests enforce:
+# - equal to the model's own `forward_with_weights` (within 1e-5) for batches of one and more,
+#   for `T = 1` and longer targets; padding positions get weight exactly 0;
+# - `tgt_in` must be a 2-d integer tensor, `src` 2-d with as many rows as `tgt_in`, and
+#   `src_lengths` 1-d with one length per row of `src`: otherwise raise `ValueError` with a
+#   message naming the argument that is wrong (`"tgt_in"`, `"src"` or `"src_lengths"`);
+# - the inputs come back unchanged; calling the model's own `forward`, `forward_with_weights`,
+#   `step`, `bahdanau_step` or `decode_step` loses the hidden points.
+#
+# <!-- domain: ex7_teacher_forced bahdanau_teacher_forced -->
+#
+# The tests try every kind of input listed here:
+# - `src`: a batch of more than 1; a batch of 1.
+# - `tgt_in`: one position; several positions.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+
+# %% nbgrader={"grade": false, "grade_id": "ex7_teacher_forced", "locked": false, "schema_version": 3, "solution": true}
+def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    """Teacher-forced pass -> (logits (B, T, V), weights (B, T, S)), one decoder step at a time."""
+    ### BEGIN SOLUTION
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError(f"tgt_in must be a 2-d integer tensor (batch, T), got {tuple(tgt_in.shape)} {tgt_in.dtype}")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError(f"src must be 2-d with as many rows as tgt_in, got {tuple(src.shape)} "
+                         f"and {tuple(tgt_in.shape)}")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError(f"src_lengths must be 1-d with one length per row of src, got {tuple(src_lengths.shape)} "
+                         f"for src {tuple(src.shape)}")
+    states, s = model.encoder(src, src_lengths)                     # (B, S, 2h), the first state (B, h)
+    memory = model.memory_proj(states)                              # keys and values (B, S, h)
+    UH = model.U_a(memory)                                          # U_a h_j, once for the sentence
+    mask = torch.arange(src.shape[1], device=src.device)[None, :] < src_lengths.to(src.device)[:, None]
+    all_logits, all_weights = [], []
+    for i in range(tgt_in.shape[1]):
+        scores = ra.additive_score(s, UH, model.W_a.weight, model.v_a)     # scored with s_{i-1}
+        weights = attention.masked_softmax(scores, mask)
+        context = ra.context_vector(weights, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), context], dim=1), s)
+        all_logits.append(model.out(torch.cat([s, context], dim=1)))
+        all_weights.append(weights)
+    return torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_teacher_forced-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+torch.manual_seed(7)
+_m = ra.AttentionSeq2Seq(12, 9, emb_dim=6, hidden=8, score="additive").eval()
+_src, _len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+_tgt = torch.tensor([[1, 3, 4], [1, 5, 2]])
+with torch.no_grad():
+    _ref_logits, _ref_w = _m.forward_with_weights(_src, _len, _tgt)
+    _out = checks.call(bahdanau_teacher_forced, _m, _src, _len, _tgt)
+    _one = checks.call(bahdanau_teacher_forced, _m, _src, _len, _tgt[:, :1])
+
+
+def _raises_value_error(naming, *args):
+    try:
+        bahdanau_teacher_forced(_m, *args)
+    except ValueError as err:
+        assert naming in str(err), f"the ValueError's message should name {naming!r}; it says {err}"
+        return
+    raise AssertionError(f"a bad {naming} should raise ValueError")
+
+
+checks.run_checks("bahdanau_teacher_forced", [
+    ("returns (logits, weights) of shapes (2, 3, 9), (2, 3, 4)", lambda: (
+        checks.expect_shape(_out[0], (2, 3, 9), "logits"), checks.expect_shape(_out[1], (2, 3, 4), "weights"))),
+    ("every row of weights sums to one and padding gets none", lambda: (
+        checks.expect_close(_out[1].sum(-1), torch.ones(2, 3), "sum of the weights"),
+        checks.expect_equal(_out[1][1, :, 2:], torch.zeros(3, 2), "weights at padding"))),
+    ("the weights equal the model's (step i scored with the state before it)",
+     lambda: checks.expect_close(_out[1], _ref_w, "weights")),
+    ("the logits equal the model's teacher-forced forward", lambda: checks.expect_close(_out[0], _ref_logits, "logits")),
+    ("T = 1 works: the first step alone", lambda: (checks.expect_close(_one[0], _ref_logits[:, :1], "logits, T = 1"),
+                                                   checks.expect_close(_one[1], _ref_w[:, :1], "weights, T = 1"))),
+    ("a float tgt_in raises ValueError naming tgt_in", lambda: _raises_value_error("tgt_in", _src, _len, _tgt.float())),
+    ("a tgt_in with another batch raises ValueError naming src",
+     lambda: _raises_value_error("src", _src, _len, _tgt[:1])),
+    ("src_lengths of the wrong shape raises ValueError naming src_lengths",
+     lambda: _raises_value_error("src_lengths", _src, _len[:1], _tgt)),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_teacher_forced-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests: seeded models (an embedding as wide as the state, a batch of one, T = 1 and longer
+# targets, sentences of every length): logits and weights at every position; the bad inputs of the
+# prompt (a 1-d and a 3-d tgt_in, a bool one, src_lengths 2-d); no reference decoder inside.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(27)
+for _case_i, (_V, _E, _H, _lengths, _T) in enumerate(((11, 5, 7, [5, 2, 3], 4), (9, 6, 6, [4, 1], 1),
+                                                      (8, 4, 5, [3], 5), (10, 3, 4, [2, 6, 6, 1], 3))):
+    _m = ra.AttentionSeq2Seq(14, _V, emb_dim=_E, hidden=_H, score="additive").eval()
+    with torch.no_grad():
+        for _p in _m.parameters():
+            _p.copy_(torch.randn(_p.shape, generator=_g) * 0.5)
+    _S = max(_lengths)
+    _src = torch.randint(3, 14, (len(_lengths), _S), generator=_g)
+    _src[torch.arange(_S)[None, :] >= torch.tensor(_lengths)[:, None]] = 0
+    _tgt = torch.randint(1, _V, (len(_lengths), _T), generator=_g)
+    _len = torch.tensor(_lengths)
+    with torch.no_grad():
+        ### BEGIN EXPECTED
+        _want = _m.forward_with_weights(_src, _len, _tgt)
+        ### END EXPECTED
+        with checks.forbid(ra.BahdanauSeq2Seq.bahdanau_step, ra.BahdanauSeq2Seq.decode_step,
+                           ra.BahdanauSeq2Seq._bahdanau_recurrence, ra.BahdanauSeq2Seq.forward,
+                           ra.BahdanauSeq2Seq.forward_with_weights):
+            _lg, _w = checks.call(bahdanau_teacher_forced, _m, _src, _len, _tgt)
+    _case = f"case {_case_i}"
+    _real = (torch.arange(_S)[None, :] < _len[:, None])[:, None, :]
+    checks.expect_close(_w, _want[1], f"weights ({_case})")
+    checks.expect_close(_lg, _want[0], f"logits ({_case})")
+    checks.expect_equal(_w.masked_fill(_real, 0.0), torch.zeros(_w.shape), f"weights at padding ({_case})")
+for _what, _args in (("tgt_in", (_src, _len, _tgt[:, 0])), ("tgt_in", (_src, _len, _tgt[:, :, None])),
+                     ("tgt_in", (_src, _len, _tgt > 2)), ("src_lengths", (_src, _len[:, None], _tgt)),
+                     ("src", (_src[:, 0], _len, _tgt)),
+                     ("src", (_src[:1], _len[:1], _tgt))):
+    try:
+        bahdanau_teacher_forced(_m, *_args)
+    except ValueError as _err:
+        assert _what in str(_err), f"the ValueError for a bad {_what} should name it; it says {_err}"
+    else:
+        raise AssertionError(f"a bad {_what} should raise ValueError")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Your pass, run on the trained Bahdanau model of this section, should give its teacher-forced
+# logits and attention weights exactly; the next cell checks it on a probe batch, uses yours if it
+# agrees with the reference, and recomputes through it the share of wrong tokens at every output
+# position of the long strings printed above (teacher-forced, lengths 12-14).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tf_fn = checks.learner_or_reference(
+    bahdanau_teacher_forced, lambda m, s, n, t: m.forward_with_weights(s, n, t),
+    lambda f: f(bahdanau, probe_batch.src, probe_batch.src_lengths, probe_batch.tgt_in), "bahdanau_teacher_forced")
+long_batch = data.make_batch(long_pairs, vocab, vocab).to(device)
+with torch.no_grad():
+    tf_logits, tf_weights = tf_fn(bahdanau, long_batch.src, long_batch.src_lengths, long_batch.tgt_in)
+    ref_logits, ref_weights = bahdanau.forward_with_weights(long_batch.src, long_batch.src_lengths, long_batch.tgt_in)
+tf_pred = tf_logits.argmax(-1).cpu()
+tf_errors = lengthtask.error_by_position(
+    [[vocab.itos[i] for i in tf_pred[b, :len(t)].tolist()] for b, (_, t) in enumerate(long_pairs)], long_pairs)
+print("your pass == the model's teacher-forced forward (logits, weights):",
+      (tf_logits - ref_logits).abs().max().item() < 1e-4, (tf_weights - ref_weights).abs().max().item() < 1e-4)
+print("share of wrong tokens by output position through your pass, lengths 12-14:")
+print(f"{'ch2, your pass':25s}" + "".join(f"{e:5.2f}" for e in tf_errors))
+print("equal to the row of section 8:", tf_errors == position_errors["ch2: Bahdanau attention"])
+if not GRADING:  # tf_fn may be yours
+    assert tf_errors == position_errors["ch2: Bahdanau attention"], "your pass must reproduce the model's errors"
+
+# %% [markdown]
 # ## 9. Where does the model look? The date task, global and local
 #
 # A date written in one of ten human formats ("the 3rd of march, 2021", "3/3/21", "2021.3.3", ...)

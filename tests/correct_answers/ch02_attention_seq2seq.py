@@ -94,4 +94,45 @@ def general_score(query, keys, W_a):
     return logits, s, weights
 ''',
     },
+    "ex7_teacher_forced": {
+        "model.encode and the learner's step of exercise 6": '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.ndim != 2 or tgt_in.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        raise ValueError("tgt_in: expected a 2-d integer tensor")
+    if src.ndim != 2 or len(src) != len(tgt_in):
+        raise ValueError("src and tgt_in must have the same batch")
+    if src_lengths.shape != (len(src),):
+        raise ValueError("src_lengths must have shape (batch,)")
+    st = model.encode(src, src_lengths)
+    s, logits, weights = st["hidden"], [], []
+    for i in range(tgt_in.shape[1]):
+        lg, s, w = attention_decoder_step(model, tgt_in[:, i], s, st["memory"], st["keys"], st["mask"])
+        logits.append(lg)
+        weights.append(w)
+    return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
+''',
+        "embeddings once, the output layer once over all steps, einsum scores": '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.ndim != 2 or tgt_in.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        raise ValueError("tgt_in: expected a 2-d integer tensor")
+    if src.ndim != 2 or len(src) != len(tgt_in):
+        raise ValueError("src and tgt_in must have the same batch")
+    if src_lengths.shape != (len(src),):
+        raise ValueError("src_lengths must have shape (batch,)")
+    enc, s = model.encoder(src, src_lengths)
+    memory = model.memory_proj(enc)
+    UH = model.U_a(memory)
+    real = torch.arange(src.shape[1])[None, :] < src_lengths[:, None]
+    emb = model.embedding(tgt_in)
+    states, contexts, weights = [], [], []
+    for x in emb.unbind(1):
+        e = torch.einsum("bsh,h->bs", torch.tanh(UH + (s @ model.W_a.weight.T)[:, None, :]), model.v_a)
+        w = torch.softmax(e.masked_fill(~real, float("-inf")), dim=-1)
+        c = torch.einsum("bs,bsh->bh", w, memory)
+        s = model.cell(torch.cat([x, c], -1), s)
+        states.append(s)
+        contexts.append(c)
+        weights.append(w)
+    logits = model.out(torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)], -1))
+    return logits, torch.stack(weights, 1)
+''',
+    },
 }

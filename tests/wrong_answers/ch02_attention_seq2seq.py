@@ -54,6 +54,25 @@ def general_score(query, keys, W_a):
     s = model.cell(torch.cat([model.embedding(prev_tokens), context], dim=1), s_prev)
     return model.out(torch.cat([s, context], dim=1)), s, weights
 ''',
+    # Checks only the cases the visible test tries (a float tgt_in, a batch mismatch, src_lengths of another
+    # length): a 1-d, 3-d or bool tgt_in and a 2-d src_lengths or 1-d src are let through (the hidden tests).
+    "ex7_teacher_forced": '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.is_floating_point():
+        raise ValueError("tgt_in must hold token ids")
+    if len(src) != len(tgt_in):
+        raise ValueError("src and tgt_in: different batches")
+    if len(src_lengths) != len(src):
+        raise ValueError("src_lengths: one length per sentence")
+    st = model.encode(src, src_lengths.reshape(-1))
+    s, logits, weights = st["hidden"], [], []
+    for i in range(tgt_in.shape[-1]):
+        w = attention.masked_softmax(ra.additive_score(s, st["keys"], model.W_a.weight, model.v_a), st["mask"])
+        c = ra.context_vector(w, st["memory"])
+        s = model.cell(torch.cat([model.embedding(tgt_in[..., i].reshape(-1)), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+''',
 }
 
 # Reviewers' plausible wrong answers (issue 30) that the old hidden tests gave full marks (or nearly
@@ -129,5 +148,118 @@ def general_score(query, keys, W_a):
 
 def general_score(query, keys, W_a):
     return (keys @ (query @ W_a).T).squeeze(-1)
+'''),
+    # Exercise 7. Scores with the new state s_i (computed first from the previous context): Luong's order, not Bahdanau's.
+    "tf_scores_with_new_state": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    c = torch.zeros_like(s)
+    for i in range(tgt_in.shape[1]):
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''),
+    # Exercise 7. Keys U_a h_j from the encoder's projected states recomputed as U_a applied to the state s instead of the memory: every position gets the same key.
+    "tf_keys_from_encoder_states": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, model.U_a(s)[:, None, :].expand_as(memory), model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''),
+    # Exercise 7. A plain softmax: padding positions get weight.
+    "tf_weights_not_masked": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = torch.softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), -1)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''),
+    # Exercise 7. The output layer reads [s_i; s_i]: the context left out of the read-out.
+    "tf_logits_from_state_only": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        logits.append(model.out(torch.cat([s, s], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''),
+    # Exercise 7. Starts from the second target token: step i is fed tgt_in[:, i + 1] (and the last step the last token again).
+    "tf_off_by_one": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, min(i + 1, tgt_in.shape[1] - 1)]), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''),
+    # Exercise 7. No check of src_lengths' shape: a (B, 1) src_lengths runs (broadcast) instead of raising.
+    "tf_no_validation_of_lengths": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    st = model.encode(src, src_lengths.reshape(-1))
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
 '''),
 }
