@@ -1040,7 +1040,7 @@ def gqa_decode_step(x_new, W_q, W_k, W_v, W_o, n_heads, n_kv_heads, cache=None):
     if n_heads % n_kv_heads != 0 or d_model % n_heads != 0:
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}, "
                          f"and n_heads must divide d_model={d_model}")
-    d_head = d_model // n_heads
+    d_head = d_model // n_heads              # the width of one head
     for name, w, cols in (("W_q", W_q, d_model), ("W_k", W_k, n_kv_heads * d_head),
                           ("W_v", W_v, n_kv_heads * d_head), ("W_o", W_o, d_model)):
         if tuple(w.shape) != (d_model, cols):
@@ -1210,7 +1210,7 @@ def _raises4b_hidden(r):
            ("a cache of another d_head", (x, *ok, 6, 2, (torch.zeros(2, 2, 5, 3),) * 2), ("cache",)),
            ("a cache whose k and v differ in length", (x, *ok, 6, 2, (kv, torch.zeros(2, 2, 4, 2))), ("cache",))]
     what, args, names = bad[r]
-    _raises_naming(args, names, what)
+    _raises_naming(args, names, what=what)
 
 
 checks.run_checks("gqa_decode_step (hidden)", [
