@@ -296,7 +296,7 @@ execute: sync
 # tests/test_mutants.py keeps current). Fails below 90 % killed or on an unlisted survivor. Not part of
 # make test. CH=ch03: one chapter; SHOW=1: print each survivor's diff.
 mutants: $(STAMP)
-	$(BIN)/python tools/mutants.py $(CH) $(if $(SHOW),--show)
+	OMP_NUM_THREADS=1 $(BIN)/python tools/mutants.py $(CH) $(if $(SHOW),--show)
 
 # A new chapter, scaffolded and wired in (tools/new_chapter.py; CONTRIBUTING.md, "Adding a chapter").
 new-chapter: $(STAMP)
