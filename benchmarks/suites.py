@@ -33,9 +33,12 @@ from course_utils import (
     data,
     families,
     kvcache,
+    mla,
     multihead,
+    paged,
     rnn,
     rnn_attention,
+    rolling,
     train,
     transformer,
     vit,
@@ -75,6 +78,11 @@ class Config:
     train_rounds: int = 3
     train_small: bool = False              # tiny models and data (the test)
     grading_chapter: str = "ch03_scaled_dot_product"
+    inf_contexts: tuple[int, ...] = (512, 2048, 8192)                 # chapter 9: cached tokens per sequence
+    inf_batch: int = 8
+    inf_heads: tuple[int, int] = (8, 64)                               # heads, d_head
+    inf_block: int = 16                                                # vLLM's block size
+    inf_window: int = 256                                              # rolling buffer (Mistral 7B: 4096)
     grading_submissions: int = 2
 
     def as_dict(self) -> dict:
@@ -85,12 +93,13 @@ CONFIGS = {
     "full": Config("full"),
     "quick": Config("quick", rounds=3, budget_s=4.0, copy_mib=128, attn_lengths=(128, 512, 2048),
                     dec_contexts=(64, 2048), conv_sizes=(8, 32), train_steps=5, train_rounds=2,
-                    grading_submissions=1),
+                    grading_submissions=1, inf_contexts=(512, 4096)),
     "tiny": Config("tiny", rounds=2, budget_s=0.2, min_sample_s=0.0, threads=(1,), matmul_n=128, copy_mib=4,
                    ceiling_rounds=2, attn_lengths=(32, 64), attn_heads=2,
                    attn_d=16, attn_radius=4, mha_shape=(2, 16, 32, 4), kv_variants=(("MHA", 4), ("GQA-2", 2), ("MQA", 1)),
                    dec_contexts=(8, 32), dec_batches=(1, 2), dec_model=(32, 4), conv_sizes=(4,), conv_channels=2,
-                   train_steps=1, train_rounds=2, train_small=True, grading_submissions=1),
+                   train_steps=1, train_rounds=2, train_small=True, grading_submissions=1,
+                   inf_contexts=(24, 80), inf_batch=3, inf_heads=(2, 8), inf_block=4, inf_window=16),
 }
 
 
@@ -339,6 +348,154 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
         "the causal mask, the same for every head, is repeated r times along that axis (r x L x L), never "
         "expanded to (batch, heads, L, L). Without a cache the fused kernel sees r times longer query rows, "
         "so GQA and MQA do not save time there: their gain is in the cached step.",
+    ]
+    t.seconds = time.perf_counter() - start
+    return t
+
+
+# --------------------------------------------------------------------------------------------
+# attention at inference time (chapter 9): paged, rolling, latent
+# --------------------------------------------------------------------------------------------
+
+_INF_COLUMNS = [("device", "device", ""), ("threads", "threads", ""), ("context", "context", "d"),
+                ("method", "method", ""), ("baseline", "against", ""),
+                ("ms_method", "method ms", ".3f"), ("ms_base", "against ms", ".3f"),
+                ("speedup", "against ÷ method", ".2f"), ("mib_method", "method MiB reserved", ".2f"),
+                ("mib_base", "against MiB reserved", ".2f"), ("mib_used", "MiB of tokens", ".2f"),
+                ("max_diff", "max |difference|", ".1e"), ("bw", "method % bandwidth", ".1%")]
+
+
+def _paged_step(cfg: Config, device: str, T: int) -> dict:
+    """One decoding query per sequence for ``cfg.inf_batch`` sequences of lengths drawn in ``[1, T]``:
+    keys and values in a ``paged.PagedKVCache`` (gathered through a padded block-table tensor, the
+    gather PagedAttention does inside its kernel) against a contiguous cache preallocated to ``T``."""
+    (h, d), bs, B = cfg.inf_heads, cfg.inf_block, cfg.inf_batch
+    g = _gen("cpu", T)
+    lengths = torch.randint(1, T + 1, (B,), generator=g).tolist()
+    pages = paged.PagedKVCache(B * -(-T // bs), bs, h, d, device=device)
+    dense_k, dense_v = torch.zeros(2, B, h, T, d, device=device)
+    for b, n in enumerate(lengths):
+        k, v = torch.randn(2, n, h, d, generator=g).to(device)
+        pages.add_sequence(b)
+        pages.append(b, k, v)
+        dense_k[b, :, :n], dense_v[b, :, :n] = k.transpose(0, 1), v.transpose(0, 1)
+    n_blocks = max(len(pages.tables[b]) for b in range(B))
+    tables = torch.tensor([pages.tables[b] + [0] * (n_blocks - len(pages.tables[b])) for b in range(B)],
+                          device=device)                                      # (B, n_blocks)
+    q = torch.randn(B, h, 1, d, generator=g).to(device)
+    mask_dense = attention.key_padding_mask(torch.tensor(lengths, device=device), T)
+    mask_paged = attention.key_padding_mask(torch.tensor(lengths, device=device), n_blocks * bs)
+
+    def through_pages():
+        k = pages.k_pool[tables].flatten(1, 2).transpose(1, 2)               # (B, h, n_blocks * bs, d)
+        v = pages.v_pool[tables].flatten(1, 2).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_paged)
+
+    def contiguous():
+        return F.scaled_dot_product_attention(q, dense_k, dense_v, attn_mask=mask_dense)
+
+    memory = paged.paged_memory(lengths, T, bs)
+    per_token = 2 * h * d * 4 / 2 ** 20
+    return {"method": f"paged, block {bs}", "baseline": f"contiguous, preallocated to {T}",
+            "fns": (through_pages, contiguous), "read": 2 * B * n_blocks * bs * h * d * 4,
+            "mib_method": memory["paged"] * per_token, "mib_base": memory["contiguous"] * per_token,
+            "mib_used": memory["used"] * per_token}
+
+
+def _rolling_step(cfg: Config, device: str, T: int) -> dict:
+    """One decoding step (write this position, attend) for ``cfg.inf_batch`` sequences folded into the
+    heads: a ``rolling.RollingKVCache`` of ``cfg.inf_window`` slots against a full cache of ``T``."""
+    (h, d), B, W = cfg.inf_heads, cfg.inf_batch, cfg.inf_window
+    g = _gen("cpu", T)
+    hb = B * h
+    q, k, v = torch.randn(3, hb, 1, d, generator=g).to(device)
+    window = rolling.RollingKVCache(W, hb, d, device=device)
+    for _ in range(W):
+        window.step(q, k, v)
+    full_k, full_v = torch.randn(2, hb, T + 1, d, generator=g).to(device)
+    full_k[:, -W:], full_v[:, -W:] = k, v       # the last W positions as the window holds them
+
+    def full():
+        full_k[:, T], full_v[:, T] = k[:, 0], v[:, 0]
+        return F.scaled_dot_product_attention(q, full_k, full_v)
+
+    per_token = 2 * hb * d * 4 / 2 ** 20
+    return {"method": f"rolling window {W}", "baseline": f"full cache of {T}",
+            "fns": (lambda: window.step(q, k, v), full), "read": window.nbytes(), "check": False,
+            "mib_method": window.nbytes() / 2 ** 20, "mib_base": (T + 1) * per_token,
+            "mib_used": (T + 1) * per_token}
+
+
+def _latent_step(cfg: Config, device: str, T: int) -> dict:
+    """One decoding step of multi-head latent attention in its absorbed form (``mla.mla_absorbed``,
+    DeepSeek-V2's ``d_c = 4 d_head``, ``d_rope = d_head / 2``) over ``T`` cached latents, against one
+    step of an MHA layer with the same heads (``multihead.MultiHeadAttention`` with a ``kvcache.KVCache``
+    of ``T`` positions): both from the new token's hidden state to the layer's output."""
+    (h, d), B = cfg.inf_heads, cfg.inf_batch
+    g = _gen("cpu", T)
+    d_c, d_rope = 4 * d, d // 2
+    W = {k: w.to(device) for k, w in mla.mla_weights(h * d, h, d, d_c, d_rope, generator=g).items()}
+    x = torch.randn(B, T + 1, h * d, generator=g).to(device)
+    c_kv, k_rope = mla.mla_cache(x, W)
+    torch.manual_seed(T)
+    layer = multihead.MultiHeadAttention(h * d, h).to(device).eval()
+    cache = kvcache.KVCache(max_len=T + 1)
+    with torch.no_grad():
+        cache.append(multihead.split_heads(layer.k_proj(x[:, :T]), h), multihead.split_heads(layer.v_proj(x[:, :T]), h))
+    per_token = {kind: mla.kv_bytes_per_token(kind, h, d, d_c=d_c, d_rope=d_rope, bytes_per_value=4) / 2 ** 20
+                 for kind in ("mla", "mha")}
+    return {"method": f"latent (MLA absorbed, d_c {d_c})", "baseline": f"MHA layer step, {h} heads",
+            "fns": (lambda: mla.mla_absorbed(x[:, -1:], c_kv, k_rope, W),
+                    lambda: layer(x[:, T:], cache=cache.crop(T), causal=True)),
+            "read": c_kv.nbytes + k_rope.nbytes, "check": False, "mib_method": (T + 1) * per_token["mla"],
+            "mib_base": (T + 1) * per_token["mha"], "mib_used": (T + 1) * per_token["mla"]}
+
+
+def inference_table(cfg: Config, ctx: Context) -> Table:
+    """Chapter 9's caches, one decoding step each, against the cache they replace: a paged cache
+    (``paged.PagedKVCache``) against a contiguous one preallocated to the longest length, a rolling
+    buffer (``rolling.RollingKVCache``) against a full cache, and latent attention (``mla``) against
+    an MHA cache; with the memory each reserves for the same tokens."""
+    h, d = cfg.inf_heads
+    t = Table("inference", f"Attention at inference time, one decoding step (batch {cfg.inf_batch}, {h} heads, "
+              f"d_head = {d}, fp32)", columns=list(_INF_COLUMNS), ratios=["speedup"], ceilings=["bw"],
+              ceiling_of={"bw": "bandwidth_gbs"})
+    start = time.perf_counter()
+    for device, threads in ctx.settings():
+        for T in cfg.inf_contexts:
+            for build in (_paged_step, _rolling_step, _latent_step):
+                case = build(cfg, device, T)
+                method, base = case["fns"]
+                with cost.torch_threads(threads), torch.no_grad():
+                    tm = alternate({"method": method, "base": base}, cfg.rounds, budget_s=cfg.budget_s,
+                                   min_sample_s=cfg.min_sample_s, device=device)
+                    diff = (method() - base()).abs().max().item() if case.get("check", True) else None
+                t.rows.append({"device": device, "threads": _threads_label(device, threads), "context": T,
+                               "method": case["method"], "baseline": case["baseline"],
+                               "ms_method": tm.median("method") * 1e3, "ms_base": tm.median("base") * 1e3,
+                               "speedup": tm.ratio("base", "method"), "max_diff": diff,
+                               "bw": case["read"] / tm.median("method") / 1e9,
+                               **{k: case[k] for k in ("mib_method", "mib_base", "mib_used")}})
+            ctx.log(f"  inference {device} threads={threads} T={T}: "
+                    + ", ".join(f"{r['method']} {r['speedup']:.2f}" for r in t.rows[-3:]))
+    t.notes = [
+        "paged: each sequence's length is drawn in [1, context] (seeded); the contiguous cache reserves "
+        "context slots per sequence, the paged one whole blocks (paged.paged_memory). Its step gathers the keys "
+        "and values through a padded block-table tensor, then runs F.scaled_dot_product_attention with the "
+        "lengths' key mask: the gather that PagedAttention does inside its kernel is a copy here, so on a CPU "
+        "paging costs time for the memory it saves. max |difference|: paged against contiguous outputs (exact "
+        "up to float rounding).",
+        "rolling: the step writes one position and attends to the window's slots "
+        "(rolling.RollingKVCache.step), against a write and attention over every cached position; batch folded "
+        "into the heads. Its memory is the same at every context.",
+        "latent: mla.mla_absorbed for the newest position over the cached latents and rotated keys, against one "
+        "cached step of multihead.MultiHeadAttention with the same heads (two different layers: the rows compare "
+        "cost and memory, not outputs). mla.mla_absorbed forms W_UV W_O on every call, as the chapter writes it; "
+        "a server forms it once. Per cached token the absorbed step multiplies (d_c + d_rope) / d_head = 4.5 times the "
+        "values of MHA's attention while reading (d_c + d_rope) / (2 · heads · d_head) of its bytes: a step bound by "
+        "memory bandwidth gains, one bound by arithmetic may not. MiB from mla.kv_bytes_per_token at 4 bytes per value.",
+        "% bandwidth: the cache bytes the method reads over its time, as a fraction of the copy bandwidth "
+        "measured in this run at the same thread count.",
     ]
     t.seconds = time.perf_counter() - start
     return t
@@ -674,5 +831,5 @@ def headline_selectors(cfg: Config) -> list[tuple[str, str, dict, str, str]]:
 
 SUITES: dict[str, Callable[[Config, Context], Table]] = {
     "attention": attention_table, "mha": mha_table, "decoding": decoding_table, "conv": conv_table,
-    "training": training_table, "grading": grading_table,
+    "training": training_table, "inference": inference_table, "grading": grading_table,
 }
