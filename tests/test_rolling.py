@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.rolling import RollingKVCache, banded_causal_mask, receptive_field
+from course_utils.rolling import RollingKVCache, banded_causal_mask, receptive_field, rolling_attend
 
 
 @pytest.mark.parametrize("window", [1, 3, 5, 40])
@@ -54,3 +54,21 @@ def test_bad_inputs():
         cache.step(torch.zeros(2, 2, 4), torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
     with pytest.raises(TypeError, match="torch.Tensor"):
         cache.step(torch.zeros(2, 1, 4), None, torch.zeros(2, 1, 4))
+
+
+def test_rolling_attend_writes_in_place_and_reads_the_filled_slots():
+    g = torch.Generator().manual_seed(5)
+    H, W, D = 2, 3, 4
+    kb, vb = torch.randn(2, H, W, D, generator=g, dtype=torch.float64)       # stale values in every slot
+    q, k, v = torch.randn(3, H, D, generator=g, dtype=torch.float64)
+    out = rolling_attend(q, k, v, kb, vb, 0)                                  # one filled slot: its value
+    assert torch.equal(kb[:, 0], k) and torch.equal(vb[:, 0], v)
+    torch.testing.assert_close(out, v, rtol=0, atol=1e-15)
+    rolling_attend(q, k, v, kb, vb, 7)                                        # 7 % 3: slot 1
+    assert torch.equal(kb[:, 1], k)
+    with pytest.raises(ValueError, match="pos"):
+        rolling_attend(q, k, v, kb, vb, -1)
+    with pytest.raises(ValueError, match="k_new"):
+        rolling_attend(q, k[:1], v, kb, vb, 0)
+    with pytest.raises(ValueError, match="v_buf"):
+        rolling_attend(q, k, v, kb, vb[:, :2], 0)
