@@ -192,7 +192,7 @@ def paged_attention(q, k_pool, v_pool, block_table, length):
     if len(table) < n_used:
         raise ValueError(f"block_table has {len(table)} blocks; length {length} needs {n_used}")
     if any(b < 0 or b >= n_blocks for b in table):
-        raise ValueError(f"block_table's block numbers must be in 0..{n_blocks - 1}, got {table}")
+        raise ValueError(f"block_table's block numbers must be >= 0 and below n_blocks = {n_blocks}, got {table}")
     # the sequence's keys and values, contiguous: (length, n_kv_heads, d_head)
     keys = k_pool[table].reshape(n_used * block_size, n_kv_heads, d_head)[:length]
     values = v_pool[table].reshape(n_used * block_size, n_kv_heads, d_head)[:length]
@@ -317,6 +317,8 @@ def _bad1(r):
     kp, vp = torch.randn(2, 5, 4, 2, 3, generator=gen)         # 5 blocks of 4, 2 kv heads, d_head 3
     q = torch.randn(4, 3, generator=gen)
     bad = [("a 3-D k_pool", (q, kp[0], vp, [0, 1], 5), ("k_pool", "v_pool")),
+           ("3-D k_pool and v_pool of one shape", (q, kp[0], vp[0], [0, 1], 5), ("k_pool", "v_pool")),
+           ("a 1-D q", (q[0], kp, vp, [0, 1], 5), ("q",)),
            ("a v_pool of 4 blocks", (q, kp, vp[:4], [0, 1], 5), ("k_pool", "v_pool")),
            ("q of shape (n_heads, 1, d_head)", (q[:, None], kp, vp, [0, 1], 5), ("q",)),
            ("q of d_head 2", (q[:, :2], kp, vp, [0, 1], 5), ("q",)),
@@ -333,7 +335,7 @@ def _bad1(r):
 
 checks.run_checks("paged_attention (hidden)", [
     *((f"case {r}", lambda r=r: _case1(r)) for r in range(len(_cases1))),
-    *((f"bad input {r}", lambda r=r: _bad1(r)) for r in range(11)),
+    *((f"bad input {r}", lambda r=r: _bad1(r)) for r in range(13)),
 ])
 ### END HIDDEN TESTS
 
@@ -357,7 +359,7 @@ paged_fn = checks.learner_or_reference(paged_attention, paged.paged_attention, _
 g = torch.Generator().manual_seed(0)
 pool = paged.PagedKVCache(n_blocks=32, block_size=16, n_kv_heads=2, d_head=8, dtype=torch.float64)
 side = {}                                       # the same keys and values, contiguous: (length, 2, 8)
-for turn in range(5):                           # 5 turns; sequence s writes 3 + 4 s tokens per turn
+for _ in range(5):                              # 5 turns; sequence s writes 3 + 4 s tokens per turn
     for s in range(4):
         k, v = torch.randn(2, 3 + 4 * s, 2, 8, generator=g, dtype=torch.float64)
         if s not in pool.tables:
@@ -414,10 +416,10 @@ assert taken * 16 == paged.paged_memory(lengths, MAX_LEN, 16)["paged"], "the cac
 # The contiguous layout wastes <!-- q:out#contiguous, max_len -->50.5 %<!-- /q --> of what it
 # reserves: a request of length $n$ leaves $2048 - n$ slots unused, about half of them on average when
 # lengths are spread evenly. Blocks of 16 waste <!-- q:out#pages of 16 (vLLM) -->0.8 %<!-- /q -->,
-# at most 15 slots per request, and the real cache took exactly what the count says. The batch needs
-# <!-- q:out#pages of 16 (vLLM) -->15.95<!-- /q --> GiB of paged cache against
-# <!-- q:out#contiguous, max_len -->32.00<!-- /q --> GiB contiguous: in the same memory, twice as many
-# such requests run at once. Blocks of 1 waste nothing but cost a table entry, and a scattered read,
+# at most 15 slots per request, and the real cache took exactly what the count says. The batch
+# needs <!-- q:out#pages of 16 (vLLM) -->15.95<!-- /q --> GiB of paged cache, against
+# the contiguous one's <!-- q:out#contiguous, max_len -->32.00<!-- /q --> GiB: in the same memory,
+# twice as many such requests run at once. Blocks of 1 waste nothing but cost a table entry, and a scattered read,
 # per token; blocks of 128 waste <!-- q:out#pages of 128 -->5.9 %<!-- /q -->. vLLM's 16 lies between:
 # little waste, and blocks large enough for a GPU to read each in one go.
 #
@@ -425,7 +427,7 @@ assert taken * 16 == paged.paged_memory(lengths, MAX_LEN, 16)["paged"], "the cac
 # (the paper replays the ShareGPT and Alpaca datasets), a system that preallocates reserves for the
 # longest answer a request may produce before it knows the answer's length, and the gaps left between
 # contiguous caches of different sizes cannot be used (external fragmentation). This is how the
-# systems it measured came to fill only 20.4 % to 38.2 % of their cache memory. The CPU run shows the
+# systems it measured came to fill so little of their cache memory. The CPU run shows the
 # counting; the speed of the GPU kernel that reads blocks through the table is the paper's
 # measurement, not one this chapter can repeat.
 #
@@ -472,7 +474,7 @@ assert worst < 1e-12 and shared < separate, "forked sequences must read their ow
 # first, and sample 3, the last to write, found it referenced once and wrote into it in place (its
 # table keeps the prompt's block <!-- q:out#sample 3: -->4<!-- /q -->). The prompt's full blocks stay
 # shared to the end: <!-- q:out#after 30 new tokens each -->16<!-- /q --> blocks against
-# <!-- q:out#after 30 new tokens each -->28<!-- /q --> for separate copies, and every sample still
+# the <!-- q:out#after 30 new tokens each -->28<!-- /q --> of separate copies, and every sample still
 # reads its own keys exactly. The longer the shared part, the larger the saving: beams of a beam
 # search share most of their text, and a system prompt can be shared by every request that starts
 # with it.
@@ -675,6 +677,7 @@ def _bad2(r):
     kb, vb = torch.randn(2, 2, 4, 3, generator=gen)            # 2 heads, W = 4, d_head 3
     q, k, v = torch.randn(3, 2, 3, generator=gen)
     bad = [("a 2-D k_buf", (q, k, v, kb[0], vb, 2), ("k_buf", "v_buf")),
+           ("2-D k_buf and v_buf of one shape", (q, k, v, kb[0], vb[0], 2), ("k_buf", "v_buf")),
            ("a v_buf of W = 3", (q, k, v, kb, vb[:, :3], 2), ("k_buf", "v_buf")),
            ("q of shape (n_heads, 1, d_head)", (q[:, None], k, v, kb, vb, 2), ("q",)),
            ("k_new of d_head 2", (q, k[:, :2], v, kb, vb, 2), ("k_new",)),
@@ -702,7 +705,7 @@ def _raises1_rolling(args, names, what):
 checks.run_checks("rolling_attend (hidden)", [
     *((f"case {r}", lambda r=r: _case2(r)) for r in range(len(_cases2))),
     ("a step far into a sequence", _far2),
-    *((f"bad input {r}", lambda r=r: _bad2(r)) for r in range(7)),
+    *((f"bad input {r}", lambda r=r: _bad2(r)) for r in range(8)),
 ])
 ### END HIDDEN TESTS
 
@@ -758,8 +761,8 @@ for n in (4096, 8192, 16384, 32768):
           f"(full / buffer = {full / buffer:.0f})")
 
 # %% [markdown]
-# Up to the window the two are the same; from there the full cache grows and the buffer stays at
-# <!-- q:out#32768 tokens -->0.5<!-- /q --> GiB, <!-- q:out#32768 tokens -->8<!-- /q --> times less at
+# Up to the window the two are the same; from there the full cache grows and the buffer stays
+# at <!-- q:out#32768 tokens -->0.5<!-- /q --> GiB, <!-- q:out#32768 tokens -->8<!-- /q --> times less at
 # 32,768 tokens: the paper's 8x. Per request, that is: the paging of section 2 still decides how
 # many requests share the memory.
 #
@@ -795,8 +798,8 @@ print(f"Mistral 7B, 32 layers of W = 4096: {rolling.receptive_field(32, 4096):,}
       f"(the paper's round count, 32 x 4096 = {32 * 4096:,})")
 
 # %% [markdown]
-# Each layer adds $W - 1 = 3$ inputs, and the measured dependency is the formula's. For Mistral,
-# <!-- q:out#Mistral 7B, 32 layers -->131,041<!-- /q --> positions, the paper's "approximately 131K"
+# Each layer adds $W - 1 = 3$ inputs, and the measured dependency is the formula's. For
+# Mistral, <!-- q:out#Mistral 7B, 32 layers -->131,041<!-- /q --> positions, the paper's "approximately 131K"
 # (which counts $32 \times 4096$). "Depends on" is not "remembers": what reaches the last layer from
 # far back has passed through the hidden states of the positions between, one vector of $d_\text{model}$
 # numbers per position and layer.
