@@ -341,17 +341,28 @@ checks.run_checks("paged_attention (hidden)", [
 
 # %% [markdown]
 # The cell below checks your `paged_attention` on a probe (GQA, a scattered table, a partly filled
-# last block, stale values around it) and, if it agrees with the course's `paged.paged_attention`,
+# last block, stale values around it, and a table with block number -1, which must be refused) and,
+# if it agrees with the course's `paged.paged_attention`,
 # uses it for the rest of this section. First, four sequences written into one pool a few tokens at
 # a time, in turns, as a server decodes them, so that their blocks interleave; each one's step
 # through its table against the same attention over its keys kept contiguously on the side.
 
 # %%
+def refuses(fn, *args):
+    """What ``fn`` does with a bad input: the name of the exception it raises, or "returned"."""
+    try:
+        fn(*args)
+    except Exception as err:  # noqa: BLE001 (any exception is an answer to compare)
+        return type(err).__name__
+    return "returned"
+
+
 def _probe_paged(fn):  # float64, 4 query heads over 2 kv heads, blocks of 4, stale values everywhere
     g = torch.Generator().manual_seed(19)
     kp, vp = torch.randn(2, 6, 4, 2, 3, generator=g, dtype=torch.float64)
     q = torch.randn(4, 3, generator=g, dtype=torch.float64)
-    return fn(q, kp, vp, [4, 1, 3], 10), fn(q, kp, vp, torch.tensor([2, 0]), 4)
+    return (fn(q, kp, vp, [4, 1, 3], 10), fn(q, kp, vp, torch.tensor([2, 0]), 4),
+            refuses(fn, q, kp, vp, [-1, 2], 6))
 
 
 paged_fn = checks.learner_or_reference(paged_attention, paged.paged_attention, _probe_paged, "paged_attention")
@@ -711,7 +722,7 @@ checks.run_checks("rolling_attend (hidden)", [
 
 # %% [markdown]
 # The cell below checks your `rolling_attend` on a probe (a window of 3, 7 positions from stale
-# buffers) and, if it agrees with the course's `rolling.rolling_attend`, decodes with it: 2 heads,
+# buffers, and a step at position -1, which must be refused before anything is written) and, if it agrees with the course's `rolling.rolling_attend`, decodes with it: 2 heads,
 # 40 positions through a buffer of 8 slots, against the whole sequence at once under the banded
 # causal mask, and, as the control, under the plain causal mask that sees every earlier position.
 
@@ -720,7 +731,10 @@ def _probe_rolling(fn):  # float64, 2 heads, W = 3, 7 positions from buffers ful
     g = torch.Generator().manual_seed(29)
     q, k, v = torch.randn(3, 2, 7, 4, generator=g, dtype=torch.float64)
     kb, vb = torch.randn(2, 2, 3, 4, generator=g, dtype=torch.float64) * 10
-    return torch.stack([fn(q[:, i], k[:, i], v[:, i], kb, vb, i) for i in range(7)]), kb, vb
+    kb0, vb0 = kb.clone(), vb.clone()
+    refused = refuses(fn, q[:, 0], k[:, 0], v[:, 0], kb, vb, -1)
+    untouched = bool(torch.equal(kb, kb0) and torch.equal(vb, vb0))
+    return torch.stack([fn(q[:, i], k[:, i], v[:, i], kb, vb, i) for i in range(7)]), kb, vb, refused, untouched
 
 
 rolling_fn = checks.learner_or_reference(rolling_attend, rolling.rolling_attend, _probe_rolling, "rolling_attend")
