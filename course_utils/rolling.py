@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from course_utils._validate import check_int
 from course_utils.attention import causal_mask, combine_masks, sliding_window_mask
 
-__all__ = ["RollingKVCache", "banded_causal_mask", "receptive_field", "rolling_attend"]
+__all__ = ["RollingKVCache", "banded_causal_mask", "receptive_field", "rolling_attend", "slot_positions"]
 
 
 def banded_causal_mask(L: int, window: int, device=None) -> torch.Tensor:
@@ -44,6 +44,19 @@ def receptive_field(n_layers: int, window: int) -> int:
     check_int(n_layers, "n_layers", low=0)
     check_int(window, "window", low=1)
     return n_layers * (window - 1) + 1
+
+
+def slot_positions(pos: int, window: int) -> torch.Tensor:
+    """The position each of the ``window`` slots holds once positions ``0`` to ``pos`` have been
+    written at ``i % window``: a 1-D ``torch.long`` tensor, ``-1`` for a slot not written yet. The
+    slots that hold a position are exactly the ones row ``pos`` of :func:`banded_causal_mask` lets
+    the query see. Raises ``ValueError`` naming ``pos`` or ``window``."""
+    if type(pos) is not int or pos < 0:
+        raise ValueError(f"pos must be an int >= 0, got {pos!r}")
+    if type(window) is not int or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    held = pos - (pos - torch.arange(window)) % window      # the last position i <= pos with i % W == slot
+    return torch.where(held >= 0, held, -1)
 
 
 def rolling_attend(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_buf: torch.Tensor,

@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.rolling import RollingKVCache, banded_causal_mask, receptive_field, rolling_attend
+from course_utils.rolling import (
+    RollingKVCache,
+    banded_causal_mask,
+    receptive_field,
+    rolling_attend,
+    slot_positions,
+)
 
 
 @pytest.mark.parametrize("window", [1, 3, 5, 40])
@@ -72,3 +78,19 @@ def test_rolling_attend_writes_in_place_and_reads_the_filled_slots():
         rolling_attend(q, k[:1], v, kb, vb, 0)
     with pytest.raises(ValueError, match="v_buf"):
         rolling_attend(q, k, v, kb, vb[:, :2], 0)
+
+
+def test_slot_positions_by_writing():
+    """What each slot holds, against writing the positions into a list of W slots one by one."""
+    for window in (1, 2, 3, 5, 8):
+        slots = [-1] * window
+        for pos in range(3 * window + 2):
+            slots[pos % window] = pos
+            got = slot_positions(pos, window)
+            assert got.dtype == torch.long and got.tolist() == slots
+            held = sorted(p for p in slots if p >= 0)
+            assert held == torch.nonzero(banded_causal_mask(pos + 1, window)[pos]).flatten().tolist()
+    assert slot_positions(10**12, 4096).max().item() == 10**12
+    for bad, word in (((-1, 3), "pos"), ((2.0, 3), "pos"), ((True, 3), "pos"), ((2, 0), "window"), ((2, 1.0), "window")):
+        with pytest.raises(ValueError, match=word):
+            slot_positions(*bad)

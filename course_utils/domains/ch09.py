@@ -105,6 +105,22 @@ ROLLING_RAISES = (
          lambda a: _bufs_ok(a) and _steps_ok(a) and not (type(a["pos"]) is int and a["pos"] >= 0)),
 )
 
+SLOT_CALL = (
+    Kind("first", "`pos` = 0 (one slot written)", lambda b: b["pos"] == 0),
+    Kind("filling", "0 < `pos` < `window` - 1 (some slots not written yet)", lambda b: 0 < b["pos"] < b["window"] - 1),
+    Kind("just-full", "`pos` = `window` - 1 (every slot written once)", lambda b: b["pos"] == b["window"] - 1 > 0),
+    Kind("wrapped", "`pos` >= `window` (older positions overwritten)", lambda b: b["pos"] >= b["window"]),
+    Kind("window-1", "`window` = 1", lambda b: b["window"] == 1),
+    Kind("far", "`pos` past 2**31 (exact in a long tensor)", lambda b: b["pos"] > 2**31),
+)
+
+SLOT_RAISES = (
+    Kind("pos", "`pos` not an int >= 0 (a negative int, a float): ValueError",
+         lambda a: not (type(a["pos"]) is int and a["pos"] >= 0)),
+    Kind("window", "`window` not an int >= 1 (0, a float): ValueError",
+         lambda a: type(a["pos"]) is int and a["pos"] >= 0 and not (type(a["window"]) is int and a["window"] >= 1)),
+)
+
 EXERCISES = (
     Exercise(chapter=CHAPTER, exercise="ex1_paged", function="paged_attention",
              reference="course_utils.paged:paged_attention",
@@ -119,4 +135,7 @@ EXERCISES = (
              args=(Arg("q", (F32, F64)),
                    Arg(CALL, ROLLING_CALL)),
              raises=ROLLING_RAISES, mutates=("k_buf", "v_buf")),
+    Exercise(chapter=CHAPTER, exercise="ex2b_slots", function="slot_positions",
+             reference="course_utils.rolling:slot_positions",
+             args=(Arg(CALL, SLOT_CALL),), raises=SLOT_RAISES),
 )

@@ -25,14 +25,14 @@
 # fixed number of slots, as Mistral 7B does (Jiang et al. 2023), so that the cache stops growing with
 # the length of the text. Each one is checked equal to the plain computation and measured.
 #
-# **What you will build**: one decoding step of attention read through a block table, and one
+# **What you will build**: one decoding step of attention read through a block table; one
 # decoding step with a rolling buffer (the write into the slot `pos % W` and the read of the filled
-# slots). The reference versions live in `course_utils.paged` (`PagedKVCache`, `paged_attention`,
-# `paged_memory`) and `course_utils.rolling` (`rolling_attend`, `RollingKVCache`,
+# slots); and which position each slot of the buffer holds, checked against the banded mask. The reference versions live in `course_utils.paged` (`PagedKVCache`, `paged_attention`,
+# `paged_memory`) and `course_utils.rolling` (`rolling_attend`, `slot_positions`, `RollingKVCache`,
 # `banded_causal_mask`, `receptive_field`).
 #
 # **Exercises** (graded by the test cells below each one): 1 `paged_attention` (4 points),
-# 2 `rolling_attend` (4); one written question (2).
+# 2 `rolling_attend` (4), 2b `slot_positions` (2); one written question (2).
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
@@ -81,8 +81,9 @@ for name, (n_layers, n_kv, d_head) in MODELS.items():
 # %% [markdown]
 # A request of 4096 tokens holds <!-- q:out#Llama 2 7B (MHA -->2.00<!-- /q --> GiB of cache in the
 # MHA model, and the model's weights are read once per step for the whole batch while every request
-# reads its own cache: the cache, not the weights, decides how many requests fit in memory at once. Section 2 stores the cache in pages so that a
-# request holds only what it uses; section 3 bounds it by a window, so that it stops growing.
+# reads its own cache: the cache, not the weights, decides how many requests fit in memory at once.
+# Section 2 stores the cache in pages so that a request holds only what it uses; section 3 bounds it
+# by a window, so that it stops growing.
 
 # %% [markdown]
 # ## 2. A paged KV cache
@@ -817,6 +818,145 @@ print(f"Mistral 7B, 32 layers of W = 4096: {rolling.receptive_field(32, 4096):,}
 # (which counts $32 \times 4096$). "Depends on" is not "remembers": what reaches the last layer from
 # far back has passed through the hidden states of the positions between, one vector of $d_\text{model}$
 # numbers per position and layer.
+
+# %% [markdown]
+# ### Exercise 2b: which position each slot holds (1 + 1 points)
+#
+# Exercise 2 read the first `min(pos + 1, W)` slots without asking which position each one holds,
+# since attention does not care. The band does name positions. Write `slot_positions(pos, window)`:
+# the position that each of the `window` slots holds once positions $0$ to `pos` have been written,
+# position $i$ into slot $i \bmod W$.
+#
+# - `pos` is a Python int $\ge 0$, the last position written; `window` a Python int $\ge 1$.
+# - Return a 1-D tensor of `window` entries of dtype `torch.long`: entry $s$ is the largest
+#   position $i \le$ `pos` with $i \bmod W = s$, or $-1$ where no position has been written into slot
+#   $s$ yet. Positions are exact however large (`pos` may pass $2^{31}$; no float on the way).
+# - Raise `ValueError` when `pos` is not an int $\ge 0$ (a negative int, a float; the message names
+#   `pos`), or when `window` is not an int $\ge 1$ (names `window`).
+#
+# <!-- domain: ex2b_slots slot_positions -->
+#
+# The tests try every kind of input listed here:
+# - the arguments together: `pos` = 0 (one slot written); 0 < `pos` < `window` - 1 (some slots not written yet); `pos` = `window` - 1 (every slot written once); `pos` >= `window` (older positions overwritten); `window` = 1; `pos` past 2**31 (exact in a long tensor).
+# - must raise: `pos` not an int >= 0 (a negative int, a float): ValueError; `window` not an int >= 1 (0, a float): ValueError.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+
+# %% nbgrader={"grade": false, "grade_id": "ex2b_slots", "locked": false, "schema_version": 3, "solution": true}
+def slot_positions(pos, window):
+    """The position each slot of a rolling buffer of ``window`` slots holds after position ``pos``.
+
+    Returns:
+        ``(window,)`` torch.long, -1 for a slot not written yet.
+    """
+    ### BEGIN SOLUTION
+    if type(pos) is not int or pos < 0:
+        raise ValueError(f"pos must be an int >= 0, got {pos!r}")
+    if type(window) is not int or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    slots = torch.arange(window)
+    last = pos - (pos - slots) % window              # the last position i <= pos with i mod W = slot
+    return torch.where(last >= 0, last, torch.full_like(last, -1))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2b_slots-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
+def _slots2b(pos, window, want):
+    got = checks.call(slot_positions, pos, window)
+    checks.expect_dtype(got, torch.long, f"slot_positions({pos}, {window})")
+    checks.expect_equal(got, torch.tensor(want), f"slot_positions({pos}, {window})")
+
+
+def _window0_2b():
+    try:
+        checks.call(slot_positions, 3, 0)
+    except ValueError as err:
+        if "window" not in str(err):
+            checks.expect_equal(str(err), "a message naming window", "the ValueError")
+        return
+    checks.expect_equal("returned", "raised ValueError", "slot_positions(3, 0)")
+
+
+checks.run_checks("slot_positions", [
+    ("W = 3 after position 5: slots 0, 1, 2 hold 3, 4, 5", lambda: _slots2b(5, 3, [3, 4, 5])),
+    ("W = 3 after position 4: slot 2 still holds 2", lambda: _slots2b(4, 3, [3, 4, 2])),
+    ("W = 3 after position 1: slot 2 not written yet", lambda: _slots2b(1, 3, [0, 1, -1])),
+    ("ValueError for window 0", _window0_2b),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex2b_slots-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests: every position from 0 to 3 W + 1 for windows 1 to 7, random (position, window) pairs,
+# positions past 2**31 and 2**40, against writing the positions into W slots one by one; the dtype;
+# every declared bad input raises ValueError naming what is wrong.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(392)
+_pairs2b = [(p, w) for w in range(1, 8) for p in range(3 * w + 2)]
+_pairs2b += [(int(p), int(w)) for p, w in zip(torch.randint(0, 10**6, (20,), generator=_g),
+                                              torch.randint(1, 5000, (20,), generator=_g))]
+_pairs2b += [(2**31 + int(torch.randint(0, 10**6, (1,), generator=_g)), 4096), (2**40 + 3, 7)]
+_got2b = [checks.call(slot_positions, p, w) for p, w in _pairs2b]
+
+
+### BEGIN EXPECTED
+def _written2b(pos, window):
+    slots = [-1] * window
+    start = max(0, pos - window + 1)                 # the earlier positions are all overwritten
+    for i in range(start, pos + 1):
+        slots[i % window] = i
+    return torch.tensor(slots, dtype=torch.long)
+
+
+_want2b = [_written2b(p, w) for p, w in _pairs2b]
+### END EXPECTED
+
+
+def _pair2b(r):
+    p, w = _pairs2b[r]
+    checks.expect_dtype(_got2b[r], torch.long, f"slot_positions({p}, {w})")
+    checks.expect_equal(_got2b[r], _want2b[r], f"slot_positions({p}, {w})")
+
+
+def _bad2b(r):
+    bad = [((-1, 3), "pos"), ((2.0, 3), "pos"), ((-7, 1), "pos"), ((5, 0), "window"), ((5, 2.0), "window"),
+           ((0, -3), "window")]
+    (p, w), name = bad[r]
+    try:
+        checks.call(slot_positions, p, w)
+    except ValueError as err:
+        if name not in str(err):
+            checks.expect_equal(str(err), f"a message naming {name}", f"the ValueError for slot_positions({p!r}, {w!r})")
+        return
+    checks.expect_equal("returned", "raised ValueError", f"slot_positions({p!r}, {w!r})")
+
+
+checks.run_checks("slot_positions (hidden)", [
+    *((f"pair {r}: slot_positions{_pairs2b[r]}", lambda r=r: _pair2b(r)) for r in range(len(_pairs2b))),
+    *((f"bad input {r}", lambda r=r: _bad2b(r)) for r in range(6)),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The cell below checks your `slot_positions` on a probe and, if it agrees with the course's
+# `rolling.slot_positions`, uses it to check the claim of this section by enumeration: for windows of
+# 1, 3 and 8 and every position up to four windows, the positions the buffer holds are exactly the
+# columns that row `pos` of the banded causal mask lets the query see.
+
+# %%
+def _probe_slots(fn):
+    return [fn(p, w) for p, w in ((0, 1), (6, 1), (2, 5), (4, 5), (13, 5), (2**33 + 5, 6))], refuses(fn, 2.0, 3)
+
+
+slot_fn = checks.learner_or_reference(slot_positions, rolling.slot_positions, _probe_slots, "slot_positions")
+rows = 0
+for W_check in (1, 3, 8):
+    band = rolling.banded_causal_mask(4 * W_check, W_check)
+    for pos in range(4 * W_check):
+        held = sorted(p for p in slot_fn(pos, W_check).tolist() if p >= 0)
+        assert held == torch.nonzero(band[pos]).flatten().tolist(), f"slots vs band row {pos}, W = {W_check}"
+        rows += 1
+print(f"{rows} rows of the band (W = 1, 3, 8): the buffer's positions equal the row's columns in every one")
+print("W = 3, positions 0-6:", [slot_fn(pos, 3).tolist() for pos in range(7)])
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q1_window-prompt", "locked": true, "schema_version": 3, "solution": false}
 # **Question 1 (2 points).** A Mistral-style model with $W = 4096$ and 32 layers reads a text of

@@ -95,4 +95,26 @@ CORRECT = {
     return F.scaled_dot_product_attention(q[:, None], k, v)[:, 0]
 ''',
     },
+    "ex2b_slots": {
+        # the buffer simulated: the last W positions written one by one
+        "writing the last W positions into a list": '''def slot_positions(pos, window):
+    if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
+        raise ValueError("pos must be a non-negative int")
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ValueError("window must be a positive int")
+    slots = [-1] * window
+    for i in range(max(0, pos - window + 1), pos + 1):
+        slots[i % window] = i
+    return torch.tensor(slots)
+''',
+        # slot s holds s plus a whole number of windows: the largest such number that stays <= pos
+        "s + W * floor((pos - s) / W), with Python ints": '''def slot_positions(pos, window):
+    if type(pos) is not int or pos < 0:
+        raise ValueError(f"pos: expected an int >= 0, got {pos!r}")
+    if type(window) is not int or window < 1:
+        raise ValueError(f"window: expected an int >= 1, got {window!r}")
+    return torch.tensor([s + window * ((pos - s) // window) if s <= pos else -1 for s in range(window)],
+                        dtype=torch.long)
+''',
+    },
 }

@@ -64,6 +64,17 @@ _ROLLING = '''def rolling_attend(q, k_new, v_new, k_buf, v_buf, pos):
     return (w @ v_buf[:, :n])[:, 0]
 '''
 
+# Exercise 2b's reviewed wrong answers are one edit each of this right answer.
+_SLOTS = '''def slot_positions(pos, window):
+    if type(pos) is not int or pos < 0:
+        raise ValueError("pos must be an int >= 0")
+    if type(window) is not int or window < 1:
+        raise ValueError("window must be an int >= 1")
+    slots = torch.arange(window)
+    last = pos - (pos - slots) % window
+    return torch.where(last >= 0, last, -1)
+'''
+
 
 def _edit(source: str, old: str, new: str) -> str:
     """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
@@ -80,6 +91,8 @@ HIDDEN_ONLY = {
 ''', ""),
     # Writes the new key and value before checking pos: the ValueError comes, but the buffers were
     # changed (a negative pos writes into slot pos % W); the visible test passes copies of the buffers.
+    # pos checked for a negative value only: a float pos gives a float tensor instead of a ValueError.
+    "ex2b_slots": _edit(_SLOTS, 'if type(pos) is not int or pos < 0:', 'if pos < 0:'),
     "ex2_rolling": _edit(_ROLLING, '''    if type(pos) is not int or pos < 0:
         raise ValueError("pos must be an int >= 0")
     k_buf[:, pos % W] = k_new
@@ -129,4 +142,16 @@ REVIEWED = {
     "rolling_float_pos": ("ex2_rolling", _edit(_ROLLING, "type(pos) is not int or pos < 0", "pos < 0")),
     # No 1/sqrt(d_head) scale.
     "rolling_unscaled": ("ex2_rolling", _edit(_ROLLING, " / math.sqrt(d)", "")),
+    # Positions computed in float32: exact only below 2**24 (the prompt: positions past 2**31).
+    "slots_float32": ("ex2b_slots", _edit(_SLOTS, "slots = torch.arange(window)",
+                                          "slots = torch.arange(window, dtype=torch.float32)")),
+    # The empty slots not marked: a slot not written yet gets a negative "position".
+    "slots_no_minus_one": ("ex2b_slots", _edit(_SLOTS, "return torch.where(last >= 0, last, -1)", "return last")),
+    # No wrap: slot s taken to hold s plus the windows completed so far, also where that is past pos.
+    "slots_no_wrap": ("ex2b_slots", _edit(_SLOTS, "last = pos - (pos - slots) % window",
+                                          "last = slots + window * (pos // window)")),
+    # window not checked: window 0 returns an empty tensor.
+    "slots_no_window_check": ("ex2b_slots", _edit(_SLOTS, '''    if type(window) is not int or window < 1:
+        raise ValueError("window must be an int >= 1")
+''', "")),
 }
