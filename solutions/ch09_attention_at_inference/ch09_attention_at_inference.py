@@ -958,6 +958,12 @@ for W_check in (1, 3, 8):
 print(f"{rows} rows of the band (W = 1, 3, 8): the buffer's positions equal the row's columns in every one")
 print("W = 3, positions 0-6:", [slot_fn(pos, 3).tolist() for pos in range(7)])
 
+# %% [markdown]
+# In every one of the <!-- q:out#rows of the band -->48<!-- /q --> rows the buffer holds exactly the
+# positions the band allows: exercise 2 compared the outputs of the two computations, this compares
+# what they read. The printed run for $W = 3$ is the slot table of this section's start, filled in:
+# each slot keeps its position until the position $W$ later overwrites it.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q1_window-prompt", "locked": true, "schema_version": 3, "solution": false}
 # **Question 1 (2 points).** A Mistral-style model with $W = 4096$ and 32 layers reads a text of
 # 20,000 tokens and must answer a question about token 1,000, a name that appears nowhere else. The
