@@ -11,7 +11,8 @@ search) share its blocks by reference count; a write into a shared, partly fille
 it first (copy-on-write).
 
 Shapes: the pools are ``(n_blocks, block_size, n_kv_heads, d_head)``; a sequence's keys and values
-are ``(length, n_kv_heads, d_head)``; a query is ``(n_heads, T_q, d_head)``.
+are ``(length, n_kv_heads, d_head)``; a query is ``(n_heads, T_q, d_head)`` (one decoding step of
+:func:`paged_attention`: ``(n_heads, d_head)``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 
 from course_utils._validate import check_int
 
-__all__ = ["PagedKVCache", "paged_memory"]
+__all__ = ["PagedKVCache", "paged_attention", "paged_memory"]
 
 
 class PagedKVCache:
@@ -143,16 +144,71 @@ class PagedKVCache:
         """Attention of ``q`` ``(n_heads, T_q, d_head)`` to all the sequence's keys (no mask), through
         the block table; ``n_heads`` a multiple of ``n_kv_heads`` (GQA). Returns ``(n_heads, T_q, d_head)``."""
         k, v = self.gather(seq)
-        n_kv = k.shape[1]
-        if not isinstance(q, torch.Tensor) or q.dim() != 3 or q.shape[-1] != k.shape[-1] or q.shape[0] % n_kv:
-            raise ValueError(f"q must be (n_heads, T_q, d_head) with d_head = {k.shape[-1]} and n_heads a "
-                             f"multiple of n_kv_heads = {n_kv}, got {getattr(q, 'shape', type(q).__name__)}")
-        if k.shape[0] == 0:
-            raise ValueError(f"sequence {seq!r} is empty: there is nothing to attend to")
-        rep = q.shape[0] // n_kv
-        k = k.transpose(0, 1).repeat_interleave(rep, dim=0)
-        v = v.transpose(0, 1).repeat_interleave(rep, dim=0)
-        return F.scaled_dot_product_attention(q, k, v)
+        return _attend_kv(q, k, v, seq)
+
+
+def _attend_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq) -> torch.Tensor:
+    """``q`` ``(n_heads, T_q, d_head)`` attends to ``k``, ``v`` ``(length, n_kv_heads, d_head)`` (no mask)."""
+    n_kv = k.shape[1]
+    if not isinstance(q, torch.Tensor) or q.dim() != 3 or q.shape[-1] != k.shape[-1] or q.shape[0] % n_kv:
+        raise ValueError(f"q must be (n_heads, T_q, d_head) with d_head = {k.shape[-1]} and n_heads a "
+                         f"multiple of n_kv_heads = {n_kv}, got {getattr(q, 'shape', type(q).__name__)}")
+    if k.shape[0] == 0:
+        raise ValueError(f"sequence {seq!r} is empty: there is nothing to attend to")
+    rep = q.shape[0] // n_kv
+    k = k.transpose(0, 1).repeat_interleave(rep, dim=0)
+    v = v.transpose(0, 1).repeat_interleave(rep, dim=0)
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def _table_index(block_table, length: int, block_size: int, n_blocks: int) -> torch.Tensor:
+    """The first ``ceil(length / block_size)`` entries of ``block_table`` as a long tensor, checked."""
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an int >= 1 (the tokens to attend to), got {length!r}")
+    if isinstance(block_table, torch.Tensor):
+        table = block_table
+    elif isinstance(block_table, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool)
+                                                          for b in block_table):
+        table = torch.tensor(list(block_table), dtype=torch.long)
+    else:
+        raise ValueError(f"block_table must be a list of Python ints or a 1-D integer tensor, got {block_table!r:.60}")
+    if table.dim() != 1 or table.is_floating_point() or table.is_complex() or table.dtype == torch.bool:
+        raise ValueError(f"block_table must be 1-D of integers, got shape {tuple(table.shape)} and {table.dtype}")
+    need = -(-length // block_size)
+    if table.numel() < need:
+        raise ValueError(f"block_table holds {table.numel()} blocks of {block_size} slots: too short for length "
+                         f"{length}, which needs {need}")
+    index = table[:need].long()
+    if bool(((index < 0) | (index >= n_blocks)).any()):
+        raise ValueError(f"block_table entries must be block numbers in [0, {n_blocks - 1}], got {index.tolist()}")
+    return index
+
+
+def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table,
+                    length: int) -> torch.Tensor:
+    """One decoding step of attention through a block table: ``q`` ``(n_heads, d_head)`` attends to the
+    ``length`` keys and values that ``block_table`` points at in the pools ``(n_blocks, block_size,
+    n_kv_heads, d_head)`` (position ``t`` at block ``block_table[t // block_size]``, slot ``t %
+    block_size``; query head ``i`` reads key/value head ``i // (n_heads // n_kv_heads)``; no mask).
+    ``block_table``: a list of Python ints or a 1-D integer tensor; entries past the ones ``length``
+    needs are ignored. Returns ``(n_heads, d_head)``. Raises ``ValueError`` naming what is wrong."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 2:
+        raise ValueError(f"q must be (n_heads, d_head), got {getattr(q, 'shape', type(q).__name__)}")
+    for name, pool in (("k_pool", k_pool), ("v_pool", v_pool)):
+        if not isinstance(pool, torch.Tensor) or pool.dim() != 4:
+            raise ValueError(f"{name} must be (n_blocks, block_size, n_kv_heads, d_head), "
+                             f"got {getattr(pool, 'shape', type(pool).__name__)}")
+    if k_pool.shape != v_pool.shape:
+        raise ValueError(f"k_pool and v_pool must have one shape, got {tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
+    n_blocks, block_size, n_kv, d_head = k_pool.shape
+    if q.shape[1] != d_head:
+        raise ValueError(f"q's d_head must be the pools' {d_head}, got q of shape {tuple(q.shape)}")
+    if q.shape[0] % n_kv:
+        raise ValueError(f"n_heads (q's {q.shape[0]} heads) must be a multiple of the pools' n_kv_heads = {n_kv}")
+    index = _table_index(block_table, length, block_size, n_blocks).to(k_pool.device)
+    k = k_pool[index].flatten(0, 1)[:length]
+    v = v_pool[index].flatten(0, 1)[:length]
+    return _attend_kv(q[:, None], k, v, None)[:, 0]
 
 
 def paged_memory(lengths: Sequence[int], max_len: int, block_size: int = 16) -> dict[str, int]:

@@ -15,8 +15,8 @@ banded causal mask is chapter 3's :func:`course_utils.attention.sliding_window_m
 receptive field after ``n`` layers is ``n * (W - 1) + 1`` tokens (:func:`receptive_field`): each
 layer reaches ``W - 1`` further back, k × W in the paper's round words.
 
-Shapes: queries, keys and values of one step are ``(n_heads, 1, d_head)``; the buffers are
-``(n_heads, W, d_head)``.
+Shapes: queries, keys and values of one step are ``(n_heads, 1, d_head)`` (``(n_heads, d_head)`` in
+:func:`rolling_attend`); the buffers are ``(n_heads, W, d_head)``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from course_utils._validate import check_int
 from course_utils.attention import causal_mask, combine_masks, sliding_window_mask
 
-__all__ = ["RollingKVCache", "banded_causal_mask", "receptive_field"]
+__all__ = ["RollingKVCache", "banded_causal_mask", "receptive_field", "rolling_attend", "slot_positions"]
 
 
 def banded_causal_mask(L: int, window: int, device=None) -> torch.Tensor:
@@ -44,6 +44,43 @@ def receptive_field(n_layers: int, window: int) -> int:
     check_int(n_layers, "n_layers", low=0)
     check_int(window, "window", low=1)
     return n_layers * (window - 1) + 1
+
+
+def slot_positions(pos: int, window: int) -> torch.Tensor:
+    """The position each of the ``window`` slots holds once positions ``0`` to ``pos`` have been
+    written at ``i % window``: a 1-D ``torch.long`` tensor, ``-1`` for a slot not written yet. The
+    slots that hold a position are exactly the ones row ``pos`` of :func:`banded_causal_mask` lets
+    the query see. Raises ``ValueError`` naming ``pos`` or ``window``."""
+    if type(pos) is not int or pos < 0:
+        raise ValueError(f"pos must be an int >= 0, got {pos!r}")
+    if type(window) is not int or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    held = pos - (pos - torch.arange(window)) % window      # the last position i <= pos with i % W == slot
+    return torch.where(held >= 0, held, -1)
+
+
+def rolling_attend(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_buf: torch.Tensor,
+                   v_buf: torch.Tensor, pos: int) -> torch.Tensor:
+    """One decoding step with a rolling buffer: write position ``pos``'s ``k_new`` and ``v_new``
+    ``(n_heads, d_head)`` into the buffers ``(n_heads, W, d_head)`` **in place** at slot ``pos % W``,
+    then attend with ``q`` ``(n_heads, d_head)`` to the filled slots, ``0`` to ``min(pos, W - 1)``:
+    positions ``max(0, pos - W + 1)`` to ``pos``. Returns ``(n_heads, d_head)``. Raises ``ValueError``
+    (naming the argument) before writing anything."""
+    for name, buf in (("k_buf", k_buf), ("v_buf", v_buf)):
+        if not isinstance(buf, torch.Tensor) or buf.dim() != 3:
+            raise ValueError(f"{name} must be (n_heads, W, d_head), got {getattr(buf, 'shape', type(buf).__name__)}")
+    if k_buf.shape != v_buf.shape:
+        raise ValueError(f"k_buf and v_buf must have one shape, got {tuple(k_buf.shape)} and {tuple(v_buf.shape)}")
+    want = (k_buf.shape[0], k_buf.shape[2])
+    for name, x in (("q", q), ("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != want:
+            raise ValueError(f"{name} must be (n_heads, d_head) = {want}, got {getattr(x, 'shape', type(x).__name__)}")
+    check_int(pos, "pos", low=0)
+    window = k_buf.shape[1]
+    k_buf[:, pos % window] = k_new
+    v_buf[:, pos % window] = v_new
+    n = min(pos + 1, window)
+    return F.scaled_dot_product_attention(q[:, None], k_buf[:, :n], v_buf[:, :n])[:, 0]
 
 
 class RollingKVCache:
@@ -78,9 +115,6 @@ class RollingKVCache:
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
             if tuple(x.shape) != want:
                 raise ValueError(f"{name} must be (n_heads, 1, d_head) = {want}, got {tuple(x.shape)}")
-        slot = self.pos % self.window
-        self.k[:, slot] = k[:, 0]
-        self.v[:, slot] = v[:, 0]
+        out = rolling_attend(q[:, 0], k[:, 0], v[:, 0], self.k, self.v, self.pos)
         self.pos += 1
-        n = min(self.pos, self.window)
-        return F.scaled_dot_product_attention(q, self.k[:, :n], self.v[:, :n])
+        return out[:, None]

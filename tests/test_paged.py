@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.paged import PagedKVCache, paged_memory
+from course_utils.paged import PagedKVCache, paged_attention, paged_memory
 
 H, D, BS = 2, 8, 4
 
@@ -88,3 +88,42 @@ def test_bad_inputs():
         cache.append("x", torch.zeros(3 * BS, H, D), torch.zeros(3 * BS, H, D))
     with pytest.raises(ValueError, match="max_len"):
         paged_memory([5, 200], max_len=128)
+
+
+def test_paged_attention_equals_the_cache_and_dense():
+    """The free function of one decoding step: equal to the cache's own attend, bitwise, with stale
+    values in the last block's unused slots, a table longer than the length needs, a tensor table."""
+    g = torch.Generator().manual_seed(3)
+    cache = PagedKVCache(n_blocks=12, block_size=BS, n_kv_heads=H, d_head=D, dtype=torch.float64)
+    cache.k_pool.normal_(generator=g)                 # stale values everywhere
+    cache.v_pool.normal_(generator=g)
+    cache.add_sequence("s")
+    k, v = torch.randn(2, 10, H, D, generator=g, dtype=torch.float64)
+    cache.append("s", k, v)
+    q = torch.randn(3 * H, D, generator=g, dtype=torch.float64)
+    table = cache.tables["s"]
+    want = cache.attend("s", q[:, None])[:, 0]
+    assert torch.equal(paged_attention(q, cache.k_pool, cache.v_pool, table, 10), want)
+    assert torch.equal(paged_attention(q, cache.k_pool, cache.v_pool, torch.tensor(table + [0]), 10), want)
+    torch.testing.assert_close(want, _dense(q[:, None], k, v)[:, 0], rtol=0, atol=0)
+    short = paged_attention(q, cache.k_pool, cache.v_pool, table, 5)          # a prefix of the sequence
+    torch.testing.assert_close(short, _dense(q[:, None], k[:5], v[:5])[:, 0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("args, word", [
+    ((torch.zeros(H, 1, D),), "q"), ((torch.zeros(H, D + 1),), "q"), ((torch.zeros(H + 1, D),), "n_heads"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [0], 0), "length"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [0], BS + 1), "block_table"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [4], 1), "block_table"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [-1], 1), "block_table"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [0.0], 1), "block_table"),
+    ((None, torch.zeros(4, BS, H, D), torch.zeros(3, BS, H, D), [0], 1), "k_pool"),
+    ((None, torch.zeros(BS, H, D), torch.zeros(BS, H, D), [0], 1), "k_pool"),
+])
+def test_paged_attention_bad_inputs(args, word):
+    full = [torch.zeros(H, D), torch.zeros(4, BS, H, D), torch.zeros(4, BS, H, D), [0, 1], 3]
+    for i, a in enumerate(args):
+        if a is not None:
+            full[i] = a
+    with pytest.raises(ValueError, match=word):
+        paged_attention(*full)

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ["ch04_multihead_mqa_gqa", "ch05_attention_as_convolution", "ch07_transformer_families",
-            "ch08_modern_decoder"]
+            "ch08_modern_decoder", "ch09_attention_at_inference"]
 REJECTED = ("gives a different result", "raised ")
 
 

@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.rolling import RollingKVCache, banded_causal_mask, receptive_field
+from course_utils.rolling import (
+    RollingKVCache,
+    banded_causal_mask,
+    receptive_field,
+    rolling_attend,
+    slot_positions,
+)
 
 
 @pytest.mark.parametrize("window", [1, 3, 5, 40])
@@ -54,3 +60,37 @@ def test_bad_inputs():
         cache.step(torch.zeros(2, 2, 4), torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))
     with pytest.raises(TypeError, match="torch.Tensor"):
         cache.step(torch.zeros(2, 1, 4), None, torch.zeros(2, 1, 4))
+
+
+def test_rolling_attend_writes_in_place_and_reads_the_filled_slots():
+    g = torch.Generator().manual_seed(5)
+    H, W, D = 2, 3, 4
+    kb, vb = torch.randn(2, H, W, D, generator=g, dtype=torch.float64)       # stale values in every slot
+    q, k, v = torch.randn(3, H, D, generator=g, dtype=torch.float64)
+    out = rolling_attend(q, k, v, kb, vb, 0)                                  # one filled slot: its value
+    assert torch.equal(kb[:, 0], k) and torch.equal(vb[:, 0], v)
+    torch.testing.assert_close(out, v, rtol=0, atol=1e-15)
+    rolling_attend(q, k, v, kb, vb, 7)                                        # 7 % 3: slot 1
+    assert torch.equal(kb[:, 1], k)
+    with pytest.raises(ValueError, match="pos"):
+        rolling_attend(q, k, v, kb, vb, -1)
+    with pytest.raises(ValueError, match="k_new"):
+        rolling_attend(q, k[:1], v, kb, vb, 0)
+    with pytest.raises(ValueError, match="v_buf"):
+        rolling_attend(q, k, v, kb, vb[:, :2], 0)
+
+
+def test_slot_positions_by_writing():
+    """What each slot holds, against writing the positions into a list of W slots one by one."""
+    for window in (1, 2, 3, 5, 8):
+        slots = [-1] * window
+        for pos in range(3 * window + 2):
+            slots[pos % window] = pos
+            got = slot_positions(pos, window)
+            assert got.dtype == torch.long and got.tolist() == slots
+            held = sorted(p for p in slots if p >= 0)
+            assert held == torch.nonzero(banded_causal_mask(pos + 1, window)[pos]).flatten().tolist()
+    assert slot_positions(10**12, 4096).max().item() == 10**12
+    for bad, word in (((-1, 3), "pos"), ((2.0, 3), "pos"), ((True, 3), "pos"), ((2, 0), "window"), ((2, 1.0), "window")):
+        with pytest.raises(ValueError, match=word):
+            slot_positions(*bad)
