@@ -181,6 +181,14 @@ def test_the_feedback_shows_a_rubric_only_with_its_mark(monkeypatch):
     assert marked.cells[0].metadata["nbgrader"]["comment"] == "Remedy missing."
 
 
+def test_a_rubric_cell_with_broken_parts_is_left_out(monkeypatch):
+    monkeypatch.setattr(rubric, "_hand_marks", lambda info: {"q1": (2.0, None)})
+    nb = _feedback_nb()
+    nb.cells[1].metadata[rubric.META]["parts"] = [["x", "y"], 3]
+    out, _ = rubric.RubricMarks().preprocess(nb, {"nbgrader": {}})
+    assert [c.source for c in out.cells] == ["My answer."]
+
+
 def test_without_a_gradebook_no_rubric_reaches_the_feedback():
     nb, _ = rubric.RubricMarks().preprocess(_feedback_nb(), {"nbgrader": {"db_url": "sqlite:////nonexistent/x.db"}})
     assert [c.source for c in nb.cells] == ["My answer."]

@@ -64,10 +64,17 @@ class Rubric:
     answer: str                               # the model answer, as the source has it
 
 
+def _nbgrader(cell) -> dict:
+    """A cell's ``nbgrader`` metadata ({} where it has none, or none that is a mapping)."""
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    meta = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def is_written(cell) -> bool:
     """A manually graded answer cell (nbgrader's ``grade`` and ``solution``): a written question."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(meta.get("grade") and meta.get("solution") and meta.get("grade_id"))
+    meta = _nbgrader(cell)
+    return bool(meta.get("grade") and meta.get("solution") and isinstance(meta.get("grade_id"), str))
 
 
 def parse(source: str, grade_id: str, points: float) -> Rubric:
@@ -130,8 +137,10 @@ def rubric_cell(rubric: Rubric, source_name: str):
 
 
 def is_rubric_cell(cell) -> bool:
-    meta = cell.get("metadata", {}).get(META)
-    return isinstance(meta, dict) and "rubric" in meta
+    """A rubric cell the grader inserted (its ``course_grading`` metadata names the question)."""
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    meta = meta.get(META) if isinstance(meta, dict) else None
+    return isinstance(meta, dict) and isinstance(meta.get("rubric"), str)
 
 
 def add_rubric_cells(notebook: Path, source: Path) -> int:
@@ -144,7 +153,7 @@ def add_rubric_cells(notebook: Path, source: Path) -> int:
         if is_rubric_cell(cell):
             continue
         cells.append(cell)
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = _nbgrader(cell).get("grade_id")
         if is_written(cell) and gid in found:
             cells.append(rubric_cell(found.pop(gid), f"solutions/{source.parent.name}/{source.name}"))
             added += 1
@@ -222,11 +231,14 @@ class RubricMarks(Preprocessor):
                 gid = meta.get("rubric")
                 if gid in marked and isinstance(meta.get("parts"), list):
                     score, comment = marked[gid]
-                    cells.append(nbformat.v4.new_markdown_cell(marks_markdown(gid, meta["parts"], score, comment)))
+                    try:
+                        cells.append(nbformat.v4.new_markdown_cell(marks_markdown(gid, meta["parts"], score, comment)))
+                    except (TypeError, ValueError):   # parts not (points, text) pairs: the total alone, as nbgrader shows it
+                        continue
         for cell in cells:     # the marks line is shown as the list above, not twice
-            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if gid in marked and "comment" in cell.metadata.get("nbgrader", {}):
-                cell.metadata["nbgrader"]["comment"] = strip_marks_line(cell.metadata["nbgrader"]["comment"])
+            meta = _nbgrader(cell)
+            if meta.get("grade_id") in marked and isinstance(meta.get("comment"), str):
+                meta["comment"] = strip_marks_line(meta["comment"])
         nb.cells = cells
         return nb, resources
 
