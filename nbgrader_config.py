@@ -29,6 +29,7 @@ from course_grading.feedback import (
                                     WithholdAfterHidden,
 )
 from course_grading.overwrite import ReleaseAwareOverwriteCells
+from course_grading.rubric import RubricMarks
 
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
@@ -67,8 +68,11 @@ c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, ClearMet
 c.AssignLatePenalties.plugin_class = "course_grading.late.PerDayPenalty"
 c.PerDayPenalty.percent_per_day = 10.0
 
+# RubricMarks: each written answer's rubric (inserted by the grader beside it for formgrader) becomes
+# its marks by part once it is marked, and stays out of the feedback until then (grader/course_grading/rubric.py).
 c.GenerateFeedback.preprocessors = [
     GetGrades,
+    RubricMarks,
     WithholdAfterHidden,
     ScrubHidden,
     ClearHiddenTests,

@@ -13,6 +13,8 @@
   exactly as the course's grader did; a grader marks written answers and comments on them (as in
   formgrader), and the next `autograde` puts the marks and comments into the feedback (whose
   contents list names each exercise) and into the exports (per exercise, and a row per student).
+  formgrader's page shows each written answer's rubric beside it (from the source, never in the
+  feedback before the mark); the feedback shows the marks by part of a marked answer (rubric.py).
 * ``test_parallel_grades_equal_serial_grades``: a small class with a poisoned submission graded
   three at a time, then one at a time: the same grades, cell by cell, and the same faults.
 
@@ -39,7 +41,7 @@ from notebook_helpers import lean as _lean
 from notebook_helpers import meta as _meta
 
 import course_grading as grading
-from course_grading import exchange, parallel, sandbox
+from course_grading import exchange, parallel, rubric, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -103,6 +105,7 @@ def test_the_exchange_loop(tmp_path):
         _collect(course, inbound, teacher)
         _name_the_students(course, teacher, tmp_path)
         grades = _autograde_the_class(course, teacher, paths)
+        _formgrader_shows_the_rubrics(course)
         _exports_are_nbgraders_grades(course, teacher, late={"alice": False, "bob": True}, pending={"alice", "bob"})
         _formgrader_grades_as_the_course_does(course, teacher)
         _written_marks_reach_feedback_and_exports(course, teacher, grades)
@@ -230,6 +233,24 @@ def _autograde_the_class(course: Path, teacher: dict, paths: list[str]) -> dict[
 STUDENTS_CSV = "id,first_name,last_name,email\nalice,Alice,Liddell,alice@example.org\nbob,Bob,Marley,bob@example.org\n"
 
 
+def _formgrader_shows_the_rubrics(course: Path) -> None:
+    """alice's autograded notebook, as formgrader's manual-grading page renders it: each written answer
+    followed by its rubric from the instructor's source; the gradebook's cells those of the source."""
+    from test_formgrader_guard import formgrader_html, instructor_config
+
+    source = nbformat.read(grading.chapter_notebook(CHAPTER, course), as_version=4)
+    found = rubric.rubrics(source)
+    graded = nbformat.read(course / "autograded" / "alice" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    ids = [_meta(c)["grade_id"] for c in graded.cells if _meta(c).get("grade_id")]
+    assert ids == [_meta(c)["grade_id"] for c in source.cells if _meta(c).get("grade_id")], ids
+    html = formgrader_html(graded, instructor_config())
+    for i, cell in enumerate(graded.cells):
+        if rubric.is_written(cell):
+            assert graded.cells[i + 1].metadata[rubric.META]["rubric"] == _meta(cell)["grade_id"]
+    for gid, r in found.items():
+        assert f"Rubric of {gid}" in html and all(text[:40] in html for _, text in r.parts), gid
+
+
 def _name_the_students(course: Path, teacher: dict, tmp_path: Path) -> None:
     """The instructor imports the class list (docs/instructors.md): formgrader and the exports name them."""
     roster = tmp_path / "students.csv"
@@ -268,6 +289,8 @@ def _exports_are_nbgraders_grades(course: Path, teacher: dict, late: dict[str, b
         assert written and all(r["pending"] == ("yes" if waits else "no") for r in written), written
         page = (course / "feedback" / st / CHAPTER / f"{CHAPTER}.html").read_text()
         assert ("to be marked by your instructor" in page) == waits, f"{st}'s feedback on answers awaiting a mark"
+        assert "Rubric of" not in page and "Model answer" not in page, f"the grader's rubric reached {st}'s feedback"
+        assert ("by part of the rubric" in page) == (not waits), f"{st}'s feedback on the marks by part"
         assert ("Late submission penalty" in page) == late[st], f"{st}'s feedback on the late penalty"
 
 
@@ -297,10 +320,11 @@ def _written_marks_reach_feedback_and_exports(course: Path, teacher: dict, grade
         sub = gb.find_submission_notebook(CHAPTER, CHAPTER, "alice")
         answers = [g for g in sub.grades if g.cell_type == "markdown"]
         assert answers, "the chapter has no written answer to mark"
-        for g in answers:
+        for i, g in enumerate(answers):
             g.manual_score = g.max_score / 2
             g.needs_manual_grade = False          # as formgrader's save does
-            gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"Marked by hand: {g.name}-remark"
+            by_part = "marks: 1, 0\n" if i == 0 else ""    # the first with its marks by part (rubric.py)
+            gb.find_comment(g.name, CHAPTER, CHAPTER, "alice").manual_comment = f"{by_part}Marked by hand: {g.name}-remark"
         written = [(g.name, g.max_score) for g in answers]
         gb.db.commit()
     marked = sum(mx / 2 for _, mx in written)
@@ -310,6 +334,9 @@ def _written_marks_reach_feedback_and_exports(course: Path, teacher: dict, grade
     feedback = (course / "feedback" / "alice" / CHAPTER / f"{CHAPTER}.html").read_text()
     for name, _ in written:
         assert f"{name}-remark" in feedback, f"alice's feedback lacks the comment on {name}"
+    parts = rubric.rubrics(nbformat.read(grading.chapter_notebook(CHAPTER, course), as_version=4))[written[0][0]].parts
+    assert "<strong>1 / 1</strong>" in feedback and "<strong>0 / 1</strong>" in feedback and "marks: 1, 0" not in feedback
+    assert parts[0][1][:40] in feedback and "marked as a whole" in feedback, "the marks by part are not in the feedback"
     assert "ex1_scores: visible tests" in feedback and ">Test cell<" not in feedback, \
         "the feedback's contents list does not name the exercises"
     by_exercise = list(csv.DictReader((course / "grades_by_exercise.csv").open()))

@@ -29,7 +29,7 @@ from notebook_helpers import lean as _lean
 from notebook_helpers import meta as _meta
 
 import course_grading as grading
-from course_grading import exchange, sandbox
+from course_grading import exchange, rubric, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -502,6 +502,10 @@ def _tricked_submissions(src: Path, release: Path, solution, exercises: list[str
     poisoned.cells[_index(poisoned, exercises[1])].metadata["nbgrader"]["schema_version"] = 99
     poisoned.cells[_index(poisoned, f"{exercises[2]}-visible")].metadata["tags"] = ["skip-execution"]
     poisoned.cells.append(nbformat.v4.new_code_cell("# ### BEGIN HIDDEN TESTS (a learner's copy)\nz = 3"))
+    # A forged rubric beside a written answer: the grader's own metadata on a learner's cell (rubric.py).
+    written = next(i for i, c in enumerate(poisoned.cells) if rubric.is_written(c))
+    poisoned.cells.insert(written + 1, nbformat.v4.new_markdown_cell("**Rubric of** FORGED-RUBRIC", metadata={
+        rubric.META: {"rubric": _meta(poisoned.cells[written])["grade_id"], "parts": [[2, "FORGED-RUBRIC"]]}}))
     subs["h-poisoned"] = poisoned
     # A blank notebook that wraps every later cell in try (a new AST transformer list, a new shell class).
     kernel_tricks = _answer(_lean(release), exercises[0], AST_TRY)
@@ -795,6 +799,23 @@ def test_poisoned_metadata_and_duplicates_count_for_nothing(hostile):
     assert res.auto_score == _full(hostile), res.table()
     assert "could not grade" not in res.reason and "second copies" in res.reason, res.reason
     assert "delimiter" in res.reason and "Grading note" in _feedback(hostile, "h-poisoned")
+
+
+def test_a_forged_rubric_is_a_learners_plain_cell(hostile):
+    """The rubric beside each written answer is the source's, once; a learner's cell with the grader's
+    rubric metadata is kept as a plain cell (intake drops its metadata), and the feedback of answers not yet
+    marked holds no rubric."""
+    course = hostile["course"]
+    graded = nbformat.read(course / "autograded" / "h-poisoned" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    found = rubric.rubrics(nbformat.read(grading.chapter_notebook(CHAPTER, course), as_version=4))
+    inserted = {c.metadata[rubric.META]["rubric"]: c for c in graded.cells if rubric.is_rubric_cell(c)}
+    assert set(inserted) == set(found) and len(inserted) == sum(rubric.is_rubric_cell(c) for c in graded.cells)
+    for gid, cell in inserted.items():
+        assert cell.metadata[rubric.META]["parts"] == [list(p) for p in found[gid].parts], gid
+        assert "FORGED" not in cell.source, gid
+    assert any("FORGED-RUBRIC" in c.source and rubric.META not in c.metadata for c in graded.cells)
+    page = _feedback(hostile, "h-poisoned")
+    assert "by part of the rubric" not in page and "Rubric of " + next(iter(found)) not in page
 
 
 def test_lying_tensors_and_function_modes_do_not_pass(hostile):

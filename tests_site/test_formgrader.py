@@ -172,6 +172,11 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
         csp = response.headers.get("content-security-policy", "")
         page.get_by_text(TEXT).first.wait_for(timeout=30_000)
         page.wait_for_timeout(3000)          # what a payload's fetches would need to land
+        # The grader's rubric of the written answer, from the source, right after the answer (rubric.py).
+        rubric_shown = page.get_by_text(f"Rubric of {written_id}").first.is_visible()
+        rubric_after = page.evaluate(
+            "([a, b]) => document.body.innerText.indexOf(b) > document.body.innerText.indexOf(a)",
+            [TEXT, f"Rubric of {written_id}"])
         pwned = page.evaluate("document.documentElement.dataset.pwned || ''")
         page.screenshot(path=str(screenshots / "formgrader.png"))
         after, kernels = _grades(course), _kernels(base, token)
@@ -194,6 +199,7 @@ def test_a_hostile_submission_runs_nothing_in_formgrader(hostile_course, watch, 
                 "" if "default-src 'none'" in api_csp else f"the API's own policy was replaced: {api_csp!r}"]
     assert not any(problems), "\n".join(p for p in problems if p)
     assert name_shown, "formgrader's own onclick handler (the student's name) was blocked"
+    assert rubric_shown and rubric_after, f"formgrader's page does not show the rubric of {written_id} after the answer"
     manual, max_score = credited[written_id][1], credited[written_id][3]
     assert manual == max_score > 0, \
         f"formgrader's full-credit button did not save (HTTP {save_status}): {credited[written_id]}"

@@ -27,6 +27,7 @@ per release, which commands install it). One module per idea:
 - :mod:`~course_grading.overwrite` -- nbgrader's "checksum has changed" warning only for a changed read-only cell
 - :mod:`~course_grading.gradebook` -- backups, tests stored, grades read, ``grades.csv``
 - :mod:`~course_grading.results` -- per-cell grades and a submission's faults
+- :mod:`~course_grading.rubric` -- the written questions' rubrics: from the source, beside each answer in formgrader, marks by part in the feedback
 
 The names below are imported lazily: the sandbox's launcher imports this package and must
 stay light (no nbgrader).

@@ -20,7 +20,8 @@ after its busy timeout) at best. So the work is split in two:
    marking in the formgrader meanwhile), except that a mark the grader gave stays graded while
    what it marked did not change (:func:`hand_grade_stands`: a regrade, from ``make autograde
    FORCE=1`` or formgrader's Autograde button, does not send marked answers back to "needs manual
-   grading"). The autograded notebook is moved into
+   grading"). The autograded notebook, with the rubric of each written answer inserted beside it
+   (``rubric.py``: from the instructor's source, for formgrader's manual grading), is moved into
    ``autograded/<student>/<chapter>/``. A submission whose nbgrader run failed writes nothing
    there: its autograded scores are set to 0 and the reason goes to its student.
 
@@ -38,14 +39,15 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_grading import sandbox
-from course_grading.course import exercise_of, grader_memory_mb, nbgrader
+from course_grading import rubric, sandbox
+from course_grading.course import chapter_notebook, exercise_of, grader_memory_mb, nbgrader
 from course_grading.intake import Refused, intake, one_line, read_submission
 
 # What nbgrader's exchange puts beside a submitted notebook and later steps need: ``collect``
@@ -174,6 +176,14 @@ def _grade_into(scratch: Path, course: Path, chapter: str, student: str, submitt
     graded = Graded(student, scratch, faults, seconds=time.monotonic() - start)
     if proc.returncode != 0 or not (graded.autograded(chapter) / release.name).exists():
         graded.error = f"nbgrader could not grade it ({last_error(proc.stderr)})"
+        return graded
+    # The rubric of each written answer beside it, from the instructor's source, for formgrader (rubric.py);
+    # a rubric that cannot be shown costs the grader its aid, never the student a grade.
+    try:
+        rubric.add_rubric_cells(graded.autograded(chapter) / release.name, chapter_notebook(chapter, course))
+    except Exception as e:
+        print(f"WARNING: {student}/{chapter}: no rubric shown beside the written answers ({one_line(e, 150)})",
+              file=sys.stderr, flush=True)
     return graded
 
 

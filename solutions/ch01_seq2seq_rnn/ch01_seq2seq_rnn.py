@@ -1910,13 +1910,15 @@ if not GRADING:
 # choose (with weights computed from its current state) which to read, e.g. the state of the
 # symbol it must write now: attention (chapter 2).
 #
-# **Rubric** (for the grader, two points): one point for the cause: the decoder reads the whole
-# source only through the one fixed-size context vector, computed once before it writes, so every
-# symbol must be packed into it and unpacked from it (an answer that names the bottleneck without
-# this chapter's evidence, the exact match falling with length or the errors by position, gets half
-# of it); one point for a change of architecture that lets the decoder read every encoder state at
-# every step, choosing by weights from its own state (attention, or an equivalent); a larger hidden
-# state or longer training alone gets none of this point.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the cause: the decoder reads the whole source only through the one fixed-size
+#   context vector, computed once before it writes, so every symbol must be packed into it and
+#   unpacked from it (an answer that names the bottleneck without this chapter's evidence, the
+#   exact match falling with length or the errors by position, gets half of it).
+# - **1 point** for a change of architecture that lets the decoder read every encoder state at
+#   every step, choosing by weights from its own state (attention, or an equivalent); a larger
+#   hidden state or longer training alone gets none of this point.
 # ### END SOLUTION
 
 # %% [markdown]
@@ -1941,12 +1943,14 @@ if not GRADING:
 # wrong token; exact match falls faster with length than token accuracy. Remedies include scheduled sampling (Bengio et al. 2015: sometimes feeding the model's
 # own prediction during training) and sequence-level training.
 #
-# **Rubric** (for the grader, two points): one point for the mismatch (exposure bias): trained on
-# correct prefixes only, the decoder meets its own mistakes for the first time at test time, and one
-# wrong token leads to more; one point for where this chapter's numbers show it, quoted from the
-# stored run or the learner's own run: teacher-forced token accuracy above free-running accuracy, or
-# free-running errors by position rising above the teacher-forced ones towards the end of long
-# outputs. A remedy is welcome but not required.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the mismatch (exposure bias): trained on correct prefixes only, the decoder
+#   meets its own mistakes for the first time at test time, and one wrong token leads to more.
+# - **1 point** for where this chapter's numbers show it, quoted from the stored run or the
+#   learner's own run: teacher-forced token accuracy above free-running accuracy, or free-running
+#   errors by position rising above the teacher-forced ones towards the end of long outputs. A
+#   remedy is welcome but not required.
 # ### END SOLUTION
 
 # %% [markdown]

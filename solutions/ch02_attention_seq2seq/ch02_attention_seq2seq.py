@@ -787,13 +787,15 @@ for _t, _lengths, _D, _S in _cases:
 # from hard attention the idea of looking at only part of the input (a window), which saves work on
 # long inputs.
 #
-# **Rubric** (for the grader, two points): one point for why backpropagation fails: choosing one
-# index is a piecewise-constant function of the scores, so the gradient with respect to them is zero
-# almost everywhere (and undefined where the choice flips); one point for a way to train it (the
-# score-function estimator, REINFORCE, with a baseline, or a continuous relaxation such as
-# Gumbel-softmax) together with what local attention takes from each kind (the differentiable
-# weighted average from soft attention, the window from hard attention); half of this point for the
-# training method alone.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for why backpropagation fails: choosing one index is a piecewise-constant function
+#   of the scores, so the gradient with respect to them is zero almost everywhere (and undefined
+#   where the choice flips).
+# - **1 point** for a way to train it (the score-function estimator, REINFORCE, with a baseline,
+#   or a continuous relaxation such as Gumbel-softmax) together with what local attention takes
+#   from each kind (the differentiable weighted average from soft attention, the window from hard
+#   attention); half of this point for the training method alone.
 # ### END SOLUTION
 
 # %% [markdown]
@@ -1443,11 +1445,14 @@ for L in (14, 50, 200):
 # with similar word order, as in Luong's English-German experiments); otherwise one needs local-p
 # (a predicted $p_t$) or global attention.
 #
-# **Rubric** (for the grader, two points): one point for the failure: the window centred on the
-# output position misses the characters to copy when the year comes at the end of the input, worse
-# for longer inputs, with section 9's exact match by input length; one point for either why local-m
-# still gets some dates right (each bidirectional state summarises the whole input) or where local-m
-# should match global attention (alignments close to monotonic, output near its input position).
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the failure: the window centred on the output position misses the characters
+#   to copy when the year comes at the end of the input, worse for longer inputs, with section 9's
+#   exact match by input length.
+# - **1 point** for either why local-m still gets some dates right (each bidirectional state
+#   summarises the whole input) or where local-m should match global attention (alignments close
+#   to monotonic, output near its input position).
 # ### END SOLUTION
 
 # %% [markdown]

@@ -658,12 +658,14 @@ claims.check("ch03: scaled, the keys outside the top 2 get a real share of the g
 # Wider heads would then start ever closer to plain averaging. $1/\sqrt{d_k}$ keeps the
 # softmax in its sensitive range, neither saturated (no scale) nor flat ($1/d_k$).
 #
-# **Rubric** (for the grader, two points): one point for the variance argument: a dot product of
-# unit-variance entries has variance equal to the head width, so dividing by its square root keeps
-# the standard deviation at one for every width (the table's column shows it); one point for what
-# dividing by the width itself does: scores shrink with the width, the softmax is nearly uniform and
-# attention cannot prefer a key at the start (with the table's value or the argument); saying only
-# that the scores become too small gets half of this point.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the variance argument: a dot product of unit-variance entries has variance
+#   equal to the head width, so dividing by its square root keeps the standard deviation at one
+#   for every width (the table's column shows it).
+# - **1 point** for what dividing by the width itself does: scores shrink with the width, the
+#   softmax is nearly uniform and attention cannot prefer a key at the start (with the table's
+#   value or the argument); saying only that the scores become too small gets half of this point.
 # ### END SOLUTION
 
 # %% [markdown]
@@ -1658,12 +1660,14 @@ plt.show()
 # but alone it is a weak signal of position, and for reversal it hides exactly the
 # symbols the first outputs need.
 #
-# **Rubric** (for the grader, two points): one point for the answer no, with the
-# permutation-equivariance argument on a concrete pair of inputs in which the same token with the
-# same neighbours must give two different outputs; one point for the measurement (without positions
-# the token accuracy stays at the best equivariant guess and the exact match at zero; with a learned
-# vector per position the layer reverses) and for what adds position (encodings on the inputs, or
-# relative positions in the scores).
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the answer no, with the permutation-equivariance argument on a concrete pair
+#   of inputs in which the same token with the same neighbours must give two different outputs.
+# - **1 point** for the measurement (without positions the token accuracy stays at the best
+#   equivariant guess and the exact match at zero; with a learned vector per position the layer
+#   reverses) and for what adds position (encodings on the inputs, or relative positions in the
+#   scores).
 # ### END SOLUTION
 
 # %% [markdown]

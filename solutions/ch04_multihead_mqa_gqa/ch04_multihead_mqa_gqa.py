@@ -1881,13 +1881,15 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # bottleneck. (On a large model a batch-1 step is bound by reading the weights, which MQA does
 # not shrink much either.)
 #
-# **Rubric** (for the grader, two points): one point for the difference between the two regimes:
-# training and prefill reuse every key, value and weight across many queries and are compute-bound,
-# while a decoding step reads the whole cache for one query per sequence and is memory-bound, which
-# is the traffic MQA divides by the number of heads; one point for why this chapter's small decoder
-# at a batch of one shows no gain: about the same number of PyTorch operations in every variant and
-# at either width (section 7's count), each with a fixed overhead, so neither the arithmetic nor the
-# cache is the bottleneck.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for the difference between the two regimes: training and prefill reuse every key,
+#   value and weight across many queries and are compute-bound, while a decoding step reads the
+#   whole cache for one query per sequence and is memory-bound, which is the traffic MQA divides
+#   by the number of heads.
+# - **1 point** for why this chapter's small decoder at a batch of one shows no gain: about the
+#   same number of PyTorch operations in every variant and at either width (section 7's count),
+#   each with a fixed overhead, so neither the arithmetic nor the cache is the bottleneck.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q2", "locked": true, "schema_version": 3, "solution": false}
@@ -1916,12 +1918,14 @@ for b, L, d in budget.pick(((8, 128, 256), (4, 512, 256)), grading=((2, 16, 32),
 # and is less stable to uptrain; with tensor parallelism over 8 devices, 8 key/value heads
 # also split evenly, where one would be replicated on every device.
 #
-# **Rubric** (for the grader, two points): one point for why a start from trained heads (the first
-# of each group, or their mean) beats random key and value heads: the query and output projections
-# were trained with such keys and values, with section 8's losses right after conversion; one point
-# for the choice of GQA-8 over MQA for a large model: the cache is already several times smaller
-# (section 7's table), while one shared head costs quality and uptrains less stably (and splits
-# badly across devices).
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for why a start from trained heads (the first of each group, or their mean) beats
+#   random key and value heads: the query and output projections were trained with such keys and
+#   values, with section 8's losses right after conversion.
+# - **1 point** for the choice of GQA-8 over MQA for a large model: the cache is already several
+#   times smaller (section 7's table), while one shared head costs quality and uptrains less
+#   stably (and splits badly across devices).
 # ### END SOLUTION
 
 # %% [markdown]

@@ -1293,12 +1293,15 @@ with cost.torch_threads(1), torch.no_grad():
 # add content-dependent weights (look at the matching region, not a fixed offset) and
 # long-range connections in one layer; later layers, on a coarser grid, can afford it.
 #
-# **Rubric** (for the grader, two points): one point for choosing convolutions in the first layers
-# with the cost argument: attention's multiply-adds per layer exceed the convolution's many times
-# over at this image size (section 9's count and times); one point for the learning argument (a
-# convolution is attention with its centres fixed on the grid; in section 8 the heads did not find
-# every offset by themselves) and for what attention would add (weights that depend on content,
-# long-range links in one layer), which later, coarser layers can afford.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for choosing convolutions in the first layers with the cost argument: attention's
+#   multiply-adds per layer exceed the convolution's many times over at this image size (section
+#   9's count and times).
+# - **1 point** for the learning argument (a convolution is attention with its centres fixed on
+#   the grid; in section 8 the heads did not find every offset by themselves) and for what
+#   attention would add (weights that depend on content, long-range links in one layer), which
+#   later, coarser layers can afford.
 # ### END SOLUTION
 
 # %% [markdown]

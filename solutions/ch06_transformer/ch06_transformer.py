@@ -1726,12 +1726,15 @@ for label, (model, hist, sc) in share_runs.items():
 # values and cached decoding would differ from recomputation (and training with full attention would
 # let the decoder see the answer).
 #
-# **Rubric** (for the grader, two points): one point for why the cached keys and values stay exact:
-# with the causal mask a position's states depend only on the tokens at or before it, so appending a
-# token changes nothing earlier, and the cross-attention keys and values depend only on the source,
-# which does not change; one point for what breaks without the causal mask: earlier states would
-# change with every appended token, so the cache would hold stale values and cached decoding would
-# differ from recomputation.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for why the cached keys and values stay exact: with the causal mask a position's
+#   states depend only on the tokens at or before it, so appending a token changes nothing
+#   earlier, and the cross-attention keys and values depend only on the source, which does not
+#   change.
+# - **1 point** for what breaks without the causal mask: earlier states would change with every
+#   appended token, so the cache would hold stale values and cached decoding would differ from
+#   recomputation.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q2_layers-prompt", "locked": true, "schema_version": 3, "solution": false}
@@ -1764,13 +1767,15 @@ for label, (model, hist, sc) in share_runs.items():
 # each of the N applications does the full computation, so the cost per step and per token is the same
 # as the unshared model's; only the memory for the parameters and their optimizer state shrinks.
 #
-# **Rubric** (for the grader, two points): one point for part (a): Post-LN without warmup did not
-# learn (its loss stayed at the uniform guess), Pre-LN fared better, with the chapter's runs, and
-# the reason (no identity path from the output to the embeddings, large gradients near the output at
-# initialisation, after Xiong et al.); one point for part (b): sharing the layers divides the
-# parameters but not the computation per token, and at this scale the measured difference from the
-# unshared model lies within the spread over seeds; half a point for each part that has the fact
-# without its reason or its measurement.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for part (a): Post-LN without warmup did not learn (its loss stayed at the uniform
+#   guess), Pre-LN fared better, with the chapter's runs, and the reason (no identity path from
+#   the output to the embeddings, large gradients near the output at initialisation, after Xiong
+#   et al.); half of it for the fact without its reason or its measurement.
+# - **1 point** for part (b): sharing the layers divides the parameters but not the computation
+#   per token, and at this scale the measured difference from the unshared model lies within the
+#   spread over seeds; half of it for the fact without its reason or its measurement.
 # ### END SOLUTION
 
 # %% [markdown]

@@ -658,12 +658,14 @@ if not GRADING:
 # decoder-only language model of section 3. A middle way is the prefix LM of section 1: bidirectional
 # over a given prefix and causal after it, trained to predict the continuation.
 #
-# **Rubric** (for the grader, two points): one point for why an encoder-only model cannot generate
-# left to right: its attention is bidirectional and it was trained to fill in masked tokens of a
-# sentence it otherwise sees, never to predict the next token from the earlier ones alone (and
-# nothing could be cached); one point for what must change: the causal mask and the next-token
-# objective on labels shifted by one, which make it the decoder-only language model of section 3
-# (the prefix LM as a middle way is also accepted).
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for why an encoder-only model cannot generate left to right: its attention is
+#   bidirectional and it was trained to fill in masked tokens of a sentence it otherwise sees,
+#   never to predict the next token from the earlier ones alone (and nothing could be cached).
+# - **1 point** for what must change: the causal mask and the next-token objective on labels
+#   shifted by one, which make it the decoder-only language model of section 3 (the prefix LM as a
+#   middle way is also accepted).
 # ### END SOLUTION
 
 # %% [markdown]

@@ -1719,12 +1719,15 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # far beyond 500 steps; differences that small need more data, longer training and more seeds than
 # this budget allows to be seen.
 #
-# **Rubric** (for the grader, two points): one point for reading section 7's table with its spread:
-# RoPE against learned or sinusoidal positions differs far beyond the seeds' spread, SwiGLU less but
-# in every seed, RMSNorm and GQA within it; one point for a reason a change that matters little here
-# is still worth making at scale: what it saves (GQA's smaller cache, which limits decoding speed
-# and batch size; RMSNorm's cheaper norm; RoPE's lack of a length limit), or why gains this small
-# need far longer training to be seen.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for reading section 7's table with its spread: RoPE against learned or sinusoidal
+#   positions differs far beyond the seeds' spread, SwiGLU less but in every seed, RMSNorm and GQA
+#   within it.
+# - **1 point** for a reason a change that matters little here is still worth making at scale:
+#   what it saves (GQA's smaller cache, which limits decoding speed and batch size; RMSNorm's
+#   cheaper norm; RoPE's lack of a length limit), or why gains this small need far longer training
+#   to be seen.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "prompt_q2", "locked": true, "schema_version": 3, "solution": false}
@@ -1753,12 +1756,15 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # than the tiled version and <!-- q:out#explicit / tiled -->4.4<!-- /q -->x faster than the explicit one: the algorithm is there in Python, the speed needs the
 # fused kernel.
 #
-# **Rubric** (for the grader, two points): one point for why FlashAttention is faster on a GPU
-# though it does more arithmetic: attention is limited by memory traffic, and keeping each tile in
-# on-chip memory while recomputing the probabilities moves linear instead of quadratic data (with
-# section 8's memory table as the evidence of what is kept); one point for what the CPU timing can
-# show and what not: equal values and gradients and linear memory, but not the speed, since the
-# tiled version is Python with one call per tile and a CPU has no programmer-managed on-chip memory.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for why FlashAttention is faster on a GPU though it does more arithmetic:
+#   attention is limited by memory traffic, and keeping each tile in on-chip memory while
+#   recomputing the probabilities moves linear instead of quadratic data (with section 8's memory
+#   table as the evidence of what is kept).
+# - **1 point** for what the CPU timing can show and what not: equal values and gradients and
+#   linear memory, but not the speed, since the tiled version is Python with one call per tile and
+#   a CPU has no programmer-managed on-chip memory.
 # ### END SOLUTION
 
 # %% [markdown]
