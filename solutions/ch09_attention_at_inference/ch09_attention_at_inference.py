@@ -980,19 +980,21 @@ print("W = 3, positions 0-6:", [slot_fn(pos, 3).tolist() for pos in range(7)])
 # inside hidden states of later positions, carried forward window by window: layer 1 at positions up
 # to 5,095 may have read it, layer 2 at positions up to about 9,190 may have read those, and so on,
 # about 5 windows and so 5 or more layers deep to cover 19,000 positions. At every hop it has to be
-# written into, and kept in, a vector of $d_	ext{model}$ numbers that also carries everything else
+# written into, and kept in, a vector of $d_\text{model}$ numbers that also carries everything else
 # that position needs, and the chain must have been learned; nothing guarantees it. The receptive
 # field says that the output *can* depend on token 1,000 (a gradient is not zero), not how much
 # information about it arrives. The rolling buffer threw away the keys and values themselves, the
 # exact, addressable copy of the token that attention would retrieve.
 #
-# **Rubric** (for the grader, two points): one point for where the name is: no longer in any cache
-# (its key and value were overwritten after 4,096 positions), only inside the hidden states of
-# later positions, passed on from window to window through several layers; one point for why that
-# is weaker than full attention: a direct, one-step read of the exact key and value is replaced by a
-# chain of hops through fixed-size vectors that must have kept it (depending on does not mean
-# retrieving; a non-zero gradient can be tiny). Saying only "no, it is outside the window" without
-# the layer-by-layer path gets no point for the first part.
+# **Rubric** (for the grader, 2 points):
+#
+# - **1 point** for where the name is: no longer in any cache (its key and value were overwritten
+#   after 4,096 positions), only inside the hidden states of later positions, passed on from window
+#   to window through several layers. Saying only "no, it is outside the window" without the
+#   layer-by-layer path gets no point for this part.
+# - **1 point** for why that is weaker than full attention: a direct, one-step read of the exact key
+#   and value is replaced by a chain of hops through fixed-size vectors that must have kept it
+#   (depending on does not mean retrieving; a non-zero gradient can be tiny).
 # ### END SOLUTION
 
 # %% [markdown]
