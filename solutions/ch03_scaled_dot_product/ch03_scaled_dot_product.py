@@ -1571,7 +1571,7 @@ def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
     if (not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (batch,)
             or lengths.is_floating_point() or lengths.dtype == torch.bool):
         raise ValueError(f"lengths must be an integer tensor of shape ({batch},), one length per sequence")
-    if bool(((lengths < 0) | (lengths > L)).any()):
+    if ((lengths < 0) | (lengths > L)).any():
         raise ValueError(f"lengths must lie between 0 and L={L}, got {lengths.tolist()}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
@@ -1588,10 +1588,12 @@ def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
     if causal:
         allowed = allowed & torch.ones(L, L, dtype=torch.bool).tril()
     # 2. project; padded values are zeroed, since a weight of 0 times NaN is still NaN
-    q, k = x @ W_q, x @ W_k
-    v = (x @ W_v).masked_fill(~real[:, :, None], 0.0)
+    q = x @ W_q                                                          # (batch, L, d_k)
+    k = x @ W_k                                                          # (batch, L, d_k)
+    v = (x @ W_v).masked_fill(~real[:, :, None], 0.0)                    # (batch, L, d_v)
     # 3. scaled scores and the masked softmax; a row with no allowed key (a padded query) is zero
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~allowed, float("-inf"))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)                    # (batch, L_q, L_k)
+    scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     weights = torch.where(allowed.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))
     # 4. the weighted values, projected back to d_model
@@ -1732,14 +1734,16 @@ def _bad7(r):
            ("W_q of 5 rows", (x, n, W[5, 5], *ok[1:]), "W_q"), ("W_k of 3 columns", (x, n, ok[0], W[6, 3], *ok[2:]), "W_k"),
            ("W_v of 5 rows", (x, n, *ok[:2], W[5, 3], ok[3]), "W_v"), ("W_v in float64", (x, n, *ok[:2], W[6, 3].double(), ok[3]), "W_v"),
            ("W_o of 2 rows where d_v = 3", (x, n, *ok[:3], W[2, 6]), "W_o"), ("W_o transposed, (6, 3)", (x, n, *ok[:3], W[6, 3]), "W_o"),
-           ("causal given as the string 'yes'", (x, n, *ok, "yes"), "causal")]
+           ("W_q of 1 axis (a bias?)", (x, n, W[6, 5][:, 0], *ok[1:]), "W_q"),
+           ("W_v of 1 axis", (x, n, *ok[:2], W[6, 3][:, 0], ok[3]), "W_v"),
+           ("causal given as the string 'yes'", (x, n, *ok, "yes"), "causal"), ("causal given as 2", (x, n, *ok, 2), "causal")]
     what, args, name = bad[r]
     _raises7(args, name, what=what)
 
 
 checks.run_checks("padded_self_attention (hidden)", [
     *((f"case {r}: lengths {_grid7[r][4]}, causal {_grid7[r][5]}", lambda r=r: _case7(r)) for r in range(len(_grid7))),
-    *((f"bad input {r}", lambda r=r: _bad7(r)) for r in range(17)),
+    *((f"bad input {r}", lambda r=r: _bad7(r)) for r in range(20)),
     ("no ready-made attention layer", lambda: checks.expect_not_calling(
         padded_self_attention, F.scaled_dot_product_attention, nn.MultiheadAttention, F.multi_head_attention_forward,
         attention.padded_self_attention)),

@@ -213,7 +213,7 @@ CORRECT = {
             raise ValueError(f"lengths: {n} is not between 0 and {L}")
     if not isinstance(causal, bool):
         raise ValueError("causal: expected a bool")
-    dk, dv = W_q.shape[1], W_v.shape[1]
+    dk, dv = W_q.shape[-1], W_v.shape[-1]
     if W_q.shape != (D, dk) or W_q.dtype != x.dtype:
         raise ValueError("W_q")
     if W_k.shape != (D, dk) or W_k.dtype != x.dtype:
