@@ -293,7 +293,7 @@ def padded_self_attention(x: torch.Tensor, lengths: torch.Tensor, W_q: torch.Ten
 
     Args:
         x: ``(batch, L, d_model)``, float; position ``i`` of sequence ``b`` is real when
-            ``i < lengths[b]``, padding otherwise (any finite numbers).
+            ``i < lengths[b]``, padding otherwise (any numbers, inf and NaN included).
         lengths: ``(batch,)`` integer tensor, each length between 0 and ``L``.
         W_q, W_k: ``(d_model, d_k)``; W_v: ``(d_model, d_v)``; W_o: ``(d_v, d_model)``; applied on
             the right (``x @ W_q``), no biases, all of ``x``'s dtype.
@@ -322,7 +322,8 @@ def padded_self_attention(x: torch.Tensor, lengths: torch.Tensor, W_q: torch.Ten
     mask = real[:, :, None] & real[:, None, :]                                         # (batch, L_q, L_k)
     if causal:
         mask = mask & causal_mask(L, device=x.device)
-    out, weights = scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)
+    v = (x @ W_v).masked_fill(~real[:, :, None], 0.0)       # a weight of 0 times a NaN of the padding is NaN
+    out, weights = scaled_dot_product_attention(x @ W_q, x @ W_k, v, mask)
     return out @ W_o, weights
 
 

@@ -290,7 +290,9 @@ def test_padded_self_attention_equals_pytorch_at_real_positions_and_is_zero_at_p
     x = torch.randn(4, 6, 8, generator=g, dtype=torch.float64)
     W_q, W_k, W_v, W_o = (torch.randn(8, 8, generator=g, dtype=torch.float64) / 3 for _ in range(4))
     lengths = torch.tensor([6, 3, 1, 0])
-    x[1, 3:] = 1e3                                                    # padding: any finite numbers
+    x[1, 3:] = 1e3                                                    # padding: any numbers
+    x[2, 1:] = float("nan")
+    x[3, :2] = float("inf")
     out, w = A.padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=causal)
     mha = torch.nn.MultiheadAttention(8, 1, bias=False, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
@@ -303,6 +305,7 @@ def test_padded_self_attention_equals_pytorch_at_real_positions_and_is_zero_at_p
                 want, _ = mha(xb, xb, xb, attn_mask=mask)
                 torch.testing.assert_close(out[b:b + 1, :n], want)
     real = torch.arange(6)[None, :] < lengths[:, None]
+    assert not out.isnan().any() and not w.isnan().any()
     assert (out[~real] == 0).all() and (w[~real] == 0).all() and (w.transpose(1, 2)[~real] == 0).all()
     torch.testing.assert_close(w.sum(-1), real.double())
 
