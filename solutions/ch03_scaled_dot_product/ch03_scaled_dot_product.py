@@ -1532,7 +1532,7 @@ print("parameters:", sum(p.numel() for p in layer.parameters()), "= 4 x (16 x 16
 #   `W_q` is `W_k`'s fault, a `W_o` whose rows are not `d_v` is `W_o`'s); `causal` is not `True`
 #   or `False` (name `causal`).
 #
-# You may call your functions of exercises 1 to 6 (while the tests run this exercise, those names
+# You may call your functions of exercises 1 to 5 (while the tests run this exercise, those names
 # are the course's versions, so a mistake there costs its own exercise only) and the helpers of
 # `course_utils.attention` (`padding_mask`, `causal_mask`, `scaled_dot_product_attention`), or write
 # everything out; not `F.scaled_dot_product_attention`, `nn.MultiheadAttention` or the course's own
@@ -1753,8 +1753,8 @@ checks.run_checks("padded_self_attention (hidden)", [
 # %% [markdown]
 # The next cell checks your `padded_self_attention` on a probe (a padded, causal batch with a
 # sequence of length 0 and NaN in the padding) and, if it agrees with the course's
-# `attention.padded_self_attention`, uses it to measure what padding does, and does not do, to a
-# batch: every sequence of a batch padded to 12 against the same sequence alone, and against PyTorch's
+# `attention.padded_self_attention`, uses it (and the course's function otherwise) to measure what
+# padding does, and does not do, to a batch: every sequence of a batch padded to 12 against the same sequence alone, and against PyTorch's
 # `nn.MultiheadAttention` (one head, no biases, your weights) with its `key_padding_mask`
 # (True = *blocked*, section 6's warning).
 
@@ -1795,6 +1795,14 @@ with torch.no_grad():
               "| equal to nn.MultiheadAttention there:", torch.allclose(out_b[real_b], torch_b[real_b], atol=1e-4),
               "| padded outputs zero (ours):", bool((out_b[~real_b] == 0).all()),
               "| (PyTorch's):", bool((torch_b[~real_b] == 0).all()))
+
+# %% [markdown]
+# Padding of large numbers changes nothing at the real positions: each sentence of the batch gets
+# exactly what it gets alone, with and without the causal mask, and PyTorch's layer agrees there.
+# The two differ only at the padded positions: PyTorch's padded queries still attend to the real keys
+# and get outputs that look like any other, while this chapter's rule gives them zeros. Neither is
+# wrong (a loss skips those positions either way), but only the zeros can be told apart from real
+# outputs, which is why the rule is stated in the exercise rather than left to the library.
 
 # %% [markdown]
 # ## 10. Self-attention does not know word order
