@@ -1752,7 +1752,7 @@ checks.run_checks("padded_self_attention (hidden)", [
 
 # %% [markdown]
 # The next cell checks your `padded_self_attention` on a probe (a padded, causal batch with a
-# sequence of length 0 and NaN in the padding) and, if it agrees with the course's
+# sequence of length 0, NaN and inf in the padding) and, if it agrees with the course's
 # `attention.padded_self_attention`, uses it (and the course's function otherwise) to measure what
 # padding does, and does not do, to a batch: every sequence of a batch padded to 12 against the same sequence alone, and against PyTorch's
 # `nn.MultiheadAttention` (one head, no biases, your weights) with its `key_padding_mask`
@@ -1763,6 +1763,7 @@ def _probe_padded(fn):
     g = torch.Generator().manual_seed(12)
     x = torch.randn(3, 5, 8, generator=g, dtype=torch.float64)
     x[1, 3:] = float("nan")
+    x[2] = float("inf")                                          # length 0: all of it padding
     Ws = [torch.randn(r, c, generator=g, dtype=torch.float64) / 3 for r, c in ((8, 4), (8, 4), (8, 6), (6, 8))]
     return fn(x, torch.tensor([5, 3, 0]), *Ws, causal=True)    # (out, weights)
 
