@@ -34,7 +34,7 @@ from ._validate import check_int
 
 __all__ = [
     "attention_scores", "causal_mask", "combine_masks", "cross_attention", "key_padding_mask", "masked_softmax",
-    "padding_mask", "prefix_lm_mask", "scaled_dot_product_attention", "sliding_window_attention",
+    "padded_self_attention", "padding_mask", "prefix_lm_mask", "scaled_dot_product_attention", "sliding_window_attention",
     "sliding_window_mask",
 ]
 
@@ -284,6 +284,47 @@ def cross_attention(x_dec: torch.Tensor, x_enc: torch.Tensor, W_q: torch.Tensor,
                          f"batch size, got {tuple(x_dec.shape)} and {tuple(x_enc.shape)}")
     mask = None if enc_lengths is None else padding_mask(enc_lengths, x_enc.shape[1])
     return scaled_dot_product_attention(x_dec @ W_q, x_enc @ W_k, x_enc @ W_v, mask)
+
+
+def padded_self_attention(x: torch.Tensor, lengths: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor,
+                          W_v: torch.Tensor, W_o: torch.Tensor, causal: bool = False
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-head self-attention over a right-padded batch (chapter 3's exercise 7).
+
+    Args:
+        x: ``(batch, L, d_model)``, float; position ``i`` of sequence ``b`` is real when
+            ``i < lengths[b]``, padding otherwise (any numbers, inf and NaN included).
+        lengths: ``(batch,)`` integer tensor, each length between 0 and ``L``.
+        W_q, W_k: ``(d_model, d_k)``; W_v: ``(d_model, d_v)``; W_o: ``(d_v, d_model)``; applied on
+            the right (``x @ W_q``), no biases, all of ``x``'s dtype.
+        causal: when True, query ``i`` sees keys ``j <= i`` only.
+    Returns:
+        ``(out (batch, L, d_model), weights (batch, L, L))``. A real query attends to the real keys
+        (scale ``1/sqrt(d_k)``); a padded query attends to nothing: its row of weights and its
+        output are zero. At the real positions ``out`` equals ``nn.MultiheadAttention`` (one head,
+        no biases, the same weights) with ``key_padding_mask``.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor (batch, L, d_model), got {_shape(x)}")
+    batch, L, d_model = x.shape
+    if (not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (batch,)
+            or lengths.is_floating_point() or lengths.dtype == torch.bool):
+        raise ValueError(f"lengths must be an integer tensor of shape ({batch},), one length per sequence, "
+                         f"got {_shape(lengths)}")
+    if bool((lengths < 0).any()) or bool((lengths > L).any()):
+        raise ValueError(f"lengths must lie between 0 and L = {L}, got {lengths.tolist()}")
+    d_k, d_v = W_q.shape[-1], W_v.shape[-1]
+    for name, w, shape in (("W_q", W_q, (d_model, d_k)), ("W_k", W_k, (d_model, d_k)),
+                           ("W_v", W_v, (d_model, d_v)), ("W_o", W_o, (d_v, d_model))):
+        if tuple(w.shape) != shape or w.dtype != x.dtype:
+            raise ValueError(f"{name} must be a {x.dtype} tensor of shape {shape}, got {_shape(w)} of {w.dtype}")
+    real = torch.arange(L, device=x.device) < lengths.to(x.device)[:, None]          # (batch, L)
+    mask = real[:, :, None] & real[:, None, :]                                         # (batch, L_q, L_k)
+    if causal:
+        mask = mask & causal_mask(L, device=x.device)
+    v = (x @ W_v).masked_fill(~real[:, :, None], 0.0)       # a weight of 0 times a NaN of the padding is NaN
+    out, weights = scaled_dot_product_attention(x @ W_q, x @ W_k, v, mask)
+    return out @ W_o, weights
 
 
 def _check_radius(radius: int) -> None:

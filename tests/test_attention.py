@@ -284,6 +284,45 @@ def test_cross_attention_rejects_mismatched_batches():
                            torch.randn(4, 2))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_self_attention_equals_pytorch_at_real_positions_and_is_zero_at_padding(causal):
+    g = _g(3)
+    x = torch.randn(4, 6, 8, generator=g, dtype=torch.float64)
+    W_q, W_k, W_v, W_o = (torch.randn(8, 8, generator=g, dtype=torch.float64) / 3 for _ in range(4))
+    lengths = torch.tensor([6, 3, 1, 0])
+    x[1, 3:] = 1e3                                                    # padding: any numbers
+    x[2, 1:] = float("nan")
+    x[3, :2] = float("inf")
+    out, w = A.padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=causal)
+    mha = torch.nn.MultiheadAttention(8, 1, bias=False, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([W_q.T, W_k.T, W_v.T]))
+        mha.out_proj.weight.copy_(W_o.T)
+        for b, n in enumerate(lengths.tolist()):
+            if n:
+                xb = x[b:b + 1, :n]
+                mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
+                want, _ = mha(xb, xb, xb, attn_mask=mask)
+                torch.testing.assert_close(out[b:b + 1, :n], want)
+    real = torch.arange(6)[None, :] < lengths[:, None]
+    assert not out.isnan().any() and not w.isnan().any()
+    assert (out[~real] == 0).all() and (w[~real] == 0).all() and (w.transpose(1, 2)[~real] == 0).all()
+    torch.testing.assert_close(w.sum(-1), real.double())
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(x=torch.randn(6, 8)), "x"), (dict(lengths=torch.tensor([6.0, 3.0])), "lengths"),
+    (dict(lengths=torch.tensor([6])), "lengths"), (dict(lengths=torch.tensor([7, 3])), "lengths"),
+    (dict(lengths=torch.tensor([6, -1])), "lengths"), (dict(W_k=torch.randn(8, 5)), "W_k"),
+    (dict(W_v=torch.randn(7, 4)), "W_v"), (dict(W_o=torch.randn(8, 4)), "W_o"),
+    (dict(W_q=torch.randn(8, 4, dtype=torch.float64)), "W_q")])
+def test_padded_self_attention_rejects_bad_inputs(bad, match):
+    args = dict(x=torch.randn(2, 6, 8), lengths=torch.tensor([6, 3]), W_q=torch.randn(8, 4), W_k=torch.randn(8, 4),
+                W_v=torch.randn(8, 4), W_o=torch.randn(4, 8))
+    with pytest.raises(ValueError, match=match):
+        A.padded_self_attention(**{**args, **bad})
+
+
 @pytest.mark.parametrize("L,radius", [(1, 0), (5, 0), (7, 2), (6, 10), (40, 3)])
 def test_sliding_window_mask(L, radius):
     m = A.sliding_window_mask(L, radius)

@@ -24,13 +24,14 @@
 # equal to PyTorch's fused `F.scaled_dot_product_attention`; a causal mask; a
 # cross-attention call; a self-attention layer (an `nn.Module`) with its own projections,
 # equal to PyTorch's `nn.MultiheadAttention` with the same weights, which you then train on
-# the reversal task with and without position information. Later chapters import the
+# the reversal task with and without position information; and the whole layer over a padded
+# batch, from the lengths of its sentences to the output, with its errors for bad inputs. Later chapters import the
 # reference versions from `course_utils`, so a learner stuck here can still go on.
 #
 # **Exercises** (graded by the test cells below each one; points follow difficulty):
 # 1 `scaled_scores` (2 points), 2 `stable_softmax` (3), 3 `sdp_attention` (5),
-# 4 `causal_mask` (2), 5 `cross_attention` (3), 6 `SelfAttention` (5), and two written
-# questions (2 + 2). The papers the chapter uses are listed, with links, at the end.
+# 4 `causal_mask` (2), 5 `cross_attention` (3), 6 `SelfAttention` (5), 7 `padded_self_attention`
+# (5), and two written questions (2 + 2). The papers the chapter uses are listed, with links, at the end.
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
@@ -1498,6 +1499,313 @@ with torch.no_grad():
 print("nn.MultiheadAttention, mask inverted (~mask):", torch.allclose(ours_l, torch_inverted, atol=1e-5))
 print("nn.MultiheadAttention, mask as it is:        ", torch.allclose(ours_l, torch_as_is, atol=1e-5))
 print("parameters:", sum(p.numel() for p in layer.parameters()), "= 4 x (16 x 16 + 16)")
+
+# %% [markdown]
+# ### Exercise 7: the whole layer over a padded batch (5 points: 2 + 3)
+#
+# Exercises 1 to 6 built the parts; a layer inside a model is handed none of them. It gets a batch
+# of sentences padded on the right to a common length `L`, the true length of each, its weights,
+# and whether it is a decoder's (causal) layer. Write the whole single-head layer,
+# `padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False)`, returning
+# `(out, weights)`:
+#
+# - `x` is `(batch, L, d_model)`, float32 or float64. Position `i` of sequence `b` is **real** when
+#   `i < lengths[b]` and **padding** otherwise. Padding holds whatever the batch was filled with:
+#   any numbers, large ones, even `inf` or `NaN` (memory from `torch.empty`, say). Nothing at the
+#   padding may change anything at the real positions, and no `NaN` may come out.
+# - `lengths` is an integer tensor of shape `(batch,)`, each length between 0 and `L` (`L`: no
+#   padding; 0: a sequence with no real position at all).
+# - The weights are applied on the right with no biases, $q = x W_Q$, $k = x W_K$, $v = x W_V$,
+#   and at the end $\text{out} = (\text{weights}\; v)\, W_O$: `W_q` and `W_k` are `(d_model, d_k)`,
+#   `W_v` is `(d_model, d_v)`, `W_o` is `(d_v, d_model)`. `d_k` is `W_q`'s number of columns and
+#   `d_v` is `W_v`'s; they may differ from each other and from `d_model`. The scores are scaled by
+#   $1/\sqrt{d_k}$.
+# - A real query `i` of sequence `b` attends to the real keys `j < lengths[b]` of its own sequence,
+#   and, when `causal` is True, only to those with `j <= i`. Its row of weights sums to one.
+# - A **padded query attends to nothing**: its row of weights is all zero and its output is the
+#   zero vector (so a sequence of length 0 gives zeros throughout). Padded keys get weight exactly
+#   0 in every row, however large their scores.
+# - Return `out (batch, L, d_model)` and `weights (batch, L, L)`, both in `x`'s dtype; leave the
+#   inputs unchanged.
+# - Raise `ValueError`, with a message naming what is wrong, when: `x` is not a 3-D floating-point
+#   tensor (name `x`); `lengths` is not an integer tensor of shape `(batch,)`, or a length lies
+#   outside 0 to `L` (name `lengths`); a weight has another shape than the ones above, or another
+#   dtype than `x` (name that weight: `W_q`, `W_k`, `W_v` or `W_o`; a `W_k` that differs from
+#   `W_q` is `W_k`'s fault, a `W_o` whose rows are not `d_v` is `W_o`'s); `causal` is not `True`
+#   or `False` (name `causal`).
+#
+# You may call your functions of exercises 1 to 5 (while the tests run this exercise, those names
+# are the course's versions, so a mistake there costs its own exercise only) and the helpers of
+# `course_utils.attention` (`padding_mask`, `causal_mask`, `scaled_dot_product_attention`), or write
+# everything out; not `F.scaled_dot_product_attention`, `nn.MultiheadAttention` or the course's own
+# `attention.padded_self_attention`. At the real positions the result is what PyTorch's
+# `nn.MultiheadAttention` with one head, no biases and the same weights gives for each sequence
+# alone; the tests compare with that computation, in float64.
+#
+# <!-- domain: ex7_padded padded_self_attention -->
+#
+# The tests try every kind of input listed here:
+# - `x`: float32; float64; a batch of more than 1; a batch of 1.
+# - the arguments together: every length `L` (no padding); lengths shorter than `L`, the padding holding large numbers; padding holding inf or NaN; a sequence of length 0; `L` = 1.
+# - `causal`: True; False, or left out.
+# - must raise: `x` not a 3-D floating-point tensor: ValueError; `lengths` not an integer tensor of shape `(batch,)`, or a length outside 0 to `L`: ValueError; a weight of another shape than declared, or another dtype than `x`: ValueError; `causal` not True or False: ValueError.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+
+# %% nbgrader={"grade": false, "grade_id": "ex7_padded", "locked": false, "schema_version": 3, "solution": true}
+def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
+    """Single-head self-attention over a batch padded on the right.
+
+    Args:
+        x: ``(batch, L, d_model)``; position i of sequence b is real when ``i < lengths[b]``.
+        lengths: ``(batch,)`` integer tensor, each length between 0 and L.
+        W_q, W_k: ``(d_model, d_k)``; W_v: ``(d_model, d_v)``; W_o: ``(d_v, d_model)``; applied as ``x @ W``.
+        causal: True for a decoder's layer (query i sees keys j <= i only).
+    Returns:
+        ``(out (batch, L, d_model), weights (batch, L, L))``; zero rows at the padded queries.
+    """
+    ### BEGIN SOLUTION
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
+        raise ValueError("x must be a floating-point tensor of shape (batch, L, d_model), "
+                         f"got {type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+    batch, L, d_model = x.shape
+    if (not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (batch,)
+            or lengths.is_floating_point() or lengths.dtype == torch.bool):
+        raise ValueError(f"lengths must be an integer tensor of shape ({batch},), one length per sequence")
+    if ((lengths < 0) | (lengths > L)).any():
+        raise ValueError(f"lengths must lie between 0 and L={L}, got {lengths.tolist()}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be True or False, got {causal!r}")
+    d_k, d_v = W_q.shape[-1], W_v.shape[-1]          # the widths, read from W_q and W_v
+    shapes = {"W_q": (W_q, (d_model, d_k)), "W_k": (W_k, (d_model, d_k)),
+              "W_v": (W_v, (d_model, d_v)), "W_o": (W_o, (d_v, d_model))}
+    for name, (w, shape) in shapes.items():
+        if tuple(w.shape) != shape or w.dtype != x.dtype:
+            raise ValueError(f"{name} must be a {x.dtype} tensor of shape {shape}, "
+                             f"got {w.dtype} {tuple(w.shape)}")
+    # 1. which (query, key) pairs may meet: both real, and the key not after the query if causal
+    real = torch.arange(L)[None, :] < lengths[:, None]                   # (batch, L)
+    allowed = real[:, :, None] & real[:, None, :]                        # (batch, L_q, L_k)
+    if causal:
+        allowed = allowed & torch.ones(L, L, dtype=torch.bool).tril()
+    # 2. project; padded values are zeroed, since a weight of 0 times NaN is still NaN
+    q = x @ W_q                                                          # (batch, L, d_k)
+    k = x @ W_k                                                          # (batch, L, d_k)
+    v = (x @ W_v).masked_fill(~real[:, :, None], 0.0)                    # (batch, L, d_v)
+    # 3. scaled scores and the masked softmax; a row with no allowed key (a padded query) is zero
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)                    # (batch, L_q, L_k)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.where(allowed.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))
+    # 4. the weighted values, projected back to d_model
+    return (weights @ v) @ W_o, weights
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_padded-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# a batch of 2 sequences padded to L = 5, d_model 6, d_k 4, d_v 3 (float64)
+_g = torch.Generator().manual_seed(9)
+_x7 = torch.randn(2, 5, 6, generator=_g, dtype=torch.float64)
+_W7 = [torch.randn(r, c, generator=_g, dtype=torch.float64) / math.sqrt(r) for r, c in ((6, 4), (6, 4), (6, 3), (3, 6))]
+
+
+def _formula7(x, W_q, W_k, W_v, W_o, mask=None):
+    """One unpadded batch through the formula: (softmax(x W_q (x W_k)^T / sqrt(d_k)) x W_v) W_o."""
+    s = (x @ W_q) @ (x @ W_k).mT / math.sqrt(W_q.shape[1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, dim=-1)
+    return (w @ (x @ W_v)) @ W_o, w
+
+
+def _no_padding7():
+    out, w = checks.call(padded_self_attention, _x7, torch.tensor([5, 5]), *_W7)
+    checks.expect_shape(out, (2, 5, 6), "out (batch, L, d_model)")
+    checks.expect_shape(w, (2, 5, 5), "weights (batch, L, L)")
+    want_out, want_w = _formula7(_x7, *_W7)
+    checks.expect_close(w, want_w, "weights without padding (scale by 1/sqrt(d_k), d_k = 4)")
+    checks.expect_close(out, want_out, "out without padding: (weights @ v) @ W_o")
+
+
+def _padded7(fill):
+    x = _x7.clone()
+    x[1, 2:] = fill                                       # sequence 1 has 2 real positions
+    out, w = checks.call(padded_self_attention, x, torch.tensor([5, 2]), *_W7)
+    alone_out, alone_w = _formula7(_x7[1:, :2], *_W7)
+    checks.expect_close(out[1:, :2], alone_out, f"out of sequence 1 (padding filled with {fill}) against "
+                        "the same 2 positions without padding")
+    checks.expect_close(w[1:, :2, :2], alone_w, f"weights of sequence 1's real queries (padding {fill})")
+    checks.expect_close(w[1, :, 2:], torch.zeros(5, 3, dtype=torch.float64), "weights of the padded keys")
+    checks.expect_close(w[1, 2:], torch.zeros(3, 5, dtype=torch.float64), "weights of the padded queries")
+    checks.expect_close(out[1, 2:], torch.zeros(3, 6, dtype=torch.float64), "out at the padded positions")
+
+
+def _causal7():
+    out, w = checks.call(padded_self_attention, _x7, torch.tensor([5, 5]), *_W7, causal=True)
+    want_out, want_w = _formula7(_x7, *_W7, mask=torch.ones(5, 5, dtype=torch.bool).tril())
+    checks.expect_close(w, want_w, "weights with causal=True (query i sees keys j <= i)")
+    checks.expect_close(out, want_out, "out with causal=True")
+
+
+def _raises7(args, name, what):
+    """padded_self_attention(*args) must raise ValueError, its message naming ``name``."""
+    try:
+        checks.call(padded_self_attention, *args)
+    except ValueError as err:
+        if name not in str(err):
+            checks.expect_equal(str(err), f"a message naming {name}", f"the ValueError for {what}")
+        return
+    checks.expect_equal("returned", "raised ValueError", f"padded_self_attention with {what}")
+
+
+checks.run_checks("padded_self_attention", [
+    ("no padding: shapes and the formula's values", _no_padding7),
+    ("padding of large numbers changes nothing at the real positions; padded rows and columns are zero",
+     lambda: _padded7(1e3)),
+    ("padding holding NaN changes nothing either (0 x NaN is NaN: zero the padded values)",
+     lambda: _padded7(float("nan"))),
+    ("causal=True", _causal7),
+    ("ValueError naming lengths for a length of 6 when L = 5", lambda: _raises7(
+        (_x7, torch.tensor([5, 6]), *_W7), "lengths", "lengths [5, 6] and L = 5")),
+    ("ValueError naming W_o for a W_o of shape (4, 6) when d_v = 3", lambda: _raises7(
+        (_x7, torch.tensor([5, 2]), *_W7[:3], torch.zeros(4, 6, dtype=torch.float64)), "W_o", "W_o (4, 6)")),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_padded-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# Hidden tests: a seeded grid (batch 1 to 4, L from 1 to 7, d_model, d_k and d_v all different or all
+# equal, float32 and float64, causal or not and causal left out, lengths from 0 to L, padding of large
+# numbers, inf and NaN): out and weights against a float64 computation (equal at the real positions to
+# nn.MultiheadAttention with one head and the same weights); dtypes; every declared bad input raises.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(109)
+# (L, d_model, d_k, d_v, lengths, causal, dtype, padding)
+_grid7 = [(6, 8, 4, 5, [6, 3, 1], False, torch.float32, 1e3), (6, 8, 4, 5, [6, 3, 1], True, torch.float64, math.nan),
+          (4, 5, 5, 5, [4], True, torch.float32, None), (4, 5, 3, 2, [2], None, torch.float64, math.inf),
+          (5, 6, 2, 7, [0, 5, 2, 4], True, torch.float32, 40.0), (1, 3, 3, 3, [1, 0], False, torch.float64, math.nan),
+          (7, 4, 6, 3, [7, 7], None, torch.float64, None), (6, 8, 8, 8, [5, 6, 2], True, torch.float32, -math.inf)]
+_in7 = []
+for _L, _d, _dk, _dv, _lens, _causal, _dt, _fill in _grid7:
+    _x = torch.randn(len(_lens), _L, _d, generator=_g, dtype=torch.float64)
+    _Ws = [torch.randn(r, c, generator=_g, dtype=torch.float64) / math.sqrt(r) for r, c in ((_d, _dk), (_d, _dk), (_d, _dv), (_dv, _d))]
+    _x = _x.to(_dt)
+    if _fill is not None:
+        _x = _x.masked_fill(torch.arange(_L)[None, :, None] >= torch.tensor(_lens)[:, None, None], _fill)
+    _in7.append((_x, torch.tensor(_lens), [W.to(_dt) for W in _Ws]))
+
+
+### BEGIN EXPECTED
+def _ref7(x, lengths, Ws, causal):
+    keep = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+    x = x.double().masked_fill(~keep[..., None], 0.0)
+    W_q, W_k, W_v, W_o = (W.double() for W in Ws)
+    pair = keep[:, :, None] & keep[:, None, :] & (torch.ones(x.shape[1], x.shape[1]).tril().bool() | (not causal))
+    s = ((x @ W_q) @ (x @ W_k).transpose(1, 2) / W_q.shape[1] ** 0.5).masked_fill(~pair, -math.inf)
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return (w @ (x @ W_v)) @ W_o, w
+
+
+_want7 = [_ref7(x, lens, Ws, bool(c[5])) for (x, lens, Ws), c in zip(_in7, _grid7)]
+### END EXPECTED
+
+
+def _case7(r):
+    L, d, dk, dv, lens, causal, dt, fill = _grid7[r]
+    x, lengths, Ws = _in7[r]
+    what = f"case {r}: L {L}, d_model {d}, d_k {dk}, d_v {dv}, lengths {lens}, causal {causal}, {str(dt)[6:]}"
+    kw = {} if causal is None else {"causal": causal}
+    with checks.forbid((F, "scaled_dot_product_attention"), nn.MultiheadAttention.forward,
+                       F.multi_head_attention_forward, attention.padded_self_attention):
+        out, w = checks.call(padded_self_attention, x, lengths, *Ws, **kw)
+    checks.expect_equal((out.dtype, w.dtype), (dt, dt), f"{what}: dtypes of out and weights")
+    checks.expect_close(w, _want7[r][1], f"{what}: weights")
+    checks.expect_close(out, _want7[r][0], f"{what}: out")
+
+
+def _bad7(r):
+    gen = torch.Generator().manual_seed(110)
+    x, n = torch.randn(3, 4, 6, generator=gen), torch.tensor([4, 2, 0])
+    W = {shape: torch.randn(*shape, generator=gen) for shape in ((6, 5), (6, 3), (5, 5), (5, 3), (3, 6), (2, 6))}
+    ok = [W[6, 5], W[6, 5], W[6, 3], W[3, 6]]
+    bad = [("x of 2 axes", (x[:, 0], n, *ok), "x"), ("x as nested lists", (x.tolist(), n, *ok), "x"),
+           ("x and the weights of integers", (x.long(), n, *(w.long() for w in ok)), "x"),
+           ("lengths of floats", (x, n.float(), *ok), "lengths"), ("lengths of another batch", (x, n[:2], *ok), "lengths"),
+           ("lengths of shape (batch, 1)", (x, n[:, None], *ok), "lengths"), ("lengths as a list", (x, n.tolist(), *ok), "lengths"),
+           ("a length of 5 > L", (x, n + 1, *ok), "lengths"), ("a negative length", (x, n - 1, *ok), "lengths"),
+           ("lengths of bools", (x, n > 0, *ok), "lengths"),
+           ("W_q of 5 rows", (x, n, W[5, 5], *ok[1:]), "W_q"), ("W_k of 3 columns", (x, n, ok[0], W[6, 3], *ok[2:]), "W_k"),
+           ("W_v of 5 rows", (x, n, *ok[:2], W[5, 3], ok[3]), "W_v"), ("W_v in float64", (x, n, *ok[:2], W[6, 3].double(), ok[3]), "W_v"),
+           ("W_o of 2 rows where d_v = 3", (x, n, *ok[:3], W[2, 6]), "W_o"), ("W_o transposed, (6, 3)", (x, n, *ok[:3], W[6, 3]), "W_o"),
+           ("W_q of 1 axis (a bias?)", (x, n, W[6, 5][:, 0], *ok[1:]), "W_q"),
+           ("W_v of 1 axis", (x, n, *ok[:2], W[6, 3][:, 0], ok[3]), "W_v"),
+           ("causal given as the string 'yes'", (x, n, *ok, "yes"), "causal"), ("causal given as 2", (x, n, *ok, 2), "causal")]
+    what, args, name = bad[r]
+    _raises7(args, name, what=what)
+
+
+checks.run_checks("padded_self_attention (hidden)", [
+    *((f"case {r}: lengths {_grid7[r][4]}, causal {_grid7[r][5]}", lambda r=r: _case7(r)) for r in range(len(_grid7))),
+    *((f"bad input {r}", lambda r=r: _bad7(r)) for r in range(20)),
+    ("no ready-made attention layer", lambda: checks.expect_not_calling(
+        padded_self_attention, F.scaled_dot_product_attention, nn.MultiheadAttention, F.multi_head_attention_forward,
+        attention.padded_self_attention)),
+])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The next cell checks your `padded_self_attention` on a probe (a padded, causal batch with a
+# sequence of length 0, NaN and inf in the padding) and, if it agrees with the course's
+# `attention.padded_self_attention`, uses it (and the course's function otherwise) to measure what
+# padding does, and does not do, to a batch: every sequence of a batch padded to 12 against the same sequence alone, and against PyTorch's
+# `nn.MultiheadAttention` (one head, no biases, your weights) with its `key_padding_mask`
+# (True = *blocked*, section 6's warning).
+
+# %%
+def _probe_padded(fn):
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 5, 8, generator=g, dtype=torch.float64)
+    x[1, 3:] = float("nan")
+    x[2] = float("inf")                                          # length 0: all of it padding
+    Ws = [torch.randn(r, c, generator=g, dtype=torch.float64) / 3 for r, c in ((8, 4), (8, 4), (8, 6), (6, 8))]
+    return fn(x, torch.tensor([5, 3, 0]), *Ws, causal=True)    # (out, weights)
+
+
+padded_attend = checks.learner_or_reference(padded_self_attention, attention.padded_self_attention, _probe_padded,
+                                            name="padded_self_attention")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+lengths_b = torch.tensor([12, 9, 4, 1])
+g_b = torch.Generator().manual_seed(13)                         # its own generator: later cells draw as before
+x_b = torch.randn(4, 12, 16, generator=g_b)
+x_b[torch.arange(12)[None, :] >= lengths_b[:, None]] = 1e4       # the padding: large numbers
+W_b = [torch.randn(16, 16, generator=g_b) / 4 for _ in range(4)]  # W_q, W_k, W_v, W_o
+with torch.random.fork_rng():
+    mha_b = nn.MultiheadAttention(16, 1, bias=False, batch_first=True)
+with torch.no_grad():
+    mha_b.in_proj_weight.copy_(torch.cat([W.T for W in W_b[:3]]))   # nn.Linear stores W^T
+    mha_b.out_proj.weight.copy_(W_b[3].T)
+    for causal in (False, True):
+        out_b, w_b = padded_attend(x_b, lengths_b, *W_b, causal=causal)
+        future = torch.ones(12, 12, dtype=torch.bool).triu(1) if causal else None     # True = blocked
+        alone = [padded_attend(x_b[i:i + 1, :n], lengths_b[i:i + 1], *W_b, causal=causal)[0][0]
+                 for i, n in enumerate(lengths_b.tolist())]
+        torch_b, _ = mha_b(x_b, x_b, x_b, key_padding_mask=~attention.padding_mask(lengths_b, 12)[:, 0],
+                           attn_mask=future, need_weights=False)
+        real_b = torch.arange(12)[None, :] < lengths_b[:, None]
+        print(f"causal={causal}: each sequence's real positions as when run alone:",
+              all(torch.allclose(out_b[i, :n], a, atol=1e-4) for i, (n, a) in enumerate(zip(lengths_b.tolist(), alone))),
+              "| equal to nn.MultiheadAttention there:", torch.allclose(out_b[real_b], torch_b[real_b], atol=1e-4),
+              "| padded outputs zero (ours):", bool((out_b[~real_b] == 0).all()),
+              "| (PyTorch's):", bool((torch_b[~real_b] == 0).all()))
+
+# %% [markdown]
+# Padding of large numbers changes nothing at the real positions: each sentence of the batch gets
+# exactly what it gets alone, with and without the causal mask, and PyTorch's layer agrees there.
+# The two differ only at the padded positions: PyTorch's padded queries still attend to the real keys
+# and get outputs that look like any other, while this chapter's rule gives them zeros. Neither is
+# wrong (a loss skips those positions either way), but only the zeros can be told apart from real
+# outputs, which is why the rule is stated in the exercise rather than left to the library.
 
 # %% [markdown]
 # ## 10. Self-attention does not know word order

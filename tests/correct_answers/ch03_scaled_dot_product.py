@@ -6,7 +6,9 @@ Each source replaces the whole answer cell and must get full marks: the scores b
 fully masked rows, with the learner's own ``stable_softmax`` and ``einsum``, with ``finfo.min`` instead of
 ``-inf``; the causal mask by ``tril`` and by a loop; cross-attention through the learner's own
 ``sdp_attention`` or written out with a hand-made padding mask; the module built in another order,
-through ``sdp_attention``, or written out with ``F.linear``.
+through ``sdp_attention``, or written out with ``F.linear``; the layer over a padded batch from the
+course's helpers and the chapter's own functions, in float64 with ``einsum``, or by a loop over the
+sequences, each run alone.
 """
 
 CORRECT = {
@@ -140,6 +142,98 @@ CORRECT = {
         else:
             w = torch.softmax(s, dim=-1)
         return F.linear(torch.bmm(w, v), self.out_proj.weight, self.out_proj.bias), w
+''',
+    },
+    "ex7_padded": {
+        "the course's padding_mask, the chapter's causal_mask and sdp_attention": '''def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
+    if not torch.is_tensor(x) or x.ndim != 3 or not torch.is_floating_point(x):
+        raise ValueError("x: expected a floating-point (batch, L, d_model) tensor")
+    B, L, D = x.shape
+    if not torch.is_tensor(lengths) or lengths.shape != (B,) or lengths.dtype not in (
+            torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        raise ValueError("lengths: expected an integer tensor of shape (batch,)")
+    if lengths.min() < 0 or lengths.max() > L:
+        raise ValueError("lengths: each must be in [0, L]")
+    if causal is not True and causal is not False:
+        raise ValueError("causal must be a bool")
+    dk, dv = W_q.shape[-1], W_v.shape[-1]
+    for name, w, want in [("W_q", W_q, (D, dk)), ("W_k", W_k, (D, dk)), ("W_v", W_v, (D, dv)), ("W_o", W_o, (dv, D))]:
+        if w.shape != want or w.dtype != x.dtype:
+            raise ValueError(f"{name}: expected shape {want} and dtype {x.dtype}")
+    keys = attention.padding_mask(lengths, L)          # (B, 1, L)
+    queries = keys.transpose(1, 2)                     # (B, L, 1)
+    mask = keys & queries
+    if causal:
+        mask = mask & causal_mask(L)
+    v = torch.where(queries, x @ W_v, torch.zeros((), dtype=x.dtype))
+    out, w = sdp_attention(x @ W_q, x @ W_k, v, mask)
+    return out @ W_o, w
+''',
+        "float64 and einsum, nan_to_num for the empty rows": '''def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
+    if not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.dtype in (torch.float16, torch.bfloat16,
+                                                                         torch.float32, torch.float64)):
+        raise ValueError(f"x must be a (batch, L, d_model) float tensor")
+    B, L, D = x.shape
+    ok = isinstance(lengths, torch.Tensor) and list(lengths.shape) == [B] and lengths.dtype in (torch.int32, torch.int64)
+    if not ok or not bool(torch.all((0 <= lengths) & (lengths <= L))):
+        raise ValueError("lengths must be B integers from 0 to L")
+    if type(causal) is not bool:
+        raise ValueError("causal must be True or False")
+    shapes = {"W_q": (D, W_q.shape[-1]), "W_k": (D, W_q.shape[-1]), "W_v": (D, W_v.shape[-1]), "W_o": (W_v.shape[-1], D)}
+    for name, want in shapes.items():
+        w = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}[name]
+        if tuple(w.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(w.shape)}, expected {want}")
+        if w.dtype != x.dtype:
+            raise ValueError(f"{name} is {w.dtype}, x is {x.dtype}")
+    pos = torch.arange(L)
+    real = pos.expand(B, L) < lengths.unsqueeze(1)
+    xd = torch.where(real[..., None], x.double(), 0.0)
+    q = torch.einsum("bld,dk->blk", xd, W_q.double())
+    k = torch.einsum("bld,dk->blk", xd, W_k.double())
+    v = torch.einsum("bld,dv->blv", xd, W_v.double())
+    s = torch.einsum("bik,bjk->bij", q, k) * W_q.shape[-1] ** -0.5
+    ok = real[:, :, None] & real[:, None, :]
+    if causal:
+        ok &= pos[:, None] >= pos[None, :]
+    w = torch.softmax(s.masked_fill(~ok, -math.inf), dim=-1).nan_to_num(0.0)
+    out = torch.einsum("bij,bjv->biv", w, v) @ W_o.double()
+    return out.to(x.dtype), w.to(x.dtype)
+''',
+        "a loop over the sequences, each run alone": '''def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
+    if not isinstance(x, torch.Tensor) or len(x.shape) != 3 or not x.dtype.is_floating_point:
+        raise ValueError("x is not a 3-D float tensor")
+    B, L, D = x.shape
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1 or len(lengths) != B:
+        raise ValueError("lengths must have one entry per sequence")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ValueError("lengths must hold integers")
+    for n in lengths.tolist():
+        if not 0 <= n <= L:
+            raise ValueError(f"lengths: {n} is not between 0 and {L}")
+    if not isinstance(causal, bool):
+        raise ValueError("causal: expected a bool")
+    dk, dv = W_q.shape[-1], W_v.shape[-1]
+    if W_q.shape != (D, dk) or W_q.dtype != x.dtype:
+        raise ValueError("W_q")
+    if W_k.shape != (D, dk) or W_k.dtype != x.dtype:
+        raise ValueError("W_k")
+    if W_v.shape != (D, dv) or W_v.dtype != x.dtype:
+        raise ValueError("W_v")
+    if W_o.shape != (dv, D) or W_o.dtype != x.dtype:
+        raise ValueError("W_o")
+    out, w = x.new_zeros(B, L, D), x.new_zeros(B, L, L)
+    for b, n in enumerate(lengths.tolist()):
+        if n == 0:
+            continue
+        xb = x[b, :n]
+        s = (xb @ W_q) @ (xb @ W_k).T / math.sqrt(dk)
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        p = stable_softmax(s, dim=-1)
+        w[b, :n, :n] = p
+        out[b, :n] = (p @ (xb @ W_v)) @ W_o
+    return out, w
 ''',
     },
 }

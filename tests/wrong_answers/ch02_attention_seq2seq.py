@@ -14,6 +14,39 @@ SOURCE = """def masked_softmax(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
 """
 
+# Exercise 7's reviewed wrong answers are one edit each of this right answer.
+_TF = '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
+    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
+        raise ValueError("tgt_in must be a 2-d integer tensor")
+    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError("src must have as many rows as tgt_in")
+    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+        raise ValueError("src_lengths must be 1-d, one per row of src")
+    st = model.encode(src, src_lengths)
+    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
+    logits, weights = [], []
+    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+        logits.append(model.out(torch.cat([s, c], 1)))
+        weights.append(w)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+'''
+_TF_STEP = """    for i in range(tgt_in.shape[1]):
+        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
+        c = ra.context_vector(w, memory)
+        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
+"""
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
+    if source.count(old) != 1:
+        raise ValueError(f"{old!r} occurs {source.count(old)} times")
+    return source.replace(old, new)
+
+
 HIDDEN_ONLY = {
     # Computes in float32 "to be safe": right for float32 inputs, float64 ones come back as float32.
     "ex1_additive": '''def additive_score(query, UH, W, v):
@@ -149,117 +182,29 @@ def general_score(query, keys, W_a):
 def general_score(query, keys, W_a):
     return (keys @ (query @ W_a).T).squeeze(-1)
 '''),
-    # Exercise 7. Scores with the new state s_i (computed first from the previous context): Luong's order, not Bahdanau's.
-    "tf_scores_with_new_state": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
-        raise ValueError("src_lengths must be 1-d, one per row of src")
-    st = model.encode(src, src_lengths)
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    c = torch.zeros_like(s)
+    # Exercise 7 (the rest of this dict): each one edit of ``_TF``, a right answer.
+    # Scores with the new state s_i (computed first from the previous context): Luong's order, not Bahdanau's.
+    "tf_scores_with_new_state": ("ex7_teacher_forced", _edit(_TF, _TF_STEP, """    c = torch.zeros_like(s)
     for i in range(tgt_in.shape[1]):
         s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
         w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
         c = ra.context_vector(w, memory)
-        logits.append(model.out(torch.cat([s, c], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
-    # Exercise 7. Keys U_a h_j from the encoder's projected states recomputed as U_a applied to the state s instead of the memory: every position gets the same key.
-    "tf_keys_from_encoder_states": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
+""")),
+    # Keys U_a h_j from the encoder's projected states recomputed as U_a applied to the state s instead of the memory: every position gets the same key.
+    "tf_keys_from_encoder_states": ("ex7_teacher_forced", _edit(_TF, "ra.additive_score(s, UH,",
+                                                                "ra.additive_score(s, model.U_a(s)[:, None, :].expand_as(memory),")),
+    # A plain softmax: padding positions get weight.
+    "tf_weights_not_masked": ("ex7_teacher_forced", _edit(_TF, "attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)",
+                                                          "torch.softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), -1)")),
+    # The output layer reads [s_i; s_i]: the context left out of the read-out.
+    "tf_logits_from_state_only": ("ex7_teacher_forced", _edit(_TF, "model.out(torch.cat([s, c], 1))", "model.out(torch.cat([s, s], 1))")),
+    # Starts from the second target token: step i is fed tgt_in[:, i + 1] (and the last step the last token again).
+    "tf_off_by_one": ("ex7_teacher_forced", _edit(_TF, "model.embedding(tgt_in[:, i])",
+                                                  "model.embedding(tgt_in[:, min(i + 1, tgt_in.shape[1] - 1)])")),
+    # No check of src_lengths' shape: a (B, 1) src_lengths runs (broadcast) instead of raising.
+    "tf_no_validation_of_lengths": ("ex7_teacher_forced", _edit(_TF, """    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
         raise ValueError("src_lengths must be 1-d, one per row of src")
     st = model.encode(src, src_lengths)
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    for i in range(tgt_in.shape[1]):
-        w = attention.masked_softmax(ra.additive_score(s, model.U_a(s)[:, None, :].expand_as(memory), model.W_a.weight, model.v_a), mask)
-        c = ra.context_vector(w, memory)
-        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
-        logits.append(model.out(torch.cat([s, c], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
-    # Exercise 7. A plain softmax: padding positions get weight.
-    "tf_weights_not_masked": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
-        raise ValueError("src_lengths must be 1-d, one per row of src")
-    st = model.encode(src, src_lengths)
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    for i in range(tgt_in.shape[1]):
-        w = torch.softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), -1)
-        c = ra.context_vector(w, memory)
-        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
-        logits.append(model.out(torch.cat([s, c], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
-    # Exercise 7. The output layer reads [s_i; s_i]: the context left out of the read-out.
-    "tf_logits_from_state_only": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
-        raise ValueError("src_lengths must be 1-d, one per row of src")
-    st = model.encode(src, src_lengths)
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    for i in range(tgt_in.shape[1]):
-        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
-        c = ra.context_vector(w, memory)
-        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
-        logits.append(model.out(torch.cat([s, s], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
-    # Exercise 7. Starts from the second target token: step i is fed tgt_in[:, i + 1] (and the last step the last token again).
-    "tf_off_by_one": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    if src_lengths.dim() != 1 or src_lengths.shape[0] != src.shape[0]:
-        raise ValueError("src_lengths must be 1-d, one per row of src")
-    st = model.encode(src, src_lengths)
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    for i in range(tgt_in.shape[1]):
-        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
-        c = ra.context_vector(w, memory)
-        s = model.cell(torch.cat([model.embedding(tgt_in[:, min(i + 1, tgt_in.shape[1] - 1)]), c], 1), s)
-        logits.append(model.out(torch.cat([s, c], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
-    # Exercise 7. No check of src_lengths' shape: a (B, 1) src_lengths runs (broadcast) instead of raising.
-    "tf_no_validation_of_lengths": ("ex7_teacher_forced", '''def bahdanau_teacher_forced(model, src, src_lengths, tgt_in):
-    if tgt_in.dim() != 2 or tgt_in.is_floating_point() or tgt_in.dtype == torch.bool:
-        raise ValueError("tgt_in must be a 2-d integer tensor")
-    if src.dim() != 2 or src.shape[0] != tgt_in.shape[0]:
-        raise ValueError("src must have as many rows as tgt_in")
-    st = model.encode(src, src_lengths.reshape(-1))
-    memory, UH, mask, s = st["memory"], st["keys"], st["mask"], st["hidden"]
-    logits, weights = [], []
-    for i in range(tgt_in.shape[1]):
-        w = attention.masked_softmax(ra.additive_score(s, UH, model.W_a.weight, model.v_a), mask)
-        c = ra.context_vector(w, memory)
-        s = model.cell(torch.cat([model.embedding(tgt_in[:, i]), c], 1), s)
-        logits.append(model.out(torch.cat([s, c], 1)))
-        weights.append(w)
-    return torch.stack(logits, 1), torch.stack(weights, 1)
-'''),
+""", """    st = model.encode(src, src_lengths.reshape(-1))
+""")),
 }

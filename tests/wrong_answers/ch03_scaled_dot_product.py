@@ -22,6 +22,38 @@ SOURCE = '''def sdp_attention(q, k, v, mask=None):
     return weights @ v, weights
 '''
 
+# Exercise 7's wrong answers are one edit each of this right answer.
+_PADDED = '''def padded_self_attention(x, lengths, W_q, W_k, W_v, W_o, causal=False):
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
+        raise ValueError("x must be a floating-point (batch, L, d_model) tensor")
+    B, L, D = x.shape
+    if not isinstance(lengths, torch.Tensor) or lengths.shape != (B,) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError("lengths must be an integer tensor of shape (batch,)")
+    if ((lengths < 0) | (lengths > L)).any():
+        raise ValueError("lengths must lie between 0 and L")
+    if not isinstance(causal, bool):
+        raise ValueError("causal must be True or False")
+    d_k, d_v = W_q.shape[-1], W_v.shape[-1]
+    for name, w, shape in (("W_q", W_q, (D, d_k)), ("W_k", W_k, (D, d_k)), ("W_v", W_v, (D, d_v)), ("W_o", W_o, (d_v, D))):
+        if w.shape != shape or w.dtype != x.dtype:
+            raise ValueError(f"{name} must be {shape} of x's dtype")
+    real = torch.arange(L)[None, :] < lengths[:, None]
+    mask = real[:, None, :] & real[:, :, None]
+    if causal:
+        mask = mask & torch.ones(L, L, dtype=torch.bool).tril()
+    v = (x @ W_v).masked_fill(~real[..., None], 0.0)
+    out, w = attention.scaled_dot_product_attention(x @ W_q, x @ W_k, v, mask)
+    return out @ W_o, w
+'''
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    """``source`` with its one occurrence of ``old`` replaced (a wrong answer one edit away from a right one)."""
+    if source.count(old) != 1:
+        raise ValueError(f"{old!r} occurs {source.count(old)} times")
+    return source.replace(old, new)
+
+
 HIDDEN_ONLY = {
     # d_k read as q.shape[1], right for the (L, d_k) inputs of the worked example and for the
     # shape-only batched check, wrong for (batch, heads, L, d_k) inputs.
@@ -80,6 +112,9 @@ HIDDEN_ONLY = {
         w = torch.softmax(s, dim=-1)
         return self.out_proj(w @ v), w
 ''',
+    # The padding cleaned with nan_to_num instead of zeroed: NaN becomes 0 (the visible NaN check passes),
+    # but inf becomes the largest float, its values overflow to inf again, and 0 x inf is NaN (hidden).
+    "ex7_padded": _edit(_PADDED, "v = (x @ W_v).masked_fill(~real[..., None], 0.0)", "v = torch.nan_to_num(x) @ W_v"),
 }
 
 # Wrong answers that reviewers found (or that we found while widening the hidden tests to the documented
@@ -206,4 +241,26 @@ REVIEWED = {
         out, w = attention.scaled_dot_product_attention(q, k, v, mask)
         return self.out_proj(out), w
 '''),
+    # Exercise 7 (issue 52): each one edit of ``_PADDED``, a right answer.
+    # Only lengths above L are rejected: a negative length builds a mask of no real position and gives
+    # zeros, where the prompt asks for a ValueError naming lengths.
+    "padded_negative_length_accepted": ("ex7_padded", _edit(_PADDED, "((lengths < 0) | (lengths > L)).any()",
+                                                            "(lengths > L).any()")),
+    # The padded values left as they are: weight 0 times a NaN (or inf) value is NaN, so every real query
+    # of a sequence whose padding holds NaN comes out NaN.
+    "padded_values_not_zeroed": ("ex7_padded", _edit(_PADDED, "v = (x @ W_v).masked_fill(~real[..., None], 0.0)",
+                                                     "v = x @ W_v")),
+    # The key mask only (what nn.MultiheadAttention's key_padding_mask does): padded queries attend to
+    # the real keys instead of to nothing, so their weights and outputs are not zero.
+    "padded_queries_attend_like_mha": ("ex7_padded", _edit(_PADDED, "mask = real[:, None, :] & real[:, :, None]",
+                                                           "mask = real[:, None, :]")),
+    # The causal triangle taken from the wrong side (triu: each query sees itself and the future).
+    "padded_causal_upper_triangle": ("ex7_padded", _edit(_PADDED, "torch.ones(L, L, dtype=torch.bool).tril()",
+                                                         "torch.ones(L, L, dtype=torch.bool).triu()")),
+    # The weights' dtype not compared with x's: a float64 W_v on float32 x fails inside the product with
+    # a RuntimeError that names no weight, instead of the ValueError the prompt asks for.
+    "padded_weight_dtype_unchecked": ("ex7_padded", _edit(_PADDED, "if w.shape != shape or w.dtype != x.dtype:",
+                                                          "if w.shape != shape:")),
+    # Booleans accepted as lengths: True/False count as 1/0, where the prompt asks for a ValueError.
+    "padded_bool_lengths_accepted": ("ex7_padded", _edit(_PADDED, " or lengths.dtype == torch.bool:", ":")),
 }
