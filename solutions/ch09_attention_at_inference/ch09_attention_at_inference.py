@@ -980,7 +980,7 @@ print("W = 3, positions 0-6:", [slot_fn(pos, 3).tolist() for pos in range(7)])
 # inside hidden states of later positions, carried forward window by window: layer 1 at positions up
 # to 5,095 may have read it, layer 2 at positions up to about 9,190 may have read those, and so on,
 # about 5 windows and so 5 or more layers deep to cover 19,000 positions. At every hop it has to be
-# written into, and kept in, a vector of $d_	ext{model}$ numbers that also carries everything else
+# written into, and kept in, a vector of $d_\text{model}$ numbers that also carries everything else
 # that position needs, and the chain must have been learned; nothing guarantees it. The receptive
 # field says that the output *can* depend on token 1,000 (a gradient is not zero), not how much
 # information about it arrives. The rolling buffer threw away the keys and values themselves, the
