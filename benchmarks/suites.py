@@ -33,7 +33,6 @@ from course_utils import (
     data,
     families,
     kvcache,
-    mla,
     multihead,
     paged,
     rnn,
@@ -426,36 +425,11 @@ def _rolling_step(cfg: Config, device: str, T: int) -> dict:
             "mib_used": (T + 1) * per_token}
 
 
-def _latent_step(cfg: Config, device: str, T: int) -> dict:
-    """One decoding step of multi-head latent attention in its absorbed form (``mla.mla_absorbed``,
-    DeepSeek-V2's ``d_c = 4 d_head``, ``d_rope = d_head / 2``) over ``T`` cached latents, against one
-    step of an MHA layer with the same heads (``multihead.MultiHeadAttention`` with a ``kvcache.KVCache``
-    of ``T`` positions): both from the new token's hidden state to the layer's output."""
-    (h, d), B = cfg.inf_heads, cfg.inf_batch
-    g = _gen("cpu", T)
-    d_c, d_rope = 4 * d, d // 2
-    W = {k: w.to(device) for k, w in mla.mla_weights(h * d, h, d, d_c, d_rope, generator=g).items()}
-    x = torch.randn(B, T + 1, h * d, generator=g).to(device)
-    c_kv, k_rope = mla.mla_cache(x, W)
-    torch.manual_seed(T)
-    layer = multihead.MultiHeadAttention(h * d, h).to(device).eval()
-    cache = kvcache.KVCache(max_len=T + 1)
-    with torch.no_grad():
-        cache.append(multihead.split_heads(layer.k_proj(x[:, :T]), h), multihead.split_heads(layer.v_proj(x[:, :T]), h))
-    per_token = {kind: mla.kv_bytes_per_token(kind, h, d, d_c=d_c, d_rope=d_rope, bytes_per_value=4) / 2 ** 20
-                 for kind in ("mla", "mha")}
-    return {"method": f"latent (MLA absorbed, d_c {d_c})", "baseline": f"MHA layer step, {h} heads",
-            "fns": (lambda: mla.mla_absorbed(x[:, -1:], c_kv, k_rope, W),
-                    lambda: layer(x[:, T:], cache=cache.crop(T), causal=True)),
-            "read": c_kv.nbytes + k_rope.nbytes, "check": False, "mib_method": (T + 1) * per_token["mla"],
-            "mib_base": (T + 1) * per_token["mha"], "mib_used": (T + 1) * per_token["mla"]}
-
-
 def inference_table(cfg: Config, ctx: Context) -> Table:
     """Chapter 9's caches, one decoding step each, against the cache they replace: a paged cache
-    (``paged.PagedKVCache``) against a contiguous one preallocated to the longest length, a rolling
-    buffer (``rolling.RollingKVCache``) against a full cache, and latent attention (``mla``) against
-    an MHA cache; with the memory each reserves for the same tokens."""
+    (``paged.PagedKVCache``) against a contiguous one preallocated to the longest length, and a rolling
+    buffer (``rolling.RollingKVCache``) against a full cache; with the memory each reserves for the
+    same tokens (latent attention has its own table, ``latent``)."""
     h, d = cfg.inf_heads
     t = Table("inference", f"Attention at inference time, one decoding step (batch {cfg.inf_batch}, {h} heads, "
               f"d_head = {d}, fp32)", columns=list(_INF_COLUMNS), ratios=["speedup"], ceilings=["bw"],
@@ -463,7 +437,7 @@ def inference_table(cfg: Config, ctx: Context) -> Table:
     start = time.perf_counter()
     for device, threads in ctx.settings():
         for T in cfg.inf_contexts:
-            for build in (_paged_step, _rolling_step, _latent_step):
+            for build in (_paged_step, _rolling_step):
                 case = build(cfg, device, T)
                 method, base = case["fns"]
                 with cost.torch_threads(threads), torch.no_grad():
@@ -477,7 +451,7 @@ def inference_table(cfg: Config, ctx: Context) -> Table:
                                "bw": case["read"] / tm.median("method") / 1e9,
                                **{k: case[k] for k in ("mib_method", "mib_base", "mib_used")}})
             ctx.log(f"  inference {device} threads={threads} T={T}: "
-                    + ", ".join(f"{r['method']} {r['speedup']:.2f}" for r in t.rows[-3:]))
+                    + ", ".join(f"{r['method']} {r['speedup']:.2f}" for r in t.rows[-2:]))
     t.notes = [
         "paged: each sequence's length is drawn in [1, context] (seeded); the contiguous cache reserves "
         "context slots per sequence, the paged one whole blocks (paged.paged_memory). Its step gathers the keys "
@@ -488,12 +462,6 @@ def inference_table(cfg: Config, ctx: Context) -> Table:
         "rolling: the step writes one position and attends to the window's slots "
         "(rolling.RollingKVCache.step), against a write and attention over every cached position; batch folded "
         "into the heads. Its memory is the same at every context.",
-        "latent: mla.mla_absorbed for the newest position over the cached latents and rotated keys, against one "
-        "cached step of multihead.MultiHeadAttention with the same heads (two different layers: the rows compare "
-        "cost and memory, not outputs). mla.mla_absorbed forms W_UV W_O on every call, as the chapter writes it; "
-        "a server forms it once. Per cached token the absorbed step multiplies (d_c + d_rope) / d_head = 4.5 times the "
-        "values of MHA's attention while reading (d_c + d_rope) / (2 · heads · d_head) of its bytes: a step bound by "
-        "memory bandwidth gains, one bound by arithmetic may not. MiB from mla.kv_bytes_per_token at 4 bytes per value.",
         "% bandwidth: the cache bytes the method reads over its time, as a fraction of the copy bandwidth "
         "measured in this run at the same thread count.",
     ]
