@@ -79,7 +79,7 @@ def verify_draft(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
 
 
 def accept(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
-           generator: torch.Generator | None = None) -> tuple[torch.Tensor, int]:
+           generator: torch.Generator | None = None, verify=verify_draft) -> tuple[torch.Tensor, int]:
     """The verification of one speculative step.
 
     Args:
@@ -87,6 +87,7 @@ def accept(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
         q: the draft's probabilities ``(gamma, V)``, from which ``draft_tokens`` were drawn.
         draft_tokens: ``(gamma,)`` ids.
         generator: the random source: ``gamma`` uniforms first, then the corrected or bonus draw.
+        verify: the function that decides, :func:`verify_draft` or one of its signature (a learner's).
     Returns:
         ``(accepted, next_token)``: ``accepted`` the ``n <= gamma`` draft tokens kept (a prefix of
         ``draft_tokens``), ``next_token`` the token drawn from the residual at position ``n + 1``
@@ -94,7 +95,7 @@ def accept(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
     """
     _check_accept(p, q, draft_tokens)
     u = torch.rand(draft_tokens.shape, generator=generator, dtype=p.dtype, device=p.device)
-    n, dist = verify_draft(p, q, draft_tokens, u)
+    n, dist = verify(p, q, draft_tokens, u)
     return draft_tokens[:n], int(torch.multinomial(dist, 1, generator=generator))
 
 
@@ -137,12 +138,12 @@ def _draft(draft, cache, seq, gamma, greedy, generator):
 
 @torch.no_grad()
 def speculative_generate(target, draft, prompt: torch.Tensor, gamma: int, n_new: int,
-                         greedy: bool = True, generator: torch.Generator | None = None
-                         ) -> tuple[torch.Tensor, dict[str, int]]:
+                         greedy: bool = True, generator: torch.Generator | None = None,
+                         verify=verify_draft) -> tuple[torch.Tensor, dict[str, int]]:
     """Generate ``n_new`` tokens after ``prompt (1, P)`` (P >= 1) with ``target`` verifying ``gamma``
     tokens of ``draft`` per step; both are :class:`~course_utils.lm.DecoderLM` with caches (one
     vocabulary). ``greedy``: argmax decoding (equal to the target's greedy decoding); otherwise
-    sampling at temperature 1 (distributed as the target's samples).
+    sampling at temperature 1 (distributed as the target's samples). ``verify``: as in :func:`accept`.
 
     Returns ``(tokens (1, n_new), stats)`` with ``stats``: ``target_passes`` (forward passes of the
     target), ``drafted`` and ``accepted`` (draft tokens proposed and kept), ``rejected`` (steps that
@@ -161,7 +162,7 @@ def speculative_generate(target, draft, prompt: torch.Tensor, gamma: int, n_new:
     while seq.shape[1] < prompt.shape[1] + n_new:
         xs, q = _draft(draft, d_cache, seq, gamma, greedy, generator)
         p = _probs(target(torch.cat([seq[:, len(t_cache):], xs[None]], dim=1), cache=t_cache)[0, -gamma - 1:], greedy)
-        kept, nxt = accept(p, q, xs, generator)
+        kept, nxt = accept(p, q, xs, generator, verify)
         seq = torch.cat([seq, kept[None], torch.tensor([[nxt]], device=seq.device)], dim=1)
         t_cache.crop(seq.shape[1] - 1)                         # roll back the rejected positions
         d_cache.crop(min(len(d_cache), seq.shape[1] - 1))
