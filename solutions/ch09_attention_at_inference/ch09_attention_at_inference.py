@@ -516,9 +516,9 @@ for mode, rows in (("greedy", greedy_rows), ("sampling", sample_rows)):
 # Read your run's table (it is one sample: the trained weights differ a little between CPUs, and
 # the sampled tokens with the seed). In the stored run the greedy rows keep more than the sampling
 # rows: a greedy draft only has to agree with the target's argmax, a sampling draft's whole
-# distribution is compared with the target's. In both, the tokens per target pass grow with $\gamma$ and stay
-# below $\gamma + 1$, and the target passes per token fall below 1, by as much as the draft is
-# right. Eq. 1 is a model, not an identity: it assumes that each draft token is kept
+# distribution is compared with the target's. In both, the tokens per target pass first grow with
+# $\gamma$, then level off (a further draft token is tested only when all before it were kept), and
+# the target passes per token fall below 1 while the draft passes per token keep growing. Eq. 1 is a model, not an identity: it assumes that each draft token is kept
 # independently with the same probability, while real text has easy stretches (indentation, a
 # keyword's end) where a draft is right many times in a row and hard ones where it is wrong at
 # once; the measured column and the formula's differ by as much as that assumption fails.
