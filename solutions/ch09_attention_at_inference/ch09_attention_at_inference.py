@@ -264,7 +264,7 @@ def verify_draft(p, q, draft_tokens, u):
         raise ValueError(f"q must be (gamma, V), got shape {tuple(q.shape)}")
     gamma, V = q.shape
     if tuple(p.shape) != (gamma + 1, V):
-        raise ValueError(f"p must be (gamma + 1, V) = {(gamma + 1, V)}, got {tuple(p.shape)}")
+        raise ValueError(f"p must be (gamma + 1, V) with q (gamma, V) = {tuple(q.shape)}, got {tuple(p.shape)}")
     if tuple(draft_tokens.shape) != (gamma,) or tuple(u.shape) != (gamma,):
         raise ValueError(f"draft_tokens and u must be ({gamma},), got {tuple(draft_tokens.shape)} and {tuple(u.shape)}")
     if ((draft_tokens < 0) | (draft_tokens >= V)).any():
@@ -659,7 +659,7 @@ def mla_attend(h, c_kv, k_rope, W):
     """
     ### BEGIN SOLUTION
     if h.dim() != 3 or h.shape[-1] != W["W_Q"].shape[1]:
-        raise ValueError(f"h must be (batch, T_q, d_model = {W['W_Q'].shape[1]}), got {tuple(h.shape)}")
+        raise ValueError(f"h must be (batch, T_q, d_model) with W_Q's d_model, got {tuple(h.shape)}")
     batch, T_q, _ = h.shape
     if c_kv.dim() != 3 or k_rope.dim() != 3 or c_kv.shape[:2] != k_rope.shape[:2]:
         raise ValueError(f"c_kv and k_rope must be (batch, T, ...) alike, got {tuple(c_kv.shape)} and {tuple(k_rope.shape)}")
@@ -756,7 +756,8 @@ def _case4(r):
 def _raises4_hidden(r):
     h, c, kr, W = _in4[2]                              # batch 3, T 8, d_model 10
     bad = [("h of 2 axes", (h[0], c, kr, W)), ("h of d_model 9", (h[..., :9], c, kr, W)),
-           ("c_kv of 2 axes", (h[:, -2:], c[0], kr, W)), ("k_rope of batch 2", (h[:, -2:], c, kr[:2], W)),
+           ("c_kv of 2 axes", (h[:, -2:], c[0], kr, W)), ("c_kv of 2 axes (batch, T)", (h[:, -2:], c[..., 0], kr, W)),
+           ("k_rope of batch 2", (h[:, -2:], c, kr[:2], W)),
            ("k_rope of 7 positions, c_kv of 8", (h[:, -2:], c, kr[:, :7], W)),
            ("a cache of batch 2 for h of batch 3", (h[:, -2:], c[:2], kr[:2], W)),
            ("5 queries on a cache of 4", (h[:, -5:], c[:, :4], kr[:, :4], W))]
@@ -770,7 +771,7 @@ def _raises4_hidden(r):
 
 checks.run_checks("mla_attend (hidden)", [
     *((f"case {r}", lambda r=r: _case4(r)) for r in range(len(_cases4))),
-    *((f"bad input {r}", lambda r=r: _raises4_hidden(r)) for r in range(7)),
+    *((f"bad input {r}", lambda r=r: _raises4_hidden(r)) for r in range(8)),
 ])
 ### END HIDDEN TESTS
 

@@ -102,6 +102,7 @@ REVIEWED = {
                                                  "return torch.einsum(\"bhtc,hcm->btm\", a @ c_kv[:, None], W_OV) / W_OV.shape[0]")),
     # The RoPE part left out of the score: content only.
     "mla_no_rope_score": ("ex4_mla_attend", _edit(_MLA, " + q_r @ k_rope[:, None].transpose(-1, -2)", "")),
-    # No check that the cache holds T_q positions.
-    "mla_short_cache_unchecked": ("ex4_mla_attend", _edit(_MLA, " or c_kv.shape[1] < h.shape[1]", "")),
+    # No check of the cache's batch against h's: a cache of another batch fails inside einsum with a
+    # RuntimeError (or broadcasts, for a batch of 1), not the ValueError the prompt asks for.
+    "mla_cache_batch_unchecked": ("ex4_mla_attend", _edit(_MLA, "c_kv.shape[0] != h.shape[0] or ", "")),
 }
