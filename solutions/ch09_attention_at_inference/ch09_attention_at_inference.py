@@ -808,7 +808,7 @@ assert err < 1e-10, "decoding on the latent cache must equal explicit MLA"
 # numbers, GQA with $n_g$ groups $2 n_g d_h$, MQA $2 d_h$, MLA $d_c + d^R_h$
 # (`mla.kv_bytes_per_token`). DeepSeek-V2's attention has $n_h = 128$ heads of $d_h = 128$,
 # $d_c = 4 d_h$ and $d^R_h = d_h / 2$, and 60 layers; the paper's Table 1 writes MLA's cache as
-# $(d_c + d^R_h)\, l \approx \tfrac{9}{2} d_h\, l$ elements and calls it "equal to GQA with only 2.25
+# $(d_c + d^R_h)\, l \approx \tfrac{9}{2} d_h\, l$ elements and calls it "equal to GQA with only <!-- q:out#as many as GQA with -->2.25<!-- /q -->
 # groups". The cell reproduces that from the dimensions (bfloat16, 2 bytes a number), and checks the
 # formula against the bytes of the tensors `mla.mla_cache` returns.
 
