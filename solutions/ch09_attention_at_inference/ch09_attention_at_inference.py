@@ -166,13 +166,13 @@ checks.run_checks("shift (hidden)", [
 # draws included) against $p$, and, as the control, the draft's own tokens against $p$.
 
 # %%
-import hashlib   # noqa: E402 (sections 4 and 5 import what they use here)
-import math   # noqa: E402
-import re   # noqa: E402
-import time   # noqa: E402
-from collections import Counter   # noqa: E402
+import hashlib  # noqa: E402 (sections 4 and 5 import what they use here)
+import math  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
 
-from course_utils import ablation, decoding, mla, positional, runcache, speculative, textlm   # noqa: E402
+from course_utils import ablation, decoding, mla, positional, runcache, speculative, textlm  # noqa: E402
 
 g = torch.Generator().manual_seed(9)
 V = 5
