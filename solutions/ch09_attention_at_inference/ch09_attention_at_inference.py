@@ -172,7 +172,7 @@ import re  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from course_utils import ablation, decoding, mla, positional, runcache, speculative, textlm  # noqa: E402
+from course_utils import ablation, decoding, kvcache, kvquant, mla, positional, runcache, speculative, textlm  # noqa: E402
 
 g = torch.Generator().manual_seed(9)
 V = 5
@@ -845,6 +845,78 @@ assert tensor_bytes == formula, "the formula must count the cache's bytes"
 # memory (chapter 4), that is the trade DeepSeek-V2 chose. The paper reports MLA stronger than MHA
 # in its ablations (its Appendix D.2); that comparison needs training at scale and is beyond this
 # notebook.
+
+
+# %% [markdown]
+# ## 6. An int8 KV cache (optional)
+#
+# A third way to shrink the cache keeps every number but stores it in fewer bits. `course_utils.kvquant`
+# stores each cached key or value in int8, with one scale per **channel** (one head's one feature):
+# `scale = max over positions of |x| / 127`, code `round(x / scale)`. Dequantised, every number is off
+# by at most half its channel's scale, by construction; the cache takes 1 byte a number, plus the
+# scales, instead of 2 (bfloat16) or 4 (float32). Per-channel scales suit keys, whose large values sit
+# in a few fixed channels (KIVI, Liu et al. 2024, quantises keys per channel and values per token; here
+# both use the one function).
+#
+# The cell fills the trained target's cache with 48 held-out bytes in each of 32 windows (the model
+# was trained on windows of 64), replaces every layer's keys and values by their int8 round trip, and
+# feeds each window's next 16 bytes on top: their next-byte loss with the int8 cache against the
+# float32 one, and how often the argmax changes.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+CONTEXT, FOLLOW, N_WINDOWS = 48, 16, 32
+window = torch.stack([val_ids[s:s + CONTEXT + FOLLOW + 1]
+                      for s in torch.linspace(0, len(val_ids) - CONTEXT - FOLLOW - 2, N_WINDOWS).long().tolist()])
+
+
+def int8_round_trip(t):
+    """``t (batch, heads, T, d_head)`` through int8, per-channel scales for each sequence; the worst
+    error as a fraction of its bound, half a scale."""
+    backs, worst = [], 0.0
+    for seq in t:                                                          # (heads, T, d_head)
+        codes, scale = kvquant.quantize_int8(seq.transpose(0, 1))          # (T, heads, d_head), scale (heads, d_head)
+        back = kvquant.dequantize_int8(codes, scale).transpose(0, 1)
+        backs.append(back)
+        worst = max(worst, ((back - seq).abs() / (scale[:, None] / 2)).max().item())
+    return torch.stack(backs), worst
+
+
+with torch.no_grad():
+    exact_cache = target.init_state(N_WINDOWS)
+    target(window[:, :CONTEXT], cache=exact_cache)
+    int8_cache = target.init_state(N_WINDOWS)
+    worst = 0.0
+    for i, layer in enumerate(exact_cache.layers):
+        (k8, wk), (v8, wv) = int8_round_trip(layer.k), int8_round_trip(layer.v)
+        int8_cache.layers[i] = kvcache.KVCache(k8, v8)
+        worst = max(worst, wk, wv)
+    assert worst <= 1 + 1e-5, "an int8 round trip is off by at most half a scale"
+    follow, want = window[:, CONTEXT:CONTEXT + FOLLOW], window[:, CONTEXT + 1:].reshape(-1)
+    logits_exact = target(follow, cache=exact_cache).flatten(0, 1)
+    logits_int8 = target(follow, cache=int8_cache).flatten(0, 1)
+loss = {name: torch.nn.functional.cross_entropy(lg, want).item() for name, lg in (("float32", logits_exact), ("int8", logits_int8))}
+print(f"worst error of the round trip: {worst:.3f} of half a scale")
+print(f"next-byte loss of the {FOLLOW} bytes after {CONTEXT}, {N_WINDOWS} windows: float32 cache {loss['float32']:.4f}, "
+      f"int8 cache {loss['int8']:.4f}; max |logit difference| {(logits_exact - logits_int8).abs().max().item():.3f}; "
+      f"argmax changed at {(logits_exact.argmax(-1) != logits_int8.argmax(-1)).sum().item()} of {len(want)} positions")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+heads, d_head = target.cfg.n_kv_heads, target.cfg.d_model // target.cfg.n_heads
+print(f"{'tokens':>7} {'float32 bytes':>14} {'bfloat16 bytes':>15} {'int8 + scales':>14} {'int8 / bfloat16':>16}")
+for T in (16, 256, 4096):
+    bf16 = 2 * T * heads * d_head * 2
+    int8 = kvquant.int8_cache_bytes(T, heads, d_head)
+    print(f"{T:>7} {2 * bf16:>14} {bf16:>15} {int8:>14} {int8 / bf16:>16.3f}")
+
+# %% [markdown]
+# The round trip stays within half a scale, as it must. What it does to the model is your run's
+# number above: the difference of the two losses, and the argmax changes, are the price of the int8
+# cache on this model.
+# The bytes, per layer of the target's key/value heads: the scales
+# are a fixed cost, so for short sequences int8 saves less than half of bfloat16's bytes, and
+# for long ones it tends to half.
 
 
 # %% [markdown]
