@@ -172,7 +172,17 @@ import re  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from course_utils import ablation, decoding, kvcache, kvquant, mla, positional, runcache, speculative, textlm  # noqa: E402
+from course_utils import (  # noqa: E402
+    ablation,
+    decoding,
+    kvcache,
+    kvquant,
+    mla,
+    positional,
+    runcache,
+    speculative,
+    textlm,
+)
 
 g = torch.Generator().manual_seed(9)
 V = 5
