@@ -852,7 +852,9 @@ assert tensor_bytes == formula, "the formula must count the cache's bytes"
 # own. What it costs: the rebuilt keys live in a subspace of $d_c$ dimensions, and at inference each
 # query is first mapped into that space (width $d_c = 4 d_h$ per head instead of $d_h$), so a
 # decoding step does more arithmetic per cached byte than GQA's; since decoding is bound by reading
-# memory (chapter 4), that is the trade DeepSeek-V2 chose. The paper reports MLA stronger than MHA
+# memory (chapter 4), that is the trade DeepSeek-V2 chose. `make bench` times one decoding step both
+# ways (its `latent` table): rebuilding every head's keys and values from the latents at each step
+# costs work in proportion to the whole cache, the absorbed step only reads the latents. The paper reports MLA stronger than MHA
 # in its ablations (its Appendix D.2); that comparison needs training at scale and is beyond this
 # notebook.
 
