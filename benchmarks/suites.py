@@ -33,8 +33,10 @@ from course_utils import (
     data,
     families,
     kvcache,
+    mla,
     multihead,
     paged,
+    positional,
     rnn,
     rnn_attention,
     rolling,
@@ -71,6 +73,7 @@ class Config:
     dec_contexts: tuple[int, ...] = (64, 512, 2048)
     dec_batches: tuple[int, ...] = (1, 16)
     dec_model: tuple[int, int] = (256, 8)                              # d_model, heads
+    mla_dims: tuple[int, int, int, int, int] = (256, 8, 32, 128, 16)  # d_model, heads, d_head, d_c, d_rope
     conv_sizes: tuple[int, ...] = (8, 16, 24, 32)
     conv_channels: int = 8
     train_steps: int = 10                  # training steps per round and family
@@ -96,9 +99,10 @@ CONFIGS = {
     "tiny": Config("tiny", rounds=2, budget_s=0.2, min_sample_s=0.0, threads=(1,), matmul_n=128, copy_mib=4,
                    ceiling_rounds=2, attn_lengths=(32, 64), attn_heads=2,
                    attn_d=16, attn_radius=4, mha_shape=(2, 16, 32, 4), kv_variants=(("MHA", 4), ("GQA-2", 2), ("MQA", 1)),
-                   dec_contexts=(8, 32), dec_batches=(1, 2), dec_model=(32, 4), conv_sizes=(4,), conv_channels=2,
-                   train_steps=1, train_rounds=2, train_small=True, grading_submissions=1,
-                   inf_contexts=(24, 80), inf_batch=3, inf_heads=(2, 8), inf_block=4, inf_window=16),
+                   dec_contexts=(8, 32), dec_batches=(1, 2), dec_model=(32, 4), mla_dims=(32, 4, 8, 16, 4),
+                   conv_sizes=(4,), conv_channels=2, train_steps=1, train_rounds=2, train_small=True,
+                   grading_submissions=1, inf_contexts=(24, 80), inf_batch=3, inf_heads=(2, 8), inf_block=4,
+                   inf_window=16),
 }
 
 
@@ -353,7 +357,7 @@ def decoding_table(cfg: Config, ctx: Context) -> Table:
 
 
 # --------------------------------------------------------------------------------------------
-# attention at inference time (chapter 9): paged, rolling, latent
+# attention at inference time (chapter 9): paged, rolling
 # --------------------------------------------------------------------------------------------
 
 _INF_COLUMNS = [("device", "device", ""), ("threads", "threads", ""), ("context", "context", "d"),
@@ -464,6 +468,72 @@ def inference_table(cfg: Config, ctx: Context) -> Table:
         "into the heads. Its memory is the same at every context.",
         "% bandwidth: the cache bytes the method reads over its time, as a fraction of the copy bandwidth "
         "measured in this run at the same thread count.",
+    ]
+    t.seconds = time.perf_counter() - start
+    return t
+
+
+# --------------------------------------------------------------------------------------------
+# latent KV (chapter 9): MLA's decoding step, explicit against absorbed
+# --------------------------------------------------------------------------------------------
+
+def _mla_explicit_step(h: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor, W: dict) -> torch.Tensor:
+    """One MLA decoding step with every head's keys and values rebuilt from the latent cache
+    (``c_kv (B, T, d_c)``, ``k_rope (B, T, d_rope)``; ``h (B, 1, d_model)`` the newest position)."""
+    T = c_kv.shape[1]
+    q_c = torch.einsum("btm,hmd->bhtd", h, W["W_Q"])
+    q_r = positional.apply_rope_half(torch.einsum("btm,hmr->bhtr", h, W["W_QR"]), offset=T - 1)
+    k_c = torch.einsum("bsc,hcd->bhsd", c_kv, W["W_UK"])
+    v = torch.einsum("bsc,hcd->bhsd", c_kv, W["W_UV"])
+    k = torch.cat([k_c, k_rope[:, None].expand(-1, k_c.shape[1], -1, -1)], -1)
+    out = F.scaled_dot_product_attention(torch.cat([q_c, q_r], -1), k, v)
+    return torch.einsum("bhtd,hdm->btm", out, W["W_O"])
+
+
+def latent_table(cfg: Config, ctx: Context) -> Table:
+    """One decoding step of one MLA layer (``course_utils.mla``) after ``T`` cached tokens: the keys
+    and values rebuilt from the latents (``W_UK``, ``W_UV`` applied to the whole cache) against the
+    absorbed form (``mla.mla_absorbed``: scores and averages over the latents themselves)."""
+    d, h, dh, dc, dr = cfg.mla_dims
+    t = Table("latent", f"Decoding one token, one MLA layer (d_model = {d}, {h} heads of {dh}, d_c = {dc}, "
+              f"d_rope = {dr}, fp32)",
+              columns=[("device", "device", ""), ("threads", "threads", ""), ("batch", "batch", "d"),
+                       ("context", "context", "d"), ("ms_explicit", "rebuilt K, V ms", ".3f"),
+                       ("ms_absorbed", "absorbed ms", ".3f"), ("ratio", "rebuilt ÷ absorbed", ".2f"),
+                       ("cache_mib", "latent cache MiB", ".3f"), ("mha_mib", "MHA cache MiB", ".3f"),
+                       ("bw_absorbed", "absorbed % bandwidth", ".1%")],
+              ratios=["ratio"], ceilings=["bw_absorbed"], ceiling_of={"bw_absorbed": "bandwidth_gbs"})
+    start = time.perf_counter()
+    for device, threads in ctx.settings():
+        W = {k: v.to(device) for k, v in mla.mla_weights(d, h, dh, dc, dr, generator=torch.Generator().manual_seed(0)).items()}
+        for batch in cfg.dec_batches:
+            for T in cfg.dec_contexts:
+                x = torch.randn(batch, T, d, device=device, generator=_gen(device, T))
+                with torch.no_grad():
+                    c_kv, k_rope = mla.mla_cache(x, W)
+                    new = x[:, -1:]
+                    fns = {"explicit": lambda: _mla_explicit_step(new, c_kv, k_rope, W),
+                           "absorbed": lambda: mla.mla_absorbed(new, c_kv, k_rope, W)}
+                    with cost.torch_threads(threads):
+                        tm = alternate(fns, cfg.rounds, budget_s=cfg.budget_s, min_sample_s=cfg.min_sample_s,
+                                       device=device)
+                cache_bytes = c_kv.nbytes + k_rope.nbytes
+                t.rows.append({
+                    "device": device, "threads": _threads_label(device, threads), "batch": batch, "context": T,
+                    "ms_explicit": tm.median("explicit") * 1e3, "ms_absorbed": tm.median("absorbed") * 1e3,
+                    "ratio": tm.ratio("explicit", "absorbed"), "cache_mib": cache_bytes / 2 ** 20,
+                    "mha_mib": mla.kv_bytes_per_token("mha", h, dh, bytes_per_value=4) * batch * T / 2 ** 20,
+                    "bw_absorbed": cache_bytes / tm.median("absorbed") / 1e9,
+                })
+                ctx.log(f"  latent {device} threads={threads} batch={batch} T={T}: rebuilt / absorbed "
+                        f"{t.rows[-1]['ratio']:.2f}")
+    t.notes = [
+        "rebuilt K, V: every head's keys c_kv W_UK and values c_kv W_UV computed over the whole cache at each "
+        "step, then F.scaled_dot_product_attention (the training form used at inference). absorbed: "
+        "mla.mla_absorbed, W_UK folded into the query and W_UV into the output projection (its product "
+        "W_UV W_O is recomputed inside each timed call), so the step reads only the latents and the RoPE keys.",
+        "MHA cache: what a multi-head layer with the same heads would cache (keys and values, fp32): the "
+        "latent cache is (d_c + d_rope) / (2 heads d_head) of it.",
     ]
     t.seconds = time.perf_counter() - start
     return t
@@ -799,5 +869,5 @@ def headline_selectors(cfg: Config) -> list[tuple[str, str, dict, str, str]]:
 
 SUITES: dict[str, Callable[[Config, Context], Table]] = {
     "attention": attention_table, "mha": mha_table, "decoding": decoding_table, "conv": conv_table,
-    "training": training_table, "inference": inference_table, "grading": grading_table,
+    "training": training_table, "inference": inference_table, "latent": latent_table, "grading": grading_table,
 }

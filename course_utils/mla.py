@@ -111,14 +111,12 @@ def mla_absorbed(h: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor, W: d
                          f"c_kv {tuple(c_kv.shape)}, k_rope {tuple(k_rope.shape)}")
     q_c, q_r = _queries(h, W, T - T_q)
     q_lat = torch.einsum("bhtd,hcd->bhtc", q_c, W["W_UK"])            # W_UK absorbed: (batch, heads, T_q, d_c)
-    # Every head reads the same latents: fold the heads into the query axis, (batch, heads * T_q, .),
-    # so the products read the cache once instead of broadcasting a copy of it to each head.
-    B, H = q_lat.shape[:2]
-    scores = (q_lat.flatten(1, 2) @ c_kv.transpose(-1, -2) + q_r.flatten(1, 2) @ k_rope.transpose(-1, -2))
-    a = _softmax_causal(scores.view(B, H, T_q, T), W["W_Q"].shape[-1] + k_rope.shape[-1])
+    # einsum over the shared latents: the heads fold into the query rows of one batched matmul (a
+    # broadcast c_kv[:, None] would be copied once per head)
+    scores = torch.einsum("bhtc,bsc->bhts", q_lat, c_kv) + torch.einsum("bhtr,bsr->bhts", q_r, k_rope)
+    a = _softmax_causal(scores, W["W_Q"].shape[-1] + k_rope.shape[-1])
     W_OV = torch.einsum("hcd,hdm->hcm", W["W_UV"], W["W_O"])           # W_UV absorbed: (heads, d_c, d_model)
-    ctx = (a.flatten(1, 2) @ c_kv).view(B, H, T_q, -1)                # (batch, heads, T_q, d_c)
-    return torch.einsum("bhtc,hcm->btm", ctx, W_OV)
+    return torch.einsum("bhtc,hcm->btm", torch.einsum("bhts,bsc->bhtc", a, c_kv), W_OV)
 
 
 def kv_bytes_per_token(kind: str, n_heads: int, d_head: int, n_kv_heads: int | None = None,

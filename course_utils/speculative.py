@@ -29,7 +29,7 @@ import torch
 
 from course_utils._validate import check_int
 
-__all__ = ["accept", "expected_tokens_per_step", "residual_distribution", "speculative_generate"]
+__all__ = ["accept", "expected_tokens_per_step", "residual_distribution", "speculative_generate", "verify_draft"]
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -57,27 +57,46 @@ def _check_accept(p, q, draft_tokens) -> None:
         raise ValueError("p and q must be probabilities (no negative entries)")
 
 
+def verify_draft(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
+                 u: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The verification of one speculative step with its uniforms given: the deterministic part of
+    :func:`accept` (chapter 9's exercise 3).
+
+    Draft token ``x_i`` is kept when ``u[i] * q[i, x_i] < p[i, x_i]`` (``u[i] < p/q``, written without
+    dividing); the step stops at the first rejection. Args as in :func:`accept`, and ``u (gamma,)``
+    uniforms in [0, 1). Returns ``(n, dist)``: ``n`` the number of draft tokens kept (a Python int),
+    ``dist (V,)`` the distribution the next token is drawn from: the residual
+    ``normalize(max(0, p[n] - q[n]))`` when ``n < gamma``, the bonus ``p[gamma]`` when ``n == gamma``.
+    """
+    _check_accept(p, q, draft_tokens)
+    if not isinstance(u, torch.Tensor) or u.shape != draft_tokens.shape:
+        raise ValueError(f"u must be a ({draft_tokens.shape[0]},) tensor of uniforms, got "
+                         f"{tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__}")
+    for i, x in enumerate(draft_tokens.tolist()):
+        if u[i] * q[i, x] >= p[i, x]:     # reject: u >= p/q (q(x) > 0: x was drawn from q)
+            return i, residual_distribution(p[i], q[i])
+    return len(draft_tokens), p[-1]
+
+
 def accept(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor,
-           generator: torch.Generator | None = None) -> tuple[torch.Tensor, int]:
+           generator: torch.Generator | None = None, verify=verify_draft) -> tuple[torch.Tensor, int]:
     """The verification of one speculative step.
 
     Args:
         p: the target's probabilities ``(gamma + 1, V)`` at the draft's ``gamma`` positions and one more.
         q: the draft's probabilities ``(gamma, V)``, from which ``draft_tokens`` were drawn.
         draft_tokens: ``(gamma,)`` ids.
-        generator: the random source (uniforms and the corrected or bonus draw).
+        generator: the random source: ``gamma`` uniforms first, then the corrected or bonus draw.
+        verify: the function that decides, :func:`verify_draft` or one of its signature (a learner's).
     Returns:
         ``(accepted, next_token)``: ``accepted`` the ``n <= gamma`` draft tokens kept (a prefix of
         ``draft_tokens``), ``next_token`` the token drawn from the residual at position ``n + 1``
         (when ``n < gamma``) or the bonus token from ``p[gamma]`` (when ``n == gamma``).
     """
     _check_accept(p, q, draft_tokens)
-    for i, x in enumerate(draft_tokens.tolist()):
-        u = torch.rand((), generator=generator, dtype=p.dtype, device=p.device)
-        if u * q[i, x] >= p[i, x]:      # reject: u >= p/q, written without dividing (q(x) > 0: x was drawn)
-            nxt = torch.multinomial(residual_distribution(p[i], q[i]), 1, generator=generator)
-            return draft_tokens[:i], int(nxt)
-    return draft_tokens, int(torch.multinomial(p[-1], 1, generator=generator))
+    u = torch.rand(draft_tokens.shape, generator=generator, dtype=p.dtype, device=p.device)
+    n, dist = verify(p, q, draft_tokens, u)
+    return draft_tokens[:n], int(torch.multinomial(dist, 1, generator=generator))
 
 
 def expected_tokens_per_step(alpha: float, gamma: int) -> float:
@@ -119,16 +138,17 @@ def _draft(draft, cache, seq, gamma, greedy, generator):
 
 @torch.no_grad()
 def speculative_generate(target, draft, prompt: torch.Tensor, gamma: int, n_new: int,
-                         greedy: bool = True, generator: torch.Generator | None = None
-                         ) -> tuple[torch.Tensor, dict[str, int]]:
+                         greedy: bool = True, generator: torch.Generator | None = None,
+                         verify=verify_draft) -> tuple[torch.Tensor, dict[str, int]]:
     """Generate ``n_new`` tokens after ``prompt (1, P)`` (P >= 1) with ``target`` verifying ``gamma``
     tokens of ``draft`` per step; both are :class:`~course_utils.lm.DecoderLM` with caches (one
     vocabulary). ``greedy``: argmax decoding (equal to the target's greedy decoding); otherwise
-    sampling at temperature 1 (distributed as the target's samples).
+    sampling at temperature 1 (distributed as the target's samples). ``verify``: as in :func:`accept`.
 
     Returns ``(tokens (1, n_new), stats)`` with ``stats``: ``target_passes`` (forward passes of the
-    target), ``drafted`` and ``accepted`` (draft tokens proposed and kept: ``accepted / drafted`` is
-    the acceptance rate)."""
+    target), ``drafted`` and ``accepted`` (draft tokens proposed and kept), ``rejected`` (steps that
+    ended on a rejection). The draft tokens after a rejection are never tested, so the acceptance
+    rate, Leviathan et al.'s ``alpha``, is ``accepted / (accepted + rejected)``, not ``accepted / drafted``."""
     check_int(gamma, "gamma", low=1)
     check_int(n_new, "n_new", low=1)
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1:
@@ -138,15 +158,16 @@ def speculative_generate(target, draft, prompt: torch.Tensor, gamma: int, n_new:
         raise ValueError(f"target and draft must share a vocabulary: {target.cfg.vocab_size} and {draft.cfg.vocab_size}")
     seq = prompt
     t_cache, d_cache = target.init_state(1, prompt.device), draft.init_state(1, prompt.device)
-    stats = {"target_passes": 0, "drafted": 0, "accepted": 0}
+    stats = {"target_passes": 0, "drafted": 0, "accepted": 0, "rejected": 0}
     while seq.shape[1] < prompt.shape[1] + n_new:
         xs, q = _draft(draft, d_cache, seq, gamma, greedy, generator)
         p = _probs(target(torch.cat([seq[:, len(t_cache):], xs[None]], dim=1), cache=t_cache)[0, -gamma - 1:], greedy)
-        kept, nxt = accept(p, q, xs, generator)
+        kept, nxt = accept(p, q, xs, generator, verify)
         seq = torch.cat([seq, kept[None], torch.tensor([[nxt]], device=seq.device)], dim=1)
         t_cache.crop(seq.shape[1] - 1)                         # roll back the rejected positions
         d_cache.crop(min(len(d_cache), seq.shape[1] - 1))
         stats["target_passes"] += 1
         stats["drafted"] += gamma
         stats["accepted"] += len(kept)
+        stats["rejected"] += int(len(kept) < gamma)
     return seq[:, prompt.shape[1]:prompt.shape[1] + n_new], stats

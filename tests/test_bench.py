@@ -209,3 +209,21 @@ def test_grading_table_serial_and_the_parallel_row_when_the_grader_takes_jobs(mo
     assert any("reference run" in n for n in t.notes), t.notes
     jobs = harness.all_threads()
     assert calls[-1] == (max(2, jobs) * cfg.grading_submissions, jobs), f"the parallel call: {calls}"
+
+
+def test_latent_table_rows_and_its_explicit_step(tiny_run):
+    """One row per batch and context; the latent cache is (d_c + d_rope) / (2 heads d_head) of MHA's
+    (exact, not timed); the rebuilt-keys step it times equals explicit MLA's last row."""
+    tables, cfg = {t.key: t for t in tiny_run[0]}, tiny_run[3]
+    lat = tables["latent"]
+    assert len(lat.rows) == len(cfg.dec_batches) * len(cfg.dec_contexts), f"latent: {len(lat.rows)} rows"
+    d, h, dh, dc, dr = cfg.mla_dims
+    for r in lat.rows:
+        assert r["cache_mib"] / r["mha_mib"] == pytest.approx((dc + dr) / (2 * h * dh)), r
+    import torch
+
+    from course_utils import mla
+    W = mla.mla_weights(d, h, dh, dc, dr, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x = torch.randn(2, 7, d, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    c_kv, k_rope = mla.mla_cache(x, W)
+    torch.testing.assert_close(suites._mla_explicit_step(x[:, -1:], c_kv, k_rope, W), mla.mla_explicit(x, W)[:, -1:])

@@ -17,6 +17,7 @@ from course_utils.speculative import (
     expected_tokens_per_step,
     residual_distribution,
     speculative_generate,
+    verify_draft,
 )
 
 V = 4
@@ -155,3 +156,35 @@ def test_greedy_speculative_partial_acceptance(gamma):
     got, stats = speculative_generate(target, draft, prompt, gamma, 40)
     assert torch.equal(got, want)
     assert 0 < stats["accepted"] < stats["drafted"], stats
+
+
+def test_verify_draft_rule():
+    """Token i kept exactly when u[i] < p/q: u just below the ratio keeps it, just above rejects it;
+    the distribution returned is the residual at the first rejection, else p[gamma]."""
+    g = torch.Generator().manual_seed(3)
+    p, q = _dist(g, 4), _dist(g, 3)
+    xs = torch.tensor([0, 1, 2])
+    ratio = torch.minimum(torch.ones(3, dtype=torch.float64), p[[0, 1, 2], xs] / q[[0, 1, 2], xs])
+    assert verify_draft(p, q, xs, torch.zeros(3))[0] == 3                 # u = 0: every token kept
+    for i in range(3):
+        for eps, kept in ((-1e-9, True), (1e-9, False)):
+            u = torch.zeros(3, dtype=torch.float64)
+            u[i] = ratio[i] + eps
+            if ratio[i] >= 1 and not kept:
+                continue                                       # u < 1 <= p/q: always kept
+            n, dist = verify_draft(p, q, xs, u)
+            if kept:
+                assert n == 3 and torch.equal(dist, p[3])
+            else:
+                assert n == i
+                torch.testing.assert_close(dist, residual_distribution(p[i], q[i]))
+    with pytest.raises(ValueError, match="u must be"):
+        verify_draft(p, q, xs, torch.zeros(2))
+
+
+def test_rejected_counts_steps():
+    target, draft = _models()
+    _, stats = speculative_generate(target, draft, torch.tensor([[3]]), 3, 20, greedy=False,
+                                    generator=torch.Generator().manual_seed(0))
+    full = stats["target_passes"] - stats["rejected"]                 # steps with every draft token kept
+    assert stats["accepted"] >= 3 * full and stats["accepted"] <= 3 * full + 2 * stats["rejected"]
