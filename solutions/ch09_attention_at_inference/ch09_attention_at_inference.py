@@ -1282,7 +1282,7 @@ checks.run_checks("verify_draft (hidden)", [
 
 # %% [markdown]
 # The cell below checks your `verify_draft` on a probe (every place of a 4-token draft rejected in
-# turn, and all kept) and, if it agrees with the course's `speculative.verify_draft`, the
+# turn, and all kept, in float64 and float32) and, if it agrees with the course's `speculative.verify_draft`, the
 # experiments of this section decide with it: `speculative.speculative_generate(..., verify=...)`
 # draws the uniforms and the next token around the function it is given.
 
@@ -1294,12 +1294,14 @@ def _probe_verify(fn):
     x = torch.tensor([1, 3, 0, 6])
     ratio = (p[:4, :].gather(1, x[:, None])[:, 0] / q.gather(1, x[:, None])[:, 0]).clamp(max=1)
     out = []
-    for i in range(5):
-        u = ratio * 0.99
-        if i < 4:
-            u[i] = min(1.0, float(ratio[i])) * 1.01 if ratio[i] < 0.99 else 0.999
-        n, dist = fn(p, q, x, u)
-        out.append(torch.cat([torch.tensor([float(n)], dtype=torch.float64), dist]))
+    for dtype in (torch.float64, torch.float32):        # and the distribution keeps p's dtype
+        for i in range(5):
+            u = ratio * 0.99
+            if i < 4:
+                u[i] = min(1.0, float(ratio[i])) * 1.01 if ratio[i] < 0.99 else 0.999
+            n, dist = fn(p.to(dtype), q.to(dtype), x, u.to(dtype))
+            same = float(dist.dtype == dtype)
+            out.append(torch.cat([torch.tensor([float(n), same], dtype=torch.float64), dist.double()]))
     return torch.stack(out)
 
 
@@ -1673,7 +1675,11 @@ def _probe_mla(fn):
     W = mla.mla_weights(12, 3, 4, 6, 2, generator=g, dtype=torch.float64)
     h = torch.randn(2, 6, 12, generator=g, dtype=torch.float64)
     c, kr = mla.mla_cache(h, W)
-    return torch.cat([fn(h[:, a:b], c[:, :b], kr[:, :b], W) for a, b in ((0, 3), (3, 4), (4, 6))], 1)
+    out = torch.cat([fn(h[:, a:b], c[:, :b], kr[:, :b], W) for a, b in ((0, 3), (3, 4), (4, 6))], 1)
+    W32 = {k: w.float() for k, w in W.items()}
+    out32 = fn(h[:, 4:].float(), c.float(), kr.float(), W32)       # float32 in, float32 out
+    return torch.cat([out.flatten(), out32.double().flatten(), torch.tensor([float(out32.dtype == torch.float32)],
+                                                                             dtype=torch.float64)])
 
 
 attend_fn = checks.learner_or_reference(mla_attend, mla.mla_absorbed, _probe_mla, "mla_attend")
