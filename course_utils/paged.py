@@ -163,8 +163,7 @@ def _attend_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq) -> torch.
 
 def _table_index(block_table, length: int, block_size: int, n_blocks: int) -> torch.Tensor:
     """The first ``ceil(length / block_size)`` entries of ``block_table`` as a long tensor, checked."""
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an int >= 1 (the tokens to attend to), got {length!r}")
+    check_int(length, "length", low=1, note="the tokens to attend to")
     if isinstance(block_table, torch.Tensor):
         table = block_table
     elif isinstance(block_table, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool)
