@@ -1702,7 +1702,7 @@ def _ref7(x, lengths, Ws, causal):
     pair = keep[:, :, None] & keep[:, None, :] & (torch.ones(x.shape[1], x.shape[1]).tril().bool() | (not causal))
     s = ((x @ W_q) @ (x @ W_k).transpose(1, 2) / W_q.shape[1] ** 0.5).masked_fill(~pair, -math.inf)
     w = torch.softmax(s, -1).nan_to_num(0.0)
-    return (w @ (x @ W_v)) @ W_o, w
+    return w @ (x @ W_v) @ W_o, w
 
 
 _want7 = [_ref7(x, lens, Ws, bool(c[5])) for (x, lens, Ws), c in zip(_in7, _grid7)]
