@@ -1899,7 +1899,7 @@ def _case7(r):
     with cost.LargestTensor() as big:
         grads = checks.call(flash_backward, *ins, causal=causal, block_q=bq, block_k=bk)
     limit = max(*(t.numel() for t in ins), math.prod(_lead) * bq * bk)     # an input or one tile
-    checks.expect_equal(tuple(g.dtype for g in grads), (dt, dt, dt), f"{what}: dtypes of dq, dk, dv (the inputs')")
+    checks.expect_equal(tuple(t.dtype for t in grads), (dt, dt, dt), f"{what}: dtypes of dq, dk, dv (the inputs')")
     for name, got, want in zip(("dq", "dk", "dv"), grads, _wants7[r]):
         checks.expect_close(got, want, f"{what}: {name}")
     checks.expect_equal(big.numel <= limit, True, f"{what}: no tensor holds more numbers than an input or one tile ({limit})")
