@@ -55,6 +55,7 @@ import re
 import time
 from collections import Counter
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
@@ -452,6 +453,15 @@ for s, n in enumerate(lengths):
 taken = len(real.refcount) - real.free_blocks
 print(f"a real PagedKVCache with blocks of 16 took {taken} blocks = {taken * 16} slots")
 assert taken * 16 == paged.paged_memory(lengths, MAX_LEN, 16)["paged"], "the cache must take what paged_memory counts"
+
+fig, ax = plt.subplots(figsize=(7, 3))
+order, x = sorted(lengths), range(1, N_REQUESTS + 1)
+ax.bar(x, [MAX_LEN] * N_REQUESTS, color="0.85", label="reserved, contiguous")
+ax.bar(x, [-(-n // 16) * 16 for n in order], color="tab:orange", label="reserved, pages of 16")
+ax.bar(x, order, color="tab:blue", label="tokens")
+ax.set(xlabel="request (sorted by length)", ylabel="cache slots", title="What each request reserves")
+ax.legend(fontsize=8, loc="upper left")
+plt.show()
 
 # %% [markdown]
 # The contiguous layout wastes <!-- q:out#contiguous, max_len -->50.5 %<!-- /q --> of what it
