@@ -32,7 +32,7 @@ import torch
 from ._validate import check_int
 
 __all__ = ["FlashAttentionFunction", "flash_attention", "naive_attention", "online_softmax",
-           "online_softmax_update", "tiled_forward"]
+           "online_softmax_update", "tiled_backward", "tiled_forward"]
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -137,6 +137,52 @@ def tiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return _forward(q, k, v, bool(causal), block_q, block_k)
 
 
+def _backward(q, k, v, out, lse, d_out, causal, block_q, block_k):
+    """Tiled backward: ``(dq, dk, dv)``, each tile's probabilities recomputed as ``exp(S - lse)``."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (d_out * out).sum(-1, keepdim=True)                                 # (..., L_q, 1) = rowsum(dP * P)
+    L_q, L_k = q.shape[-2], k.shape[-2]
+    for i0 in range(0, L_q, block_q):
+        sl_q = slice(i0, i0 + block_q)
+        q_blk, do_blk, lse_blk, D_blk = q[..., sl_q, :], d_out[..., sl_q, :], lse[..., sl_q, :], D[..., sl_q, :]
+        k_end = min(L_k, i0 + q_blk.shape[-2]) if causal else L_k
+        for j0 in range(0, k_end, block_k):
+            sl_k = slice(j0, j0 + block_k)
+            s = _tile_scores(q_blk, k[..., sl_k, :], scale, causal, i0, j0)
+            p = torch.exp(s - lse_blk)                                      # recomputed probabilities
+            dv[..., sl_k, :] += p.transpose(-2, -1) @ do_blk
+            dp = do_blk @ v[..., sl_k, :].transpose(-2, -1)
+            ds = p * (dp - D_blk)                                           # softmax backward
+            dq[..., sl_q, :] += ds @ k[..., sl_k, :] * scale
+            dk[..., sl_k, :] += ds.transpose(-2, -1) @ q_blk * scale
+    return dq, dk, dv
+
+
+def tiled_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                   d_out: torch.Tensor, causal: bool = False, block_q: int = 64,
+                   block_k: int = 64) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention's backward pass by tiles (chapter 8, exercise 7): ``(dq, dk, dv)``.
+
+    Args:
+        q: ``(..., L_q, d)``; k: ``(..., L_k, d)``; v: ``(..., L_k, d_v)``, as given to the forward pass.
+        out: ``(..., L_q, d_v)`` and lse: ``(..., L_q, 1)``, what :func:`tiled_forward` returned.
+        d_out: ``(..., L_q, d_v)``, the gradient of the loss with respect to ``out``.
+        causal, block_q, block_k: as in :func:`tiled_forward` (the same tiles, the same skipping).
+    Returns:
+        The gradients of the loss with respect to ``q``, ``k`` and ``v`` (their shapes and dtypes):
+        each tile's probabilities are recomputed as ``P = exp(S - lse)`` and never more than one
+        tile is held; ``D = rowsum(d_out * out)`` stands for ``rowsum(dP * P)`` in the softmax's
+        backward ``dS = P * (dP - D)``.
+    """
+    _check(q, k, v, block_q, block_k)
+    for name, t, shape in (("out", out, (*q.shape[:-1], v.shape[-1])), ("lse", lse, (*q.shape[:-1], 1)),
+                           ("d_out", d_out, (*q.shape[:-1], v.shape[-1]))):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be a tensor of shape {shape}, got {getattr(t, 'shape', t)}")
+    return _backward(q, k, v, out, lse, d_out, bool(causal), block_q, block_k)
+
+
 class FlashAttentionFunction(torch.autograd.Function):
     """Tiled attention whose backward pass recomputes each tile (Dao et al. 2022), in PyTorch.
 
@@ -144,40 +190,25 @@ class FlashAttentionFunction(torch.autograd.Function):
     log-sum-exp per query); the backward pass recomputes ``P = exp(S - lse)`` tile by tile as
     FlashAttention-2's Algorithm 2 does, but with the query tiles outermost (the paper puts the key
     tiles outermost and accumulates ``dQ``). Saves ``q, k, v, out`` and the log-sum-exp
-    ``(..., L_q, 1)``: O(L) memory."""
+    ``(..., L_q, 1)``: O(L) memory. The backward pass is :func:`tiled_backward`'s, or the one given."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, block_q, block_k, tiled=_forward):
+    def forward(ctx, q, k, v, causal, block_q, block_k, tiled=_forward, backward=None):
         out, lse = tiled(q, k, v, causal, block_q, block_k)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.block_q, ctx.block_k = causal, block_q, block_k
+        ctx.backward_fn = backward or _backward
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        D = (d_out * out).sum(-1, keepdim=True)                             # (..., L_q, 1) = rowsum(dP * P)
-        L_q, L_k = q.shape[-2], k.shape[-2]
-        for i0 in range(0, L_q, ctx.block_q):
-            sl_q = slice(i0, i0 + ctx.block_q)
-            q_blk, do_blk, lse_blk, D_blk = q[..., sl_q, :], d_out[..., sl_q, :], lse[..., sl_q, :], D[..., sl_q, :]
-            k_end = min(L_k, i0 + q_blk.shape[-2]) if ctx.causal else L_k
-            for j0 in range(0, k_end, ctx.block_k):
-                sl_k = slice(j0, j0 + ctx.block_k)
-                s = _tile_scores(q_blk, k[..., sl_k, :], scale, ctx.causal, i0, j0)
-                p = torch.exp(s - lse_blk)                                  # recomputed probabilities
-                dv[..., sl_k, :] += p.transpose(-2, -1) @ do_blk
-                dp = do_blk @ v[..., sl_k, :].transpose(-2, -1)
-                ds = p * (dp - D_blk)                                       # softmax backward
-                dq[..., sl_q, :] += ds @ k[..., sl_k, :] * scale
-                dk[..., sl_k, :] += ds.transpose(-2, -1) @ q_blk * scale
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = ctx.backward_fn(q, k, v, out, lse, d_out, ctx.causal, ctx.block_q, ctx.block_k)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    block_q: int = 64, block_k: int = 64, forward=None) -> torch.Tensor:
+                    block_q: int = 64, block_k: int = 64, forward=None, backward=None) -> torch.Tensor:
     """Attention by tiles, equal to ``F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     in value and gradient, with O(L) memory kept for the backward pass instead of O(L^2).
 
@@ -189,6 +220,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         forward: the tiled forward pass, called as ``forward(q, k, v, causal, block_q, block_k)``
             and returning ``(out, lse)`` as :func:`tiled_forward` does (chapter 8 passes the
             learner's); the backward pass recomputes the probabilities from its ``lse``.
+        backward: the tiled backward pass, called as
+            ``backward(q, k, v, out, lse, d_out, causal, block_q, block_k)`` and returning
+            ``(dq, dk, dv)`` as :func:`tiled_backward` does (chapter 8 passes the learner's).
     """
     _check(q, k, v, block_q, block_k)
-    return FlashAttentionFunction.apply(q, k, v, bool(causal), block_q, block_k, forward or _forward)
+    return FlashAttentionFunction.apply(q, k, v, bool(causal), block_q, block_k, forward or _forward, backward)

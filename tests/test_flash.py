@@ -126,3 +126,46 @@ def test_flash_attention_runs_a_given_forward_and_recomputes_from_its_lse():
         torch.testing.assert_close(a, b)
     wrong = torch.autograd.grad(flash.flash_attention(q, k, v, True, 3, 2, forward=off), (q, k, v), d_out)
     assert not torch.allclose(wrong[0], want[0])
+
+
+@pytest.mark.parametrize("causal, L_q, L_k, bq, bk", [(False, 9, 7, 4, 3), (True, 10, 10, 3, 4), (True, 6, 9, 16, 2)])
+def test_tiled_backward_equals_autograd_of_the_explicit_attention(causal, L_q, L_k, bq, bk):
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, L_q, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, L_k, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, L_k, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    d_out = torch.randn(2, L_q, 3, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad(flash.naive_attention(q, k, v, causal), (q, k, v), d_out)
+    with torch.no_grad():
+        out, lse = flash.tiled_forward(q, k, v, causal, bq, bk)
+        got = flash.tiled_backward(q, k, v, out, lse, d_out, causal, bq, bk)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_flash_attention_runs_a_given_backward():
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    calls = []
+
+    def mine(*args):
+        calls.append(args[6:])
+        return flash.tiled_backward(*args)
+
+    d_out = torch.randn(1, 7, 4, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), d_out)
+    got = torch.autograd.grad(flash.flash_attention(q, k, v, True, 3, 2, backward=mine), (q, k, v), d_out)
+    assert calls == [(True, 3, 2)]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name, shape", [("out", (1, 5, 3)), ("lse", (1, 5)), ("d_out", (1, 4, 4))])
+def test_tiled_backward_rejects_a_saved_tensor_of_the_wrong_shape(name, shape):
+    q, k, v = torch.randn(1, 5, 4), torch.randn(1, 6, 4), torch.randn(1, 6, 3)
+    args = {"out": torch.randn(1, 5, 3), "lse": torch.randn(1, 5, 1), "d_out": torch.randn(1, 5, 3)}
+    args[name] = torch.randn(shape) if name != "out" else torch.randn(1, 5, 2)
+    with pytest.raises(ValueError, match=name):
+        flash.tiled_backward(q, k, v, **args)
+    with pytest.raises(ValueError, match="block_k"):
+        flash.tiled_backward(q, k, v, torch.randn(1, 5, 3), torch.randn(1, 5, 1), torch.randn(1, 5, 3), block_k=0)

@@ -25,16 +25,17 @@
 #
 # **What you will build**: RMSNorm; the SwiGLU feed-forward; RoPE in Hugging Face's layout, applied
 # at positions offset by the cache length; one piece of the weight loading from Hugging Face; the
-# online-softmax update at the heart of FlashAttention, and FlashAttention's tiled forward pass
-# built on it, which then runs under the course's recomputing backward pass. The reference versions
+# online-softmax update at the heart of FlashAttention, FlashAttention's tiled forward pass built on
+# it, and its tiled backward pass, which recomputes each tile's probabilities from the saved
+# log-sum-exp; the two then run together under autograd. The reference versions
 # live in `course_utils.blocks` (`rms_norm`, `SwiGLU`), `course_utils.positional` (`apply_rope_half`,
 # `interleaved_to_half`), `course_utils.llama` (`ModernDecoder`, `load_hf_llama`), `course_utils.flash`
-# (`online_softmax_update`, `tiled_forward`, `flash_attention`) and `course_utils.textlm` (the corpus
+# (`online_softmax_update`, `tiled_forward`, `tiled_backward`, `flash_attention`) and `course_utils.textlm` (the corpus
 # and the training loop).
 #
 # **Exercises** (graded by the test cells below each one): 1 `rms_norm` (2 points), 2 `swiglu` (3),
-# 3 `rope_half` (4), 4 `course_key` (2), 5 `online_update` (4), 6 `flash_forward` (5); two written
-# questions (4).
+# 3 `rope_half` (4), 4 `course_key` (2), 5 `online_update` (4), 6 `flash_forward` (5),
+# 7 `flash_backward` (5); two written questions (4).
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
@@ -1689,7 +1690,286 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # reading and writing the $L \times L$ matrix to HBM costs more than recomputing it: the paper
 # reports up to about 3x faster GPT-2 training (Dao et al. 2022) *while doing more FLOPs*. Python
 # on a CPU shows the algorithm and the memory; the speed of a fused on-chip kernel it cannot show.
+
+# %% [markdown]
+# ### The backward pass, by tiles
 #
+# The cell above ran your forward pass under the course's backward pass, which recomputes each
+# tile's probabilities from your `lse`. Writing that backward pass is the last exercise. With
+# $S = Q K^\top / \sqrt{d}$, $P = \mathrm{softmax}(S)$ row by row, $O = P V$ and $dO$ the gradient
+# of the loss with respect to $O$, the chain rule gives
+#
+# $$dV = P^\top dO, \quad dP = dO\, V^\top, \quad dS_{ij} = P_{ij}\,(dP_{ij} - D_i), \quad
+#   dQ = dS\, K / \sqrt{d}, \quad dK = dS^\top Q / \sqrt{d},$$
+#
+# where $D_i = \sum_j P_{ij}\, dP_{ij}$ comes from the softmax's own backward pass. Two identities
+# make it a loop over tiles with nothing of size $L_q \times L_k$ kept: $P_{ij} = e^{S_{ij} -
+# \mathrm{lse}_i}$ needs only the row's saved log-sum-exp, and $D_i = \sum_j P_{ij}\,(dO_i \cdot v_j)
+# = dO_i \cdot O_i$ needs only the saved output, so $D$ is one number per query, computed before the
+# loop. Every gradient is then a sum over tiles: tile $(B_q, B_k)$ adds $P^\top dO_{B_q}$ to the rows
+# $B_k$ of $dV$, $dS\, K_{B_k} / \sqrt{d}$ to the rows $B_q$ of $dQ$ and $dS^\top Q_{B_q} / \sqrt{d}$
+# to the rows $B_k$ of $dK$ (FlashAttention-2's Algorithm 2, which puts the key blocks outermost;
+# either order gives the same sums).
+#
+# ### Exercise 7: FlashAttention's tiled backward (2 + 3 points)
+#
+# Write `flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16)`: `q`, `k`,
+# `v`, `causal` and the blocks as in exercise 6; `out (..., L_q, d_v)` and `lse (..., L_q, 1)` what
+# `flash_forward` returned for them; `d_out (..., L_q, d_v)` the gradient of the loss with respect to
+# `out`. All six tensors have one dtype, float32 or float64, and the same leading axes (none, a batch,
+# a batch and heads). Return `(dq, dk, dv)`, the gradients with respect to `q`, `k` and `v`, with
+# their shapes and dtype:
+#
+# - Compute $D_i = dO_i \cdot O_i$ once, one number per query (`(..., L_q, 1)`), from the `out` you
+#   are given. Cut the queries and the keys into blocks as in exercise 6 (the last block of each may
+#   be shorter, and a block may be longer than the sequence). For each tile, recompute the scores
+#   $q_B k_B^\top / \sqrt{d}$ (masked as in exercise 6 when causal) and the probabilities
+#   $P = e^{S - \mathrm{lse}}$ **from the `lse` you are given**, and add the tile's terms above to
+#   `dq`, `dk` and `dv`. The tests pass once an `lse` shifted by a constant and expect the gradients
+#   these formulas give with it (a backward pass that recomputes its own normaliser gives others).
+# - `causal=True`: query $i$ sees the keys $j \le i$; **never compute a key block whose first key
+#   comes after the query block's last query**. The tests fill the keys and values that only such
+#   blocks hold with NaN: the query block's rows of `dq`, and the rows of `dk` and `dv` of the keys
+#   before the NaN, must not change.
+# - At most one tile of scores at a time: no tensor your function makes may hold more numbers than
+#   one of the six inputs or one `(block_q, block_k)` tile. `torch.autograd.grad`, `Tensor.backward`,
+#   `F.scaled_dot_product_attention` and the course's `flash.tiled_backward` and
+#   `flash.flash_attention` fail inside the tests.
+# - `block_q` or `block_k` that is not a positive `int` (`0`, `-1`, `2.0`, `True`): `ValueError`; so
+#   are `q`, `k`, `v` whose shapes do not agree (as in exercise 6) and an `out`, `lse` or `d_out`
+#   whose shape is not the one above (say which argument in the message).
+#
+# The tests compare the three gradients with autograd's gradients of `F.scaled_dot_product_attention`
+# in float64 (or, for the shifted `lse`, with the formulas above in float64), within `1e-5` plus
+# `1e-4` of the value.
+#
+# <!-- domain: ex7_flash_backward flash_backward -->
+#
+# The tests try every kind of input listed here:
+# - `q`: float32; float64; (L_q, d): no leading axis; leading axes (a batch; a batch and heads).
+# - the arguments together: causal=False; causal=True; blocks of one query and one key; lengths that are not multiples of the blocks (a shorter last block); blocks longer than the sequences; L_q > L_k; L_k > L_q; causal, NaN keys and values in the blocks that must be skipped.
+# - must raise: block_q or block_k not a positive int (0, -1, 2.0, True): ValueError; q, k, v whose shapes do not agree: ValueError; out, lse or d_out not of the shapes above: ValueError.
+# - the inputs come back unchanged.
+#
+# <!-- /domain -->
+
+# %% nbgrader={"grade": false, "grade_id": "ex7_flash_backward", "locked": false, "schema_version": 3, "solution": true}
+def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16):
+    """The gradients ``(dq, dk, dv)`` of attention by tiles, each tile's probabilities recomputed from ``lse``.
+
+    ``q (..., L_q, d)``, ``k (..., L_k, d)``, ``v (..., L_k, d_v)``, ``out (..., L_q, d_v)``,
+    ``lse (..., L_q, 1)``, ``d_out (..., L_q, d_v)`` -> ``(dq, dk, dv)`` of ``q``'s, ``k``'s, ``v``'s shapes.
+    """
+    ### BEGIN SOLUTION
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if type(b) is not int or b < 1:
+            raise ValueError(f"{name} must be a positive int, got {b!r}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) must agree, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    rows_shape = tuple(q.shape[:-1])
+    for name, t, last in (("out", out, v.shape[-1]), ("lse", lse, 1), ("d_out", d_out, v.shape[-1])):
+        if tuple(t.shape) != (*rows_shape, last):
+            raise ValueError(f"{name} must have shape {(*rows_shape, last)}, got {tuple(t.shape)}")
+    scale = 1 / math.sqrt(q.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (d_out * out).sum(-1, keepdim=True)
+    for i0 in range(0, q.shape[-2], block_q):
+        qs = slice(i0, i0 + block_q)
+        q_blk, do_blk = q[..., qs, :], d_out[..., qs, :]
+        rows = torch.arange(i0, i0 + q_blk.shape[-2])[:, None]
+        k_end = min(k.shape[-2], i0 + q_blk.shape[-2]) if causal else k.shape[-2]
+        for j0 in range(0, k_end, block_k):
+            ks = slice(j0, j0 + block_k)
+            k_blk, v_blk = k[..., ks, :], v[..., ks, :]
+            s = q_blk @ k_blk.transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
+            p = torch.exp(s - lse[..., qs, :])
+            dv[..., ks, :] += p.transpose(-2, -1) @ do_blk
+            ds = p * (do_blk @ v_blk.transpose(-2, -1) - D[..., qs, :])
+            dq[..., qs, :] += ds @ k_blk * scale
+            dk[..., ks, :] += ds.transpose(-2, -1) @ q_blk * scale
+    return dq, dk, dv
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_flash_backward-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+def _autograd_grads(q, k, v, d_out, causal):
+    """What the tests compare with: autograd's gradients of SDPA in float64."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), d_out.double())
+
+
+_g = torch.Generator().manual_seed(7)
+_do7 = torch.randn(2, 3, 13, 4, generator=_g, dtype=torch.float64)
+
+
+def _backward_matches(causal, L, blocks):
+    q, k, v, d_out = _q6[..., :L, :], _k6, _v6, _do7[..., :L, :]
+    if causal:
+        k, v = k[..., :L, :], v[..., :L, :]
+    out, lse = _attention_and_lse(q, k, v, causal)
+    grads = checks.call(flash_backward, q, k, v, out, lse, d_out, causal=causal, block_q=blocks[0], block_k=blocks[1])
+    what = f"{'causal' if causal else 'not causal'}, L_q={q.shape[-2]}, L_k={k.shape[-2]}, blocks {blocks}"
+    checks.expect_equal(len(grads), 3, f"flash_backward returns (dq, dk, dv) ({what})")
+    for name, got, want in zip(("dq", "dk", "dv"), grads, _autograd_grads(q, k, v, d_out, causal)):
+        checks.expect_close(got, want, f"{name} = autograd's gradient of F.scaled_dot_product_attention ({what})")
+
+
+def _backward_skips():
+    # blocks of 4: the first query block (rows 0-3) needs only the first key block; NaN in every later key
+    q, k, v, d_out = _q6, _k6[..., :12, :], _v6[..., :12, :], _do7[..., :10, :]          # 10 queries, 12 keys
+    out, lse = _attention_and_lse(q, k, v, True)
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[..., 4:, :], v_nan[..., 4:, :] = float("nan"), float("nan")
+    dq, dk, dv = checks.call(flash_backward, q, k_nan, v_nan, out, lse, d_out, causal=True, block_q=4, block_k=4)
+    want = _autograd_grads(q, k, v, d_out, True)
+    checks.expect_close(dq[..., :4, :], want[0][..., :4, :], "rows 0-3 of dq with NaN in the key blocks they skip")
+    checks.expect_close(dk[..., :4, :], want[1][..., :4, :], "rows 0-3 of dk (the keys before the NaN)")
+    checks.expect_close(dv[..., :4, :], want[2][..., :4, :], "rows 0-3 of dv (the keys before the NaN)")
+
+
+checks.run_checks("flash_backward", [
+    ("not causal, L_q != L_k, blocks of 4 x 5 (a shorter last block)", lambda: _backward_matches(False, 10, (4, 5))),
+    ("causal, L = 10, blocks of 3 x 4", lambda: _backward_matches(True, 10, (3, 4))),
+    ("causal: a key block after the query block's last query is skipped", _backward_skips),
+])
+
+# %% nbgrader={"grade": true, "grade_id": "ex7_flash_backward-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# Hidden tests: a seeded grid (leading axes none, (2,), (2, 3); float32 and float64; blocks of one
+# key, ragged, longer than the sequences; L_q above and below L_k; causal and not; scores up to about
+# 60) against autograd's gradients of SDPA, and the gradients' dtypes; an lse shifted by a constant
+# against the formulas; for every causal case, each query block whose later key blocks must be
+# skipped, with NaN there; no tensor larger than an input or a tile; the bad block sizes and
+# disagreeing shapes raise ValueError; no autograd, no ready-made function.
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(107)
+# (leading axes, L_q, L_k, d, d_v, dtype, causal, block_q, block_k, score scale, lse shift)
+_cases7 = [((), 7, 7, 3, 2, torch.float64, False, 1, 1, 1.0, 0.0),
+           ((2,), 9, 14, 4, 3, torch.float32, False, 4, 5, 1.0, 0.0),
+           ((2, 3), 11, 6, 5, 5, torch.float64, False, 16, 16, 1.0, 0.0),
+           ((), 13, 13, 4, 4, torch.float32, True, 5, 3, 4.0, 0.0),
+           ((2,), 8, 8, 2, 3, torch.float64, True, 1, 1, 1.0, 0.0),
+           ((2, 2), 10, 10, 4, 2, torch.float64, True, 16, 16, 1.0, 0.0),
+           ((3,), 12, 7, 3, 3, torch.float32, True, 4, 2, 1.0, 0.0),
+           ((), 6, 11, 4, 4, torch.float64, True, 2, 3, 1.0, 0.0),
+           ((2,), 24, 24, 4, 4, torch.float32, True, 8, 6, 4.0, 0.0),
+           ((2,), 9, 12, 4, 3, torch.float64, False, 4, 5, 1.0, 0.5),
+           ((), 10, 10, 3, 2, torch.float64, True, 3, 4, 1.0, -0.75)]
+_inputs7 = []
+for _lead, _Lq, _Lk, _d, _dv, _dt, _causal, _bq, _bk, _sc, _shift in _cases7:
+    _q = (torch.randn(*_lead, _Lq, _d, generator=_g, dtype=torch.float64) * _sc).to(_dt).double()
+    _k = (torch.randn(*_lead, _Lk, _d, generator=_g, dtype=torch.float64) * _sc).to(_dt).double()
+    _v = torch.randn(*_lead, _Lk, _dv, generator=_g, dtype=torch.float64).to(_dt).double()
+    _do = torch.randn(*_lead, _Lq, _dv, generator=_g, dtype=torch.float64).to(_dt).double()
+    _s = _q @ _k.transpose(-2, -1) / math.sqrt(_d)
+    if _causal:
+        _s = _s.masked_fill(torch.ones(_Lq, _Lk, dtype=torch.bool).tril().logical_not(), float("-inf"))
+    _o, _l = torch.softmax(_s, -1) @ _v, torch.logsumexp(_s, -1, keepdim=True) + _shift
+    _inputs7.append(tuple(t.to(_dt) for t in (_q, _k, _v, _o, _l, _do)))
+
+
+### BEGIN EXPECTED
+def _want7(q, k, v, out, lse, d_out, causal):
+    """The gradients by the formulas from the given out and lse, in float64 (autograd's when they are right)."""
+    q, k, v, out, lse, d_out = (t.double() for t in (q, k, v, out, lse, d_out))
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    p = torch.exp(s - lse)
+    ds = p * (d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
+    return ds @ k / math.sqrt(q.shape[-1]), ds.transpose(-2, -1) @ q / math.sqrt(q.shape[-1]), p.transpose(-2, -1) @ d_out
+
+
+def _autograd7(q, k, v, d_out, causal):
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), d_out.double())
+
+
+_wants7 = [_want7(*_in, _c[6]) if _c[10] else _autograd7(*_in[:3], _in[5], _c[6]) for _in, _c in zip(_inputs7, _cases7)]
+### END EXPECTED
+
+
+def _case7(r):
+    _lead, L_q, L_k, d, d_v, dt, causal, bq, bk, _, shift = _cases7[r]
+    ins = _inputs7[r]
+    what = (f"case {r}: {str(dt)[6:]}, leading {_lead}, L_q={L_q}, L_k={L_k}, causal={causal}, blocks ({bq}, {bk})"
+            + (f", lse shifted by {shift}" if shift else ""))
+    with cost.LargestTensor() as big:
+        grads = checks.call(flash_backward, *ins, causal=causal, block_q=bq, block_k=bk)
+    limit = max(*(t.numel() for t in ins), math.prod(_lead) * bq * bk)     # an input or one tile
+    checks.expect_equal(tuple(t.dtype for t in grads), (dt, dt, dt), f"{what}: dtypes of dq, dk, dv (the inputs')")
+    for name, got, want in zip(("dq", "dk", "dv"), grads, _wants7[r]):
+        checks.expect_close(got, want, f"{what}: {name}")
+    checks.expect_equal(big.numel <= limit, True, f"{what}: no tensor holds more numbers than an input or one tile ({limit})")
+    for i0, end in (_skipped6(L_q, L_k, bq, bk) if causal else []):
+        q, k, v, out, lse, d_out = ins
+        k_nan, v_nan = k.clone(), v.clone()
+        k_nan[..., end:, :], v_nan[..., end:, :] = float("nan"), float("nan")
+        dq, dk, dv = checks.call(flash_backward, q, k_nan, v_nan, out, lse, d_out, causal=True, block_q=bq, block_k=bk)
+        rows = slice(i0, i0 + bq)
+        checks.expect_close(dq[..., rows, :], _wants7[r][0][..., rows, :], f"{what}: rows {i0}.. of dq, NaN in the keys from {end}")
+        checks.expect_close(dk[..., :end, :], _wants7[r][1][..., :end, :], f"{what}: dk of the keys before {end}, NaN after")
+        checks.expect_close(dv[..., :end, :], _wants7[r][2][..., :end, :], f"{what}: dv of the keys before {end}, NaN after")
+
+
+def _raises7(kwargs, shapes):
+    g = torch.Generator().manual_seed(117)
+    tensors = [torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes]
+    try:
+        checks.call(flash_backward, *tensors, **kwargs)
+    except ValueError:
+        return
+    checks.expect_equal("returned", "raised ValueError", f"flash_backward with {kwargs}, shapes {shapes}")
+
+
+_ok7 = ((2, 5, 4), (2, 6, 4), (2, 6, 3), (2, 5, 3), (2, 5, 1), (2, 5, 3))
+_bad7 = [*((kw, _ok7) for kw in (dict(block_q=0), dict(block_k=-1), dict(block_q=2.0), dict(block_k=True),
+                                 dict(causal=True, block_q=True))),
+         ({}, ((2, 5, 4), (3, 6, 4), (3, 6, 3), (2, 5, 3), (2, 5, 1), (2, 5, 3))),
+         ({}, ((2, 5, 4), (2, 6, 5), (2, 6, 3), (2, 5, 3), (2, 5, 1), (2, 5, 3))),
+         ({}, ((2, 5, 4), (2, 6, 4), (2, 7, 3), (2, 5, 3), (2, 5, 1), (2, 5, 3))),
+         ({}, ((2, 5, 4), (2, 6, 4), (2, 6, 3), (2, 5, 4), (2, 5, 1), (2, 5, 3))),
+         ({}, ((2, 5, 4), (2, 6, 4), (2, 6, 3), (2, 5, 3), (2, 5), (2, 5, 3))),
+         ({}, ((2, 5, 4), (2, 6, 4), (2, 6, 3), (2, 5, 3), (2, 5, 1), (2, 4, 3)))]
+with checks.forbid(flash.tiled_backward, flash.flash_attention, (F, "scaled_dot_product_attention"),
+                   (torch.autograd, "grad"), (torch.Tensor, "backward")):
+    checks.run_checks("flash_backward (hidden)", [
+        *((f"case {r}", lambda r=r: _case7(r)) for r in range(len(_cases7))),
+        *((f"bad input {b}", lambda b=b: _raises7(*_bad7[b])) for b in range(len(_bad7))),
+    ])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The cell below runs your `flash_backward` (if it passes a probe) as the backward pass of
+# `flash.flash_attention`, with the forward pass the cell after exercise 6 chose, and compares the
+# gradients with autograd's through PyTorch's `F.scaled_dot_product_attention`.
+
+# %%
+def _probe_backward(fn):  # causal, ragged blocks, one leading axis, the later key blocks skipped
+    g = torch.Generator().manual_seed(17)
+    q, k, v, d_out = (torch.randn(2, 11, 4, generator=g, dtype=torch.float64) * 3 for _ in range(4))
+    out, lse = flash.tiled_forward(q, k, v, True, 4, 3)
+    return fn(q, k, v, out, lse, d_out, True, 4, 3)
+
+
+flash_backward_used = checks.learner_or_reference(
+    flash_backward, lambda *args: flash.tiled_backward(*args), _probe_backward, name="flash_backward")
+
+g = torch.Generator().manual_seed(1)
+q, k, v = (torch.randn(2, 4, 100, 32, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+d_out = torch.randn(2, 4, 100, 32, generator=g, dtype=torch.float64)
+for causal, tiles in ((False, (16, 16)), (True, (16, 24))):
+    out = flash.flash_attention(q, k, v, causal, *tiles, forward=flash_forward_used, backward=flash_backward_used)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref_grads = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), d_out)
+    err_grad = max((a - b).abs().max().item() for a, b in zip(grads, ref_grads))
+    print(f"tiled backward ({'causal' if causal else 'not causal'}, tiles {tiles[0]} x {tiles[1]}) vs autograd "
+          f"through SDPA: gradients of q, k, v, max |difference| = {err_grad:.1e}")
+    assert err_grad < 1e-10, "the tiled backward pass must equal autograd's gradients"
+
+# %% [markdown]
 # ## 9. Questions
 #
 # The ablation table (section 7) and the extrapolation experiment are what you can measure here;

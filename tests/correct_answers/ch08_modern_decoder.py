@@ -244,4 +244,75 @@ def course_key(hf_key):
     return torch.cat(outs, -2), torch.cat(lses, -2)
 ''',
     },
+    "ex7_flash_backward": {
+        # FlashAttention-2's order (Algorithm 2): key blocks outermost, dK and dV of a key block summed in
+        # local tensors over the query blocks that see it and concatenated at the end; dQ added in place
+        "keys_outer": '''def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16):
+    if any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in (block_q, block_k)):
+        raise ValueError(f"block_q and block_k must be positive ints, got {block_q!r}, {block_k!r}")
+    if q.shape[:-2] != k.shape[:-2] or v.shape[:-1] != k.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q, k, v: shapes")
+    want = {"out": (*q.shape[:-1], v.shape[-1]), "lse": (*q.shape[:-1], 1), "d_out": (*q.shape[:-1], v.shape[-1])}
+    for name, t in (("out", out), ("lse", lse), ("d_out", d_out)):
+        if t.shape != want[name]:
+            raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {want[name]}")
+    Lq, Lk, c = q.shape[-2], k.shape[-2], q.shape[-1] ** -0.5
+    Dr = (out * d_out).sum(dim=-1, keepdim=True)
+    dq, dks, dvs = torch.zeros_like(q), [], []
+    for j in range(0, Lk, block_k):
+        kj, vj = k[..., j:j + block_k, :], v[..., j:j + block_k, :]
+        dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)
+        for i in range(0, Lq, block_q):
+            n = min(Lq, i + block_q) - i
+            if causal and j > i + n - 1:
+                continue
+            qi, doi = q[..., i:i + n, :], d_out[..., i:i + n, :]
+            s = (qi @ kj.mT) * c
+            if causal:
+                future = torch.arange(j, j + kj.shape[-2]).unsqueeze(0) > torch.arange(i, i + n).unsqueeze(1)
+                s = torch.where(future, torch.full_like(s, -math.inf), s)
+            p = (s - lse[..., i:i + n, :]).exp()
+            dvj = dvj + p.mT @ doi
+            ds = p * (doi @ vj.mT - Dr[..., i:i + n, :]) * c
+            dq[..., i:i + n, :] += ds @ kj
+            dkj = dkj + ds.mT @ qi
+        dks.append(dkj)
+        dvs.append(dvj)
+    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)
+''',
+        # einsum over named axes with "...", computed in float64 and cast back, q.split for the query blocks,
+        # the skip as a break, the query blocks' dq concatenated
+        "einsum_float64": '''def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16):
+    if not (type(block_q) is int and type(block_k) is int and min(block_q, block_k) >= 1):
+        raise ValueError("block_q, block_k: positive ints")
+    if q.dim() != k.dim() or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q, k, v disagree")
+    if out.shape != d_out.shape or out.shape != q.shape[:-1] + v.shape[-1:]:
+        raise ValueError("out or d_out has the wrong shape")
+    if lse.shape != q.shape[:-1] + (1,):
+        raise ValueError("lse has the wrong shape")
+    dt = q.dtype
+    q, k, v, out, lse, d_out = (t.double() for t in (q, k, v, out, lse, d_out))
+    delta = torch.einsum("...qd,...qd->...q", d_out, out).unsqueeze(-1)
+    dk, dv, dqs = torch.zeros_like(k), torch.zeros_like(v), []
+    for qb, i0 in zip(q.split(block_q, -2), range(0, q.shape[-2], block_q)):
+        n = qb.shape[-2]
+        dob, lb, db = d_out[..., i0:i0 + n, :], lse[..., i0:i0 + n, :], delta[..., i0:i0 + n, :]
+        dqb = torch.zeros_like(qb)
+        for j0 in range(0, k.shape[-2], block_k):
+            if causal and j0 >= i0 + n:
+                break
+            kb, vb = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
+            s = torch.einsum("...qd,...kd->...qk", qb, kb) / math.sqrt(q.shape[-1])
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + kb.shape[-2]) > torch.arange(i0, i0 + n)[:, None], -math.inf)
+            p = torch.exp(s - lb)
+            dv[..., j0:j0 + block_k, :] += torch.einsum("...qk,...qe->...ke", p, dob)
+            ds = p * (torch.einsum("...qe,...ke->...qk", dob, vb) - db) / math.sqrt(q.shape[-1])
+            dqb += torch.einsum("...qk,...kd->...qd", ds, kb)
+            dk[..., j0:j0 + block_k, :] += torch.einsum("...qk,...qd->...kd", ds, qb)
+        dqs.append(dqb)
+    return torch.cat(dqs, -2).to(dt), dk.to(dt), dv.to(dt)
+''',
+    },
 }

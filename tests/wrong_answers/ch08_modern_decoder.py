@@ -94,6 +94,33 @@ HIDDEN_ONLY = {
         outs.append(acc / l)
         lses.append(m + l.log())
     return torch.cat(outs, 2), torch.cat(lses, 2)
+''',    # written for (batch, heads, L, d) only (named axes B, H): right on the visible tests' inputs, wrong
+    # without leading axes or with one
+    "ex7_flash_backward": '''def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16):
+    for b in (block_q, block_k):
+        if type(b) is not int or b < 1:
+            raise ValueError("blocks must be positive ints")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q, k, v: shapes")
+    if out.shape != d_out.shape or out.shape != (*q.shape[:-1], v.shape[-1]) or lse.shape != (*q.shape[:-1], 1):
+        raise ValueError("out, lse or d_out: shapes")
+    B, H, L_q, d = q.shape
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (d_out * out).sum(-1, keepdim=True)
+    for i0 in range(0, L_q, block_q):
+        n = min(L_q, i0 + block_q) - i0
+        qb, dob = q[:, :, i0:i0 + n], d_out[:, :, i0:i0 + n]
+        for j0 in range(0, min(k.shape[2], i0 + n) if causal else k.shape[2], block_k):
+            kb, vb = k[:, :, j0:j0 + block_k], v[:, :, j0:j0 + block_k]
+            s = torch.einsum("bhqd,bhkd->bhqk", qb, kb) / math.sqrt(d)
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > torch.arange(i0, i0 + n)[:, None], float("-inf"))
+            p = torch.exp(s - lse[:, :, i0:i0 + n])
+            dv[:, :, j0:j0 + block_k] += torch.einsum("bhqk,bhqe->bhke", p, dob)
+            ds = p * (torch.einsum("bhqe,bhke->bhqk", dob, vb) - D[:, :, i0:i0 + n]) / math.sqrt(d)
+            dq[:, :, i0:i0 + n] += torch.einsum("bhqk,bhkd->bhqd", ds, kb)
+            dk[:, :, j0:j0 + block_k] += torch.einsum("bhqk,bhqd->bhkd", ds, qb)
+    return dq, dk, dv
 ''',
 }
 
@@ -134,6 +161,39 @@ _FLASH = '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
         outs.append(acc / l)
         lses.append(m + torch.log(l))
     return torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+'''
+
+
+# Exercise 7's right answer, which the reviewed wrong answers below change in one place each.
+_FLASH_BWD = '''def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16):
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if type(b) is not int or b < 1:
+            raise ValueError(f"{name} must be a positive int, got {b!r}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) must agree")
+    for name, t, last in (("out", out, v.shape[-1]), ("lse", lse, 1), ("d_out", d_out, v.shape[-1])):
+        if tuple(t.shape) != (*q.shape[:-1], last):
+            raise ValueError(f"{name} has the wrong shape {tuple(t.shape)}")
+    scale = 1 / math.sqrt(q.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (d_out * out).sum(-1, keepdim=True)
+    for i0 in range(0, q.shape[-2], block_q):
+        qs = slice(i0, i0 + block_q)
+        q_blk, do_blk = q[..., qs, :], d_out[..., qs, :]
+        rows = torch.arange(i0, i0 + q_blk.shape[-2])[:, None]
+        k_end = min(k.shape[-2], i0 + q_blk.shape[-2]) if causal else k.shape[-2]
+        for j0 in range(0, k_end, block_k):
+            ks = slice(j0, j0 + block_k)
+            k_blk, v_blk = k[..., ks, :], v[..., ks, :]
+            s = q_blk @ k_blk.transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, float("-inf"))
+            p = torch.exp(s - lse[..., qs, :])
+            dv[..., ks, :] += p.transpose(-2, -1) @ do_blk
+            ds = p * (do_blk @ v_blk.transpose(-2, -1) - D[..., qs, :])
+            dq[..., qs, :] += ds @ k_blk * scale
+            dk[..., ks, :] += ds.transpose(-2, -1) @ q_blk * scale
+    return dq, dk, dv
 '''
 
 
@@ -317,4 +377,29 @@ def rope_half(x, offset=0, base=10000.0):
     lse = torch.logsumexp(s, -1, keepdim=True)
     return torch.exp(s - lse).nan_to_num(0.0) @ v.nan_to_num(0.0), lse
 '''),
+    # the backward without the causal skip: every key block computed and masked, so the skipped blocks'
+    # NaN reaches dq through 0 * NaN (and half the tiles are wasted)
+    "flash_bwd_no_skip": ("ex7_flash_backward", _edit(_FLASH_BWD, "min(k.shape[-2], i0 + q_blk.shape[-2]) if causal else k.shape[-2]",
+                                                      "k.shape[-2]")),
+    # the softmax's backward without its D term: dS = P * dP
+    "flash_bwd_without_D": ("ex7_flash_backward", _edit(_FLASH_BWD, "ds = p * (do_blk @ v_blk.transpose(-2, -1) - D[..., qs, :])",
+                                                        "ds = p * (do_blk @ v_blk.transpose(-2, -1))")),
+    # dQ without the 1/sqrt(d) of the scores
+    "flash_bwd_dq_unscaled": ("ex7_flash_backward", _edit(_FLASH_BWD, "dq[..., qs, :] += ds @ k_blk * scale",
+                                                          "dq[..., qs, :] += ds @ k_blk")),
+    # dV written, not accumulated: only the last query block's share of each key block survives
+    "flash_bwd_dv_overwritten": ("ex7_flash_backward", _edit(_FLASH_BWD, "dv[..., ks, :] += p.transpose",
+                                                             "dv[..., ks, :] = p.transpose")),
+    # the probabilities without the saved log-sum-exp: exp(S), unnormalised
+    "flash_bwd_p_without_lse": ("ex7_flash_backward", _edit(_FLASH_BWD, "p = torch.exp(s - lse[..., qs, :])",
+                                                            "p = torch.exp(s)")),
+    # the diagonal masked too (j >= i): each query loses its own key
+    "flash_bwd_diagonal_masked": ("ex7_flash_backward", _edit(_FLASH_BWD, ") > rows, float", ") >= rows, float")),
+    # D from d_out alone (the rowsum of dO, not of dO * O)
+    "flash_bwd_D_without_out": ("ex7_flash_backward", _edit(_FLASH_BWD, "D = (d_out * out).sum(-1, keepdim=True)",
+                                                            "D = d_out.sum(-1, keepdim=True)")),
+    # the normaliser of the tile alone (its own logsumexp) instead of the row's saved lse: right only where
+    # one key block holds all the keys a row sees
+    "flash_bwd_own_normaliser": ("ex7_flash_backward", _edit(_FLASH_BWD, "p = torch.exp(s - lse[..., qs, :])",
+                                                             "p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))")),
 }
