@@ -52,6 +52,7 @@ class Outcome:
     failed: list[str]
     reason: str
     seconds: float
+    records: list[list[str]] = dataclasses.field(default_factory=list)   # (kind, what) of every check sent
 
     @property
     def full_marks(self) -> bool:
@@ -129,11 +130,26 @@ def _close_figures() -> None:
         plt.close("all")
 
 
-def _child(shell, cells: list, ex: Exercise, source: str, out_path: str) -> None:
-    """In the forked child: the answer, then every code cell up to the exercise's last test."""
+def _capture_records() -> list[list[str]]:
+    """In a forked child: every check's record, as ``[kind, what]``, appended to the list returned
+    (what the grader's kernel would send, :func:`course_utils.records.send`)."""
+    from course_utils import records
+
+    sent: list[list[str]] = []
+    records.send = lambda kind, what, *args, **kwargs: sent.append([kind, str(what)])
+    return sent
+
+
+def _child(shell, cells: list, ex: Exercise, source: str, out_path: str, withheld: bool = False) -> None:
+    """In the forked child: the answer, then every code cell up to the exercise's last test.
+    ``withheld``: the exercise's test cells as the grader sends them to a submission's kernel, their
+    expected values withheld (``course_grading.withhold.strip_expected``)."""
+    from course_grading.withhold import strip_expected
+
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    sent = _capture_records()
     failed, reason = [], ""
     err = _run(shell, source)
     if err is not None:
@@ -143,16 +159,18 @@ def _child(shell, cells: list, ex: Exercise, source: str, out_path: str) -> None
             if cell.cell_type != "code":
                 continue
             gid = _meta(cell).get("grade_id", "")
-            err = _run(shell, cell.source, cell_id=gid)
-            if err is not None and gid in ex.tests:
+            test = gid in ex.tests
+            err = _run(shell, strip_expected(cell.source) if withheld and test else cell.source, cell_id=gid)
+            if err is not None and test:
                 failed.append(gid)
                 reason = reason or f"{gid}: {err}"
-    Path(out_path).write_text(json.dumps({"failed": failed, "reason": reason}))
+    Path(out_path).write_text(json.dumps({"failed": failed, "reason": reason, "records": sent}))
 
 
 def _fork_all(shell, cells: list, ex: Exercise, answers: list[tuple[str, str]], jobs: int,
-              timeout: float) -> list[Outcome]:
-    """Each answer in its own forked child, ``jobs`` at a time, each stopped after ``timeout`` s."""
+              timeout: float, withheld: bool = False) -> list[Outcome]:
+    """Each answer in its own forked child, ``jobs`` at a time, each stopped after ``timeout`` s
+    (``withheld``: see :func:`_child`)."""
     import sys
 
     sys.stdout.flush()
@@ -168,7 +186,7 @@ def _fork_all(shell, cells: list, ex: Exercise, answers: list[tuple[str, str]], 
             pid = os.fork()
             if pid == 0:
                 try:
-                    _child(shell, cells, ex, source, out_path)
+                    _child(shell, cells, ex, source, out_path, withheld)
                 finally:
                     os._exit(0)
             running[pid] = (i, key, time.perf_counter(), out_path)
@@ -189,10 +207,29 @@ def _fork_all(shell, cells: list, ex: Exercise, answers: list[tuple[str, str]], 
         seconds = time.perf_counter() - t0
         try:
             got = json.loads(Path(out_path).read_text())
-            results[i] = Outcome(key, got["failed"], got["reason"], seconds)
+            results[i] = Outcome(key, got["failed"], got["reason"], seconds, got["records"])
         except (OSError, ValueError, KeyError):
             results[i] = Outcome(key, list(ex.tests), "the child died without a result", seconds)
     return [results[i] for i in range(len(answers))]
+
+
+def _same_checks_withheld(chapter: str, ex: Exercise, control: Outcome, sent: Outcome) -> None:
+    """Raise unless the solution's tests, as the grader sends them to a submission's kernel (expected
+    values withheld), pass and send the very checks, in the same order, that they send as written:
+    the grader pairs a submission's records with its reference run's one by one, so a test that
+    needs an expected value's content (iterating it, ``len``, ``if``) or sends another number of
+    checks would fail every correct answer there while passing here."""
+    where = f"{chapter} {ex.name}: its tests with the expected values withheld (as the grader runs them)"
+    if not sent.full_marks:
+        raise RuntimeError(f"{where} fail the solution: {sent.reason}. A hidden test may only index a value "
+                           "bound in its EXPECTED block and pass it to a check (course_utils.records.Withheld)")
+    if sent.records != control.records:
+        n = next((i for i, (a, b) in enumerate(zip(control.records, sent.records)) if a != b),
+                 min(len(control.records), len(sent.records)))
+        said = lambda recs: " ".join(recs[n]) if n < len(recs) else "nothing"  # noqa: E731
+        raise RuntimeError(f"{where} send other checks than as written: {len(sent.records)} against "
+                           f"{len(control.records)}; check {n + 1} is {said(sent.records)!r} there, "
+                           f"{said(control.records)!r} as written")
 
 
 def run_answers(chapter: str, answers: Mapping[str, Iterable[tuple[str, str]]], jobs: int = 1,
@@ -227,6 +264,8 @@ def run_answers(chapter: str, answers: Mapping[str, Iterable[tuple[str, str]]], 
                 if not control.full_marks:
                     raise RuntimeError(f"{chapter} {ex.name}: the solution itself fails in this harness "
                                        f"({control.reason}); fix the chapter or the harness first")
+                _same_checks_withheld(chapter, ex, control, _fork_all(shell, cells, ex, [("<solution>", ex.source)],
+                                                                      1, 600, withheld=True)[0])
                 limit = timeout if timeout is not None else 5 + 20 * control.seconds
                 results[ex.name] = _fork_all(shell, cells, ex, todo, jobs, limit)
                 if progress:
