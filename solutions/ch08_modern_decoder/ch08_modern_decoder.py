@@ -33,9 +33,9 @@
 # (`online_softmax_update`, `tiled_forward`, `tiled_backward`, `flash_attention`) and `course_utils.textlm` (the corpus
 # and the training loop).
 #
-# **Exercises** (graded by the test cells below each one): 1 `rms_norm` (2 points), 2 `swiglu` (3),
-# 3 `rope_half` (4), 4 `course_key` (2), 5 `online_update` (4), 6 `flash_forward` (5),
-# 7 `flash_backward` (5); two written questions (4).
+# **Exercises** (graded by the test cells below each one): 1 `rms_norm` (2 points), 2 `swiglu` (2),
+# 3 `rope_half` (3), 4 `course_key` (3), 5 `online_update` (3), 6 `flash_forward` (6),
+# 7 `flash_backward` (6); two written questions (4).
 #
 # **The outputs you see first.** Until you run a cell, the output under it is the course's stored
 # run, the one this text calls "the stored run". Running the cell replaces it with the output
@@ -293,7 +293,7 @@ for name, t in norm_times.items():
 # (T5 pre-training, same compute) the GLU variants had lower perplexity than ReLU; the paper offers
 # no explanation ("we attribute their success ... to divine benevolence").
 #
-# ### Exercise 2: SwiGLU (1 + 2 points)
+# ### Exercise 2: SwiGLU (1 + 1 points)
 #
 # Write `swiglu(x, W_gate, W_up, W_down)` for `x (..., d)` (any number of leading axes, none
 # included), `W_gate` and `W_up` of shape `(d_ff, d)` and `W_down (d, d_ff)` (the layout of
@@ -335,7 +335,7 @@ checks.run_checks("swiglu", [
         checks.call(swiglu, _x2, _Wg, torch.zeros(6, 4, dtype=torch.float64), _Wd), torch.zeros(5, 4), "swiglu with W_up = 0")),
 ])
 
-# %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2_swiglu-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # Hidden tests: a seeded grid of inputs (one vector, (n, d), (batch, seq, d), 4-D, a transposed
 # input; d_ff above, below and equal to d; float32 and float64), each compared with a float64
 # computation of the formula, dtype kept; gates of hundreds (float32) and thousands (float64) where
@@ -445,7 +445,7 @@ print("the module blocks.SwiGLU equals swiglu() with its weights")
 # **The offset.** With a KV cache of $T$ positions, the next token sits at position $T$, not 0:
 # its query and key must be rotated by $T\theta_i$. The cache stores keys *already rotated*.
 #
-# ### Exercise 3: RoPE, split-halves layout, with an offset (2 + 2 points)
+# ### Exercise 3: RoPE, split-halves layout, with an offset (1 + 2 points)
 #
 # Write `rope_half(x, offset=0, base=10000.0)` for `x (..., seq, d)`: any number of leading axes
 # (none, a batch, a batch and heads), an even `d`, float32 or float64. The vector at sequence index
@@ -483,7 +483,7 @@ def rope_half(x, offset=0, base=10000.0):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex3_rope-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# %% nbgrader={"grade": true, "grade_id": "ex3_rope-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 _g = torch.Generator().manual_seed(3)
 _x3 = torch.randn(2, 3, 7, 8, generator=_g, dtype=torch.float64)
 
@@ -661,7 +661,7 @@ for name, rotate in (("offset = cache length", learner_rope),
 # (`model.layers` is our `stack.layers`, `self_attn.o_proj` our `self_attn.out_proj`,
 # `mlp.gate_proj` our `ff.gate_proj`, `input_layernorm` our `norm1`, ...).
 #
-# ### Exercise 4: one piece of the weight loading (1 + 1 points)
+# ### Exercise 4: one piece of the weight loading (1 + 2 points)
 #
 # Write `course_key(hf_key)` that maps a Hugging Face Llama parameter name to the course's:
 #
@@ -737,7 +737,7 @@ checks.run_checks("course_key", [
     ("unknown names raise KeyError", _raises_key_error),
 ])
 
-# %% nbgrader={"grade": true, "grade_id": "ex4_keys-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4_keys-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # Hidden tests: every name of layers with one to three digits, the final norm and the output layer;
 # unknown names of many kinds, each of which must raise KeyError: a table module under the other
 # parent (mlp.q_proj), leaves other than weight (quantised checkpoints' weight_scale, qweight, ...).
@@ -1226,7 +1226,7 @@ print("exp(s - max(s))  :", [f"{x:.3g}" for x in e_row.tolist()], "-> exp / sum:
 # the largest exponential is 1 and nothing overflows. The online update must keep that property
 # block by block, with a maximum that changes as blocks arrive.
 #
-# ### Exercise 5: the online-softmax update (2 + 2 points)
+# ### Exercise 5: the online-softmax update (1 + 2 points)
 #
 # Write `online_update(m, l, acc, scores, v)` for one block: `m` and `l` of shape `(..., L_q, 1)`,
 # `acc (..., L_q, d_v)`, the block's `scores (..., L_q, B)` and values `v (..., B, d_v)` (any leading
@@ -1263,7 +1263,7 @@ def online_update(m, l, acc, scores, v):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex5_online-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# %% nbgrader={"grade": true, "grade_id": "ex5_online-visible", "locked": true, "points": 1, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _start_state(L_q, d_v):
     return (torch.full((L_q, 1), float("-inf"), dtype=torch.float64), torch.zeros(L_q, 1, dtype=torch.float64),
             torch.zeros(L_q, d_v, dtype=torch.float64))
@@ -1380,7 +1380,7 @@ checks.run_checks("online_update (hidden)", [(f"run {r}", lambda r=r: _run5(r)) 
 # mask, a key block that lies entirely after the last query of a query block would hold only masked
 # scores, so it is never computed: about half of the tiles are skipped.
 #
-# ### Exercise 6: FlashAttention's tiled forward (2 + 3 points)
+# ### Exercise 6: FlashAttention's tiled forward (3 + 3 points)
 #
 # Write `flash_forward(q, k, v, causal=False, block_q=16, block_k=16)` for `q (..., L_q, d)`,
 # `k (..., L_k, d)` and `v (..., L_k, d_v)` with the same leading axes (none, a batch, a batch and
@@ -1451,7 +1451,7 @@ def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex6_flash-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# %% nbgrader={"grade": true, "grade_id": "ex6_flash-visible", "locked": true, "points": 3, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _attention_and_lse(q, k, v, causal):
     """What the tests compare with: SDPA's output and the log-sum-exp of the scaled, masked scores (float64)."""
     q, k, v = q.double(), k.double(), v.double()
@@ -1711,7 +1711,7 @@ print(f"explicit / tiled {times['explicit L x L'] / times['tiled in Python (64 x
 # to the rows $B_k$ of $dK$ (FlashAttention-2's Algorithm 2, which puts the key blocks outermost;
 # either order gives the same sums).
 #
-# ### Exercise 7: FlashAttention's tiled backward (2 + 3 points)
+# ### Exercise 7: FlashAttention's tiled backward (3 + 3 points)
 #
 # Write `flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=16)`: `q`, `k`,
 # `v`, `causal` and the blocks as in exercise 6; `out (..., L_q, d_v)` and `lse (..., L_q, 1)` what
@@ -1794,7 +1794,7 @@ def flash_backward(q, k, v, out, lse, d_out, causal=False, block_q=16, block_k=1
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex7_flash_backward-visible", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["raises-exception"]
+# %% nbgrader={"grade": true, "grade_id": "ex7_flash_backward-visible", "locked": true, "points": 3, "schema_version": 3, "solution": false} tags=["raises-exception"]
 def _autograd_grads(q, k, v, d_out, causal):
     """What the tests compare with: autograd's gradients of SDPA in float64."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
