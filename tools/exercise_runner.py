@@ -12,7 +12,10 @@ at that point, and no answer can disturb the next (a fork shares nothing that it
 A test cell fails as nbgrader counts it: it raises. The grader's own re-judging of the records
 (``grader/course_grading/verdict.py``) is stricter still, so an answer that passes here can still fail
 there, never the other way round; ``tests/test_grading.py`` grades the correct answers through the
-real grader too.
+real grader too. One way a test itself could pass here and fail there is ruled out before any answer
+is tried: the solution's control run is repeated with the tests as the grader sends them to a
+submission's kernel, expected values withheld, and must pass and send the same checks in the same
+order (:func:`_same_checks_withheld`; ``tests/test_runner_withheld.py``).
 """
 
 from __future__ import annotations
