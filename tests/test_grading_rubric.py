@@ -252,6 +252,10 @@ def test_a_chinese_feedback_shows_the_rubric_parts_in_chinese(tmp_path, monkeypa
     cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
     assert "for the cause, stated with the chapter's evidence." in cell.source and "给补救办法。" in cell.source
     assert "The model answer." in cell.source
+    from test_formgrader_guard import formgrader_html, instructor_config
+
+    html = formgrader_html(nbformat.read(path, as_version=4), instructor_config())
+    assert "for the cause, stated with the chapter" in html and "给原因，并用本章的证据说明。" in html
     # the same notebook in English (no language in its metadata): the English parts
     nb = nbformat.read(path, as_version=4)
     del nb.metadata["course"]
@@ -340,3 +344,14 @@ def test_every_translated_rubric_of_the_course_reads_in_chinese(chapter):
             continue
         assert [p for p, _ in got] == [p for p, _ in english[gid].parts], gid
         assert all(HAN.search(t) for _, t in got), (gid, got)
+
+
+def test_a_catalogue_that_does_not_parse_leaves_the_rubric_in_english(tmp_path, monkeypatch):
+    source = _course(tmp_path, {GOOD_PARTS: (ZH_PARTS, False)})
+    po = tmp_path / "locale" / "zh_CN" / "LC_MESSAGES" / "chx.po"
+    po.write_text(po.read_text(encoding="utf-8") + '\nmsgid "unterminated\n', encoding="utf-8")
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, source) == 1
+    assert "**1.5 / 1.5** for the cause" in _feedback_of(path, monkeypatch)
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
+    assert "no catalogue locale/zh_CN/LC_MESSAGES/chx.po that can be read" in cell.source

@@ -58,7 +58,9 @@ from traitlets import Bool
 
 from course_utils.messages import notebook_language, speaking, tr
 
-META = "course_grading"        # the rubric cell's metadata key: {"rubric": grade_id, "parts": [[points, text], ...]}
+# The rubric cell's metadata key: {"rubric": grade_id, "points": N, "parts": [[points, text], ...]}, and for a
+# submission in another language "translations": {lang: [[points, text], ...]} where the catalogue has them.
+META = "course_grading"
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 HEADER = re.compile(rf"^\*\*Rubric\*\* \(for the grader, {_NUMBER} points?\):[ \t]*$", re.M)
 PART = re.compile(rf"^- \*\*{_NUMBER} points?\*\* (\S.*)$")
@@ -168,17 +170,17 @@ def _catalogue(source: Path, lang: str) -> tuple[dict[str, str] | None, str]:
     """The translations (msgid -> msgstr; fuzzy and empty entries left out) of the chapter of ``source``
     (``<course>/solutions/<chapter>/<chapter>.ipynb``) in ``lang``, from the course it comes from (a
     throwaway course's origin), and the catalogue's path; None where there is none or it cannot be read."""
-    from course_grading.course import origin
-    from course_utils.i18n import catalogue
+    chapter = Path(source).parent.name
+    name = f"the {lang} catalogue of {chapter}"
+    try:      # babel (course_utils[dev], which the grader depends on) and the catalogue: never an error
+        from course_grading.course import origin
+        from course_utils.i18n import catalogue
 
-    root = origin(Path(source).resolve().parents[2])
-    path = catalogue.po_path(root, lang, Path(source).parent.name)
-    name = path.relative_to(root).as_posix()
-    if not path.is_file():
-        return None, name
-    try:
-        return catalogue.translations(catalogue.read(path)), name
-    except Exception:      # a catalogue that does not parse: the English, never an error
+        root = origin(Path(source).resolve().parents[2])
+        path = catalogue.po_path(root, lang, chapter)
+        name = path.relative_to(root).as_posix()
+        return (catalogue.translations(catalogue.read(path)) if path.is_file() else None), name
+    except Exception:
         return None, name
 
 
