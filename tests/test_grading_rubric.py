@@ -24,6 +24,7 @@ from notebook_helpers import meta as _meta
 
 import course_grading as grading
 from course_grading import rubric
+from course_utils.i18n.catalogue import HAN
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = grading.chapters(REPO)
@@ -192,3 +193,165 @@ def test_a_rubric_cell_with_broken_parts_is_left_out(monkeypatch):
 def test_without_a_gradebook_no_rubric_reaches_the_feedback():
     nb, _ = rubric.RubricMarks().preprocess(_feedback_nb(), {"nbgrader": {"db_url": "sqlite:////nonexistent/x.db"}})
     assert [c.source for c in nb.cells] == ["My answer."]
+
+
+# --- the rubric in the learner's language (the chapters' catalogues, locale/<lang>/LC_MESSAGES/) -----------
+
+GOOD_PARTS = GOOD.split("\n\n", 1)[1]          # the catalogue's entry of the parts (one markdown block)
+ZH_HEADER = "**评分标准**（供评分者使用，共 2 分）："
+ZH_PARTS = "- **1.5 分**给原因，并用本章的证据说明。\n- **0.5 分**给补救办法。"
+
+
+def _course(tmp_path, entries: dict[str, tuple[str, bool]] | None):
+    """A course root with one chapter (``chx``, the written question of GOOD) and, unless ``entries`` is None,
+    its zh_CN catalogue: ``{msgid: (msgstr, fuzzy)}``."""
+    from babel.messages.catalog import Catalog
+
+    from course_utils.i18n import catalogue
+
+    (tmp_path / "solutions" / "chx").mkdir(parents=True)
+    source = tmp_path / "solutions" / "chx" / "chx.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("plain"), _written_cell(GOOD)]), source)
+    if entries is not None:
+        cat = Catalog(locale="zh_CN")
+        for msgid, (msgstr, fuzzy) in entries.items():
+            cat.add(msgid, msgstr, flags=["fuzzy"] if fuzzy else [])
+        catalogue.write(cat, catalogue.po_path(tmp_path, "zh_CN", "chx"))
+    return source
+
+
+def _submission(tmp_path, lang: str | None = "zh_CN"):
+    """An autograded notebook of chapter ``chx`` in ``lang`` (its metadata, as the translated release writes it)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("plain"), _written_cell(GOOD)])
+    nb.cells[1].source = "我的答案。"
+    nb.cells[1].metadata["nbgrader"]["comment"] = "marks: 1.5, 0\n缺少补救办法。"
+    if lang:
+        nb.metadata["course"] = {"language": lang}
+    path = tmp_path / "autograded.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _feedback_of(path, monkeypatch, score=1.5, comment="marks: 1.5, 0\n缺少补救办法。"):
+    monkeypatch.setattr(rubric, "_hand_marks", lambda info: {"q1": (score, comment)})
+    out, _ = rubric.RubricMarks().preprocess(nbformat.read(path, as_version=4), {"nbgrader": {}})
+    shown = [c.source for c in out.cells if "q1" in c.source]
+    assert len(shown) == 1, [c.source for c in out.cells]
+    return shown[0]
+
+
+def test_a_chinese_feedback_shows_the_rubric_parts_in_chinese(tmp_path, monkeypatch):
+    source = _course(tmp_path, {"**Rubric** (for the grader, 2 points):": (ZH_HEADER, False),
+                                GOOD_PARTS: (ZH_PARTS, False)})
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, source) == 1
+    shown = _feedback_of(path, monkeypatch)
+    assert "**1.5 / 1.5** 给原因，并用本章的证据说明。" in shown and "**0 / 0.5** 给补救办法。" in shown
+    assert "q1 的得分，按评分标准的各部分" in shown and "for the cause" not in shown and "point" not in shown
+    # the instructor's cell: the English rubric, the model answer, and what the learner will read
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
+    assert "for the cause, stated with the chapter's evidence." in cell.source and "给补救办法。" in cell.source
+    assert "The model answer." in cell.source
+    from test_formgrader_guard import formgrader_html, instructor_config
+
+    html = formgrader_html(nbformat.read(path, as_version=4), instructor_config())
+    assert "for the cause, stated with the chapter" in html and "给原因，并用本章的证据说明。" in html
+    # the same notebook in English (no language in its metadata): the English parts
+    nb = nbformat.read(path, as_version=4)
+    del nb.metadata["course"]
+    nbformat.write(nb, path)
+    english = _feedback_of(path, monkeypatch)
+    assert "**1.5 / 1.5** for the cause, stated with the chapter's evidence." in english and "给" not in english
+
+
+@pytest.mark.parametrize("entries, why", [
+    (None, "no catalogue"),
+    ({"**Rubric** (for the grader, 2 points):": (ZH_HEADER, False)}, "not translated"),
+    ({"**Rubric** (for the grader, 2 points):": (ZH_HEADER, False), GOOD_PARTS: (ZH_PARTS, True)}, "not translated"),
+    ({"**Rubric** (for the grader, 2 points):": (ZH_HEADER, True), GOOD_PARTS: (ZH_PARTS, False)}, "not translated"),
+    ({"**Rubric** (for the grader, 2 points):": (ZH_HEADER, False), GOOD_PARTS: ("", False)}, "not translated"),
+], ids=["no-catalogue", "parts-missing", "parts-fuzzy", "header-fuzzy", "parts-empty"])
+def test_a_missing_or_fuzzy_translation_leaves_the_rubric_in_english(tmp_path, monkeypatch, entries, why):
+    source = _course(tmp_path, entries)
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, source) == 1
+    shown = _feedback_of(path, monkeypatch)
+    assert "**1.5 / 1.5** for the cause, stated with the chapter's evidence." in shown
+    assert "**0 / 0.5** for the remedy." in shown and "给" not in shown
+    assert "q1 的得分，按评分标准的各部分" in shown          # the feedback's own words stay in Chinese
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
+    assert why in cell.source, cell.source               # the instructor is told why
+
+
+@pytest.mark.parametrize("header, parts, why", [
+    (ZH_HEADER, ZH_PARTS.replace("1.5 分", "1 分"), "does not parse"),             # parts sum to 1.5
+    (ZH_HEADER, ZH_PARTS.replace("1.5 分", "1 分").replace("0.5 分", "1 分"), "differ"),   # 1 + 1: not 1.5 + 0.5
+    (ZH_HEADER.replace("2 分", "3 分"), ZH_PARTS, "does not parse"),
+    (ZH_HEADER, ZH_PARTS.replace("- **0.5 分**", "- 0.5 分"), "does not parse"),
+    (ZH_HEADER, ZH_PARTS + "\n另有一行，不是一部分。", "does not parse"),
+    (ZH_HEADER, "- **2 分**给原因和补救办法。", "differ"),                          # one part for two
+    ("**评分**：2 分", ZH_PARTS, "does not parse"),
+    (ZH_HEADER, ZH_PARTS + " ⟨q3⟩", "does not parse"),                            # a quote the English has not
+], ids=["sum-not-header", "points-differ", "header-3", "part-not-bold", "stray-line", "one-part", "no-header",
+        "bad-placeholder"])
+def test_a_broken_translation_leaves_the_rubric_in_english(tmp_path, monkeypatch, header, parts, why):
+    source = _course(tmp_path, {"**Rubric** (for the grader, 2 points):": (header, False), GOOD_PARTS: (parts, False)})
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, source) == 1
+    shown = _feedback_of(path, monkeypatch)
+    assert "**1.5 / 1.5** for the cause, stated with the chapter's evidence." in shown and "给" not in shown
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
+    assert why in cell.source, cell.source
+
+
+def test_the_zh_form_is_read_with_either_punctuation_and_spacing():
+    text = "**评分标准** (供评分者使用, 共 2 分):\n\n- **1.5分** 给原因，\n  并用本章的证据说明。\n- ** 0.5 分 **给补救办法。"
+    parts = rubric.parse_rubric(text, "q1", 2, rubric.FORMS["zh_CN"])
+    assert parts == ((1.5, "给原因，并用本章的证据说明。"), (0.5, "给补救办法。"))   # Chinese lines join without a space
+
+
+def test_forged_translated_parts_in_the_cell_fall_back_to_english(tmp_path, monkeypatch):
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, _course(tmp_path, None)) == 1
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if rubric.is_rubric_cell(c))
+    for forged in ([[1.0, "一"], [1.0, "二"]], [[1.5, "一"]], [[1.5, 3], [0.5, "二"]], "x", [[1.5, "一"], [0.5]]):
+        cell.metadata[rubric.META]["translations"] = {"zh_CN": forged}
+        nbformat.write(nb, path)
+        shown = _feedback_of(path, monkeypatch)
+        assert "**1.5 / 1.5** for the cause" in shown and "一" not in shown, forged
+
+
+def _translated_fully(chapter: str, gid: str) -> bool:
+    """Whether the catalogue holds a usable translation of every block of ``gid``'s rubric."""
+    from course_utils.i18n import catalogue, notebooks
+
+    table = catalogue.translations(catalogue.read(catalogue.po_path(REPO, "zh_CN", chapter)))
+    cell = next(c for c in _source(chapter).cells if _meta(c).get("grade_id") == gid)
+    text = catalogue.model_answer_text(cell.source)
+    missing: list[str] = []
+    notebooks.translate_markdown(text[text.index("**Rubric**"):], table, missing, mark=False)
+    return not missing
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if rubric.rubrics(_source(c), strict=False)])
+def test_every_translated_rubric_of_the_course_reads_in_chinese(chapter):
+    english = rubric.rubrics(_source(chapter))
+    found = rubric.translated_rubrics(grading.chapter_notebook(chapter, REPO), english, "zh_CN")
+    for gid, got in found.items():
+        if isinstance(got, str):                  # why it stays English: only a pending translation may
+            assert "not translated" in got and not _translated_fully(chapter, gid), (gid, got)
+            continue
+        assert [p for p, _ in got] == [p for p, _ in english[gid].parts], gid
+        assert all(HAN.search(t) for _, t in got), (gid, got)
+
+
+def test_a_catalogue_that_does_not_parse_leaves_the_rubric_in_english(tmp_path, monkeypatch):
+    source = _course(tmp_path, {GOOD_PARTS: (ZH_PARTS, False)})
+    po = tmp_path / "locale" / "zh_CN" / "LC_MESSAGES" / "chx.po"
+    po.write_text(po.read_text(encoding="utf-8") + '\nmsgid "unterminated\n', encoding="utf-8")
+    path = _submission(tmp_path)
+    assert rubric.add_rubric_cells(path, source) == 1
+    assert "**1.5 / 1.5** for the cause" in _feedback_of(path, monkeypatch)
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if rubric.is_rubric_cell(c))
+    assert "no catalogue locale/zh_CN/LC_MESSAGES/chx.po that can be read" in cell.source
