@@ -48,12 +48,13 @@ REPO = Path(__file__).resolve().parent.parent
 RELEASES = ("notebooks", "notebooks-zh_CN")
 CHAPTERS = sorted(p for p in (REPO / "solutions").glob("ch*") if p.is_dir())
 
-_EX5_VIT = ("ch07 ex5: the hidden _hidden_vit_case repeats the visible _vit_case line for line, to compute its "
-            "expected logits inside ### BEGIN EXPECTED, which the grader withholds from the kernel")
+_EX5_VIT = ("ch07 ex5: the hidden _hidden_vit_case repeats the visible _vit_case (its docstring and one tuple() "
+            "aside), to compute its expected logits inside ### BEGIN EXPECTED, which the grader withholds")
 _EX6_FLASH = ("ch08 ex6: the hidden _want6 repeats the visible _attention_and_lse (SDPA and the log-sum-exp of "
               "the masked scores in float64) inside ### BEGIN EXPECTED; a formula, no value")
 ALLOWED: dict[str, str] = {
-    "except ValueError as err:": "a bad input must raise ValueError (the prompt says so); visible tests catch it too",
+    "except ValueError as err:": ("ch09: a bad input must raise ValueError, as each prompt says; the visible tests "
+                                  "catch it with this very line"),
     "outs, cache, t = [], None, 0": ("ch04 ex4: the hidden _decode starts as the visible _decode4b of exercise 4b "
                                      "does: no output yet, no cache, position 0"),
     "g = torch.Generator().manual_seed(seed)": _EX5_VIT,
