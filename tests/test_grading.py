@@ -38,6 +38,7 @@ import nbformat
 import pytest
 
 import course_grading as grading
+from course_grading import feedback
 
 CHAPTERS = grading.chapters(Path(__file__).resolve().parent.parent)
 WRONG = Path(__file__).parent / "wrong_answers"
@@ -231,17 +232,8 @@ def test_every_exercise_has_visible_and_hidden_tests(graded):
     assert any(c.manual for c in res.cells), "each chapter has at least one written question"
 
 
-def _hidden_lines(src: Path) -> list[str]:
-    lines = []
-    for cell in nbformat.read(src, as_version=4).cells:
-        m = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)
-        if m:
-            lines += [ln.strip() for ln in m.group(1).splitlines() if len(ln.strip()) >= 25]
-    return lines
-
-
 def test_feedback_never_shows_hidden_tests(graded):
-    hidden = _hidden_lines(graded["src"])
+    hidden = feedback.hidden_lines(nbformat.read(graded["src"], as_version=4), feedback.DISTINCTIVE_CHARS)
     assert hidden, "no hidden tests found"
     for student in ("ci-zh-tampered", "ci-blank"):
         fb = graded["results"][student].feedback

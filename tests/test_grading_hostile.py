@@ -29,7 +29,7 @@ from notebook_helpers import lean as _lean
 from notebook_helpers import meta as _meta
 
 import course_grading as grading
-from course_grading import exchange, rubric, sandbox
+from course_grading import exchange, feedback, rubric, sandbox
 
 CHAPTER = "ch03_scaled_dot_product"
 REPO = Path(__file__).resolve().parent.parent
@@ -870,14 +870,13 @@ def test_the_exchange_inbound_is_not_readable_from_the_box(hostile):
 
 
 def test_hidden_tests_do_not_leak_through_history_or_outputs(hostile):
-    hidden = [ln for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
-              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    hidden = feedback.hidden_lines(hostile["solution"], feedback.DISTINCTIVE_CHARS)
     assert hidden
     for student in ("h-box", "zz-after"):
         fb = html.unescape(re.sub(r"<[^>]+>", "", _feedback(hostile, student)))
-        leaked = [ln.strip() for ln in hidden if ln.strip() in fb]
+        leaked = [ln for ln in hidden if ln in fb]
         assert not leaked, (student, leaked[:3])
-    assert not [ln for ln in hidden if ln.strip() in _outputs(hostile, "h-box")], "test cells reached In/_ih"
+    assert not [ln for ln in hidden if ln in _outputs(hostile, "h-box")], "test cells reached In/_ih"
 
 
 def test_shared_memory_and_files_do_not_outlive_the_box(hostile):
@@ -987,8 +986,7 @@ def _decoded(text: str) -> str:
 
 
 def test_nothing_the_kernel_says_after_the_hidden_tests_begin_reaches_feedback(hostile):
-    hidden = [ln.strip() for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
-              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    hidden = feedback.hidden_lines(hostile["solution"], feedback.DISTINCTIVE_CHARS)
     fb = html.unescape(_feedback(hostile, "h-leak64"))
     # the learner's own code (which says LEAK) is shown; what it printed or raised is not
     assert not re.search(r"LEAK [A-Za-z0-9+/=]{20,}", fb) and "output withheld" in fb, fb[-2000:]
@@ -1034,8 +1032,7 @@ def test_display_updates_never_change_an_earlier_output(hostile):
         assert leaked not in text, leaked
     assert (hostile["course"] / "autograded" / "h-display" / CHAPTER / hostile["src"].name).stat().st_size < 8 * 2**20
     fb = html.unescape(_feedback(hostile, "h-display"))
-    hidden = [ln.strip() for c in hostile["solution"].cells if "BEGIN HIDDEN TESTS" in c.source
-              for ln in c.source.split("### BEGIN HIDDEN TESTS")[1].splitlines() if len(ln.strip()) >= 25]
+    hidden = feedback.hidden_lines(hostile["solution"], feedback.DISTINCTIVE_CHARS)
     # the learner's code (which says "PROBE " + repr(...)) is shown; what it displayed is not
     assert "PROBE [" not in fb and not re.search(r"(LEAK|AGAIN) [A-Za-z0-9+/=]{20,}", fb)
     assert not [ln for ln in hidden if ln in _decoded(fb)]
