@@ -74,6 +74,11 @@ ALLOWED: dict[str, str] = {
     "s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float(\"-inf\"))": _EX6_FLASH,
     "return F.scaled_dot_product_attention(q, k, v, is_causal=causal), torch.logsumexp(s, -1, keepdim=True)":
         _EX6_FLASH,
+    "k_nan, v_nan = k.clone(), v.clone()": ("ch08 ex6 and ex7: the hidden skip checks fill the keys past a block "
+                                            "with NaN as the visible ones do (a copy of the inputs, no value)"),
+    "return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), d_out.double())":
+        ("ch08 ex7: the hidden _autograd7 takes autograd's gradients of SDPA as the visible _autograd_grads does, "
+         "inside ### BEGIN EXPECTED, which the grader withholds (a formula, no value)"),
 }
 
 _SEED = re.compile(r"manual_seed\(\s*\d+\s*\)")
