@@ -832,6 +832,8 @@ def headline_selectors(cfg: Config) -> list[tuple[str, str, dict, str, str]]:
     mha, mqa = cfg.kv_variants[0][0], cfg.kv_variants[-1][0]
     tf, gru, bahdanau = "Transformer encoder-decoder (ch6)", "GRU encoder-decoder (ch1)", "Bahdanau attention GRU (ch2)"
     dec = {"batch": B, "context": T}
+    Ti = max(cfg.inf_contexts)
+    paged = {"context": Ti, "method": f"paged, block {cfg.inf_block}"}
     return [
         (f"ch3 attention, L = {L}: eager ÷ fused (time)", "attention", {"L": L}, "eager_over_sdpa", ".2f"),
         (f"ch3 attention, L = {L}: eager ÷ banded window (time)", "attention", {"L": L}, "eager_over_window", ".2f"),
@@ -862,6 +864,16 @@ def headline_selectors(cfg: Config) -> list[tuple[str, str, dict, str, str]]:
         ("ch7 training, examples/s: ViT ÷ SmallCNN", "training", {"family": "ViT (ch7)"}, "ratio", ".2f"),
         ("ch7 training, examples/s: GPT-style LM ÷ BERT-style MLM", "training",
          {"family": "GPT-style decoder, LM (ch7)"}, "ratio", ".2f"),
+        (f"ch9 decoding, batch {cfg.inf_batch}, context {Ti}: contiguous cache ÷ paged, block {cfg.inf_block} (time)",
+         "inference", paged, "speedup", ".2f"),
+        (f"ch9 decoding, batch {cfg.inf_batch}, context {Ti}: MiB reserved, paged, block {cfg.inf_block}", "inference",
+         paged, "mib_method", ".1f"),
+        (f"ch9 decoding, batch {cfg.inf_batch}, context {Ti}: MiB reserved, contiguous cache", "inference", paged,
+         "mib_base", ".1f"),
+        (f"ch9 decoding, batch {cfg.inf_batch}, context {Ti}: full cache ÷ rolling window {cfg.inf_window} (time)",
+         "inference", {"context": Ti, "method": f"rolling window {cfg.inf_window}"}, "speedup", ".2f"),
+        (f"ch9 MLA decoding, batch {B}, context {T}: keys and values rebuilt ÷ absorbed (time)", "latent", dec,
+         "ratio", ".2f"),
         (f"grading {cfg.grading_chapter}: seconds per submission (serial)", "grading", {"mode": "serial"},
          "s_per_sub", ".1f"),
     ]

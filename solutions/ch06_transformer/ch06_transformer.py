@@ -1264,9 +1264,9 @@ for s, t, p in tf_errors[:8]:
 #   CPU kernel is printed), and they move with the machine and with the other programs sharing it.
 #   `make bench` measures the three families' training throughput side by side, over repeated rounds
 #   ([benchmarks/results/latest.md](../../benchmarks/results/latest.md): on a 2-core AMD EPYC the
-#   Bahdanau model processed <!-- q:benchmarks/results/latest.md#ch6 training, examples/s: ch2 attention GRU -->1.20<!-- /q -->
+#   Bahdanau model processed <!-- q:benchmarks/results/latest.md#ch6 training, examples/s: ch2 attention GRU -->1.21<!-- /q -->
 #   times as many examples per second as the Transformer with one thread, and
-#   only <!-- q:benchmarks/results/latest.md#ch6 training, examples/s: ch2 attention GRU -->0.93<!-- /q --> times with two).
+#   only <!-- q:benchmarks/results/latest.md#ch6 training, examples/s: ch2 attention GRU -->0.88<!-- /q --> times with two).
 #   So at these tiny sizes, with one thread, the Transformer is not faster on a CPU: it does more
 #   arithmetic per step (every position of every layer attends to all others), the attention GRU makes
 #   many more small calls one after the other. With two threads the Transformer was slightly ahead
