@@ -60,6 +60,30 @@ def _key(a):
     return k.split(".") if isinstance(k, str) else []
 
 
+# Exercises 6 and 7 take the same q, k, v, causal flag and blocks, and refuse the same bad blocks and shapes.
+_FLASH_ARGS = (
+    Arg("q", (*_FLOATS, Kind("no-lead", "(L_q, d): no leading axis", _t(dim=2)),
+              Kind("leading", "leading axes (a batch; a batch and heads)", lambda v: torch.is_tensor(v) and v.dim() > 2))),
+    Arg(CALL, (Kind("not-causal", "causal=False", lambda a: not a.get("causal", False)),
+               Kind("causal", "causal=True", lambda a: a.get("causal", False) is True),
+               Kind("one-key", "blocks of one query and one key", lambda a: _blocks(a) == (1, 1)),
+               Kind("ragged", "lengths that are not multiples of the blocks (a shorter last block)",
+                    lambda a: _lengths(a) is not None and not any(map(_bad_block, _blocks(a)))
+                    and (_lengths(a)[0] % _blocks(a)[0] or _lengths(a)[1] % _blocks(a)[1]) != 0),
+               Kind("blocks-beyond", "blocks longer than the sequences",
+                    lambda a: _lengths(a) is not None and _blocks(a)[0] > _lengths(a)[0] and _blocks(a)[1] > _lengths(a)[1]),
+               Kind("more-queries", "L_q > L_k", lambda a: _lengths(a) is not None and _lengths(a)[0] > _lengths(a)[1]),
+               Kind("more-keys", "L_k > L_q", lambda a: _lengths(a) is not None and _lengths(a)[1] > _lengths(a)[0]),
+               Kind("skipped-nan", "causal, NaN keys and values in the blocks that must be skipped",
+                    lambda a: a.get("causal", False) is True and torch.is_tensor(a.get("v"))
+                    and bool(torch.isnan(a["v"]).any())))),
+)
+_FLASH_RAISES = (Kind("bad-block", "block_q or block_k not a positive int (0, -1, 2.0, True): ValueError",
+                      lambda a: any(map(_bad_block, _blocks(a)))),
+                 Kind("shapes-disagree", "q, k, v whose shapes do not agree: ValueError",
+                      lambda a: not any(map(_bad_block, _blocks(a))) and not _agree(a)))
+
+
 EXERCISES = (
     Exercise(chapter=CHAPTER, exercise="ex1_rms_norm", function="rms_norm", reference="course_utils.blocks:rms_norm",
              args=(Arg("x", (*_FLOATS, Kind("float16", "float16", _t(torch.float16)),
@@ -108,46 +132,11 @@ EXERCISES = (
              # as FlashAttention's kernels do, is a right answer
              mutates=("m", "l", "acc")),
     Exercise(chapter=CHAPTER, exercise="ex6_flash", function="flash_forward", reference="course_utils.flash:tiled_forward",
-             args=(Arg("q", (*_FLOATS, Kind("no-lead", "(L_q, d): no leading axis", _t(dim=2)),
-                             Kind("leading", "leading axes (a batch; a batch and heads)", lambda v: torch.is_tensor(v) and v.dim() > 2))),
-                   Arg(CALL, (Kind("not-causal", "causal=False", lambda a: not a.get("causal", False)),
-                              Kind("causal", "causal=True", lambda a: a.get("causal", False) is True),
-                              Kind("one-key", "blocks of one query and one key", lambda a: _blocks(a) == (1, 1)),
-                              Kind("ragged", "lengths that are not multiples of the blocks (a shorter last block)",
-                                   lambda a: _lengths(a) is not None and not any(map(_bad_block, _blocks(a)))
-                                   and (_lengths(a)[0] % _blocks(a)[0] or _lengths(a)[1] % _blocks(a)[1]) != 0),
-                              Kind("blocks-beyond", "blocks longer than the sequences",
-                                   lambda a: _lengths(a) is not None and _blocks(a)[0] > _lengths(a)[0] and _blocks(a)[1] > _lengths(a)[1]),
-                              Kind("more-queries", "L_q > L_k", lambda a: _lengths(a) is not None and _lengths(a)[0] > _lengths(a)[1]),
-                              Kind("more-keys", "L_k > L_q", lambda a: _lengths(a) is not None and _lengths(a)[1] > _lengths(a)[0]),
-                              Kind("skipped-nan", "causal, NaN keys and values in the blocks that must be skipped",
-                                   lambda a: a.get("causal", False) is True and torch.is_tensor(a.get("v"))
-                                   and bool(torch.isnan(a["v"]).any())))),),
-             raises=(Kind("bad-block", "block_q or block_k not a positive int (0, -1, 2.0, True): ValueError",
-                          lambda a: any(map(_bad_block, _blocks(a)))),
-                     Kind("shapes-disagree", "q, k, v whose shapes do not agree: ValueError",
-                          lambda a: not any(map(_bad_block, _blocks(a))) and not _agree(a)))),
+             args=_FLASH_ARGS, raises=_FLASH_RAISES),
     Exercise(chapter=CHAPTER, exercise="ex7_flash_backward", function="flash_backward",
              reference="course_utils.flash:tiled_backward",
-             args=(Arg("q", (*_FLOATS, Kind("no-lead", "(L_q, d): no leading axis", _t(dim=2)),
-                             Kind("leading", "leading axes (a batch; a batch and heads)", lambda v: torch.is_tensor(v) and v.dim() > 2))),
-                   Arg(CALL, (Kind("not-causal", "causal=False", lambda a: not a.get("causal", False)),
-                              Kind("causal", "causal=True", lambda a: a.get("causal", False) is True),
-                              Kind("one-key", "blocks of one query and one key", lambda a: _blocks(a) == (1, 1)),
-                              Kind("ragged", "lengths that are not multiples of the blocks (a shorter last block)",
-                                   lambda a: _lengths(a) is not None and not any(map(_bad_block, _blocks(a)))
-                                   and (_lengths(a)[0] % _blocks(a)[0] or _lengths(a)[1] % _blocks(a)[1]) != 0),
-                              Kind("blocks-beyond", "blocks longer than the sequences",
-                                   lambda a: _lengths(a) is not None and _blocks(a)[0] > _lengths(a)[0] and _blocks(a)[1] > _lengths(a)[1]),
-                              Kind("more-queries", "L_q > L_k", lambda a: _lengths(a) is not None and _lengths(a)[0] > _lengths(a)[1]),
-                              Kind("more-keys", "L_k > L_q", lambda a: _lengths(a) is not None and _lengths(a)[1] > _lengths(a)[0]),
-                              Kind("skipped-nan", "causal, NaN keys and values in the blocks that must be skipped",
-                                   lambda a: a.get("causal", False) is True and torch.is_tensor(a.get("v"))
-                                   and bool(torch.isnan(a["v"]).any())))),),
-             raises=(Kind("bad-block", "block_q or block_k not a positive int (0, -1, 2.0, True): ValueError",
-                          lambda a: any(map(_bad_block, _blocks(a)))),
-                     Kind("shapes-disagree", "q, k, v whose shapes do not agree: ValueError",
-                          lambda a: not any(map(_bad_block, _blocks(a))) and not _agree(a)),
+             args=_FLASH_ARGS,
+             raises=(*_FLASH_RAISES,
                      Kind("saved-shapes", "out, lse or d_out not of the shapes above: ValueError",
                           lambda a: not any(map(_bad_block, _blocks(a))) and _agree(a) and not _saved_agree(a)))),
 )
